@@ -1,0 +1,1 @@
+//! Benchmarks: the first `pmindex bench` (insert, get, delete per engine).

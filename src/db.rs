@@ -1,0 +1,460 @@
+//! The engine-independent key-value API.
+//!
+//! ```no_run
+//! use pmindex::{Db, Options};
+//! let db = Db::create("/tmp/example.pool", &Options::default())?;
+//! db.put(b"hello", b"world")?;
+//! assert_eq!(db.get(b"hello")?.as_deref(), Some(&b"world"[..]));
+//! # Ok::<(), pmindex::Error>(())
+//! ```
+//!
+//! Keys are 1 to 250 bytes, ordered byte-lexicographically; values are 0 to
+//! 1 MiB. When `put`, `insert`, `update` or `delete` returns, the change is
+//! durable (on an ordinary file: it survives a killed process; on real PM
+//! mapped with `MAP_SYNC`: it survives power loss).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::engine::{self, CheckReport, Engine, PutMode, PutOutcome, MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::error::{Error, Result};
+use crate::pm::{self, MappingMode, PersistConfig, PmCounters, PmObserver, Pool, PoolConfig, Usage};
+
+/// The engine used when none is named.
+pub const DEFAULT_ENGINE: &str = "pmlog";
+/// The pool size used when none is given: 256 MiB (a sparse file).
+pub const DEFAULT_POOL_SIZE: u64 = 256 << 20;
+
+/// How to create or open a database.
+#[derive(Clone)]
+pub struct Options {
+    /// The engine; `None` means [`DEFAULT_ENGINE`] at create and "whatever the
+    /// pool holds" at open. At open, a name that differs from the pool's is
+    /// [`Error::WrongEngine`].
+    pub engine: Option<String>,
+    /// Pool size at create.
+    pub pool_size: u64,
+    /// Flush instruction and latency emulation.
+    pub persist: PersistConfig,
+    /// Crash-simulator hook.
+    pub observer: Option<Arc<dyn PmObserver>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            engine: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            persist: PersistConfig::default(),
+            observer: None,
+        }
+    }
+}
+
+impl Options {
+    /// Default options with `engine`.
+    pub fn with_engine(engine: &str) -> Self {
+        Options {
+            engine: Some(engine.to_string()),
+            ..Options::default()
+        }
+    }
+
+    fn pool_config(&self) -> PoolConfig {
+        PoolConfig {
+            persist: self.persist,
+            observer: self.observer.clone(),
+        }
+    }
+}
+
+/// Statistics of an open database.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stats {
+    /// Engine id.
+    pub engine: String,
+    /// Number of keys.
+    pub keys: u64,
+    /// DRAM bytes held by the index.
+    pub dram_bytes: u64,
+    /// PM bytes in allocated blocks.
+    pub pm_bytes: u64,
+    /// Pool size.
+    pub pool_size: u64,
+    /// PM counters of the whole process (flushes, fences, lines read).
+    pub counters: PmCounters,
+    /// Allocator use per class.
+    pub usage: Usage,
+}
+
+/// Facts about the pool, for `pmindex info`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PoolInfo {
+    /// File path, if any.
+    pub path: Option<String>,
+    /// Engine id.
+    pub engine: String,
+    /// Format version.
+    pub format_version: u32,
+    /// Pool size.
+    pub pool_size: u64,
+    /// Pool UUID.
+    pub uuid: String,
+    /// Creation time, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// How the pool is mapped.
+    pub mapping: MappingMode,
+    /// Flush instruction.
+    pub flush: pm::FlushKind,
+    /// Heap chunks and their size.
+    pub chunk_count: u64,
+    /// Heap start.
+    pub heap_offset: u64,
+    /// Allocator use.
+    pub usage: Usage,
+    /// Number of keys.
+    pub keys: u64,
+}
+
+/// An open key-value database on one engine.
+pub struct Db {
+    engine: Box<dyn Engine>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("engine", &self.engine.name())
+            .field("pool", self.engine.pool())
+            .finish()
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::EmptyKey { max: MAX_KEY_LEN });
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLong {
+            len: key.len(),
+            max: MAX_KEY_LEN,
+        });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLong {
+            len: value.len(),
+            max: MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Creates a pool file at `path` and an empty index in it.
+    pub fn create(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
+        let pool = Pool::create(path.as_ref(), opts.pool_size, info.name, &opts.pool_config())?;
+        Ok(Db {
+            engine: (info.create)(Arc::new(pool))?,
+        })
+    }
+
+    /// Opens the pool at `path` and recovers its index.
+    pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        if let Some(e) = &opts.engine {
+            engine::find(e)?;
+        }
+        let pool = Pool::open(path.as_ref(), opts.engine.as_deref(), &opts.pool_config())?;
+        Self::recover(pool)
+    }
+
+    /// Creates a database in anonymous memory (tests, simulation, benchmarks
+    /// without a file).
+    pub fn create_anonymous(opts: &Options) -> Result<Db> {
+        let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
+        let pool = Pool::create_anonymous(opts.pool_size, info.name, &opts.pool_config())?;
+        Ok(Db {
+            engine: (info.create)(Arc::new(pool))?,
+        })
+    }
+
+    /// Opens a pool image (for example a crash image) in anonymous memory and
+    /// recovers its index.
+    pub fn open_image(image: &[u8], opts: &Options) -> Result<Db> {
+        let pool = Pool::open_image(image, opts.engine.as_deref(), &opts.pool_config())?;
+        Self::recover(pool)
+    }
+
+    fn recover(pool: Pool) -> Result<Db> {
+        let info = engine::find(&pool.engine_id()).map_err(|_| {
+            Error::corrupt(16, format!("pool names engine `{}`, which this build does not have", pool.engine_id()))
+        })?;
+        Ok(Db {
+            engine: (info.open)(Arc::new(pool))?,
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &dyn Engine {
+        &*self.engine
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        self.engine.pool()
+    }
+
+    /// Inserts or replaces; returns whether a value was replaced.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        check_value(value)?;
+        Ok(self.engine.put(key, value, PutMode::Upsert)? == PutOutcome::Replaced)
+    }
+
+    /// Inserts; [`Error::KeyExists`] if the key is present (nothing changes).
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        match self.engine.put(key, value, PutMode::Insert)? {
+            PutOutcome::Unchanged => Err(Error::KeyExists),
+            _ => Ok(()),
+        }
+    }
+
+    /// Replaces; [`Error::KeyNotFound`] if the key is absent.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        match self.engine.put(key, value, PutMode::Update)? {
+            PutOutcome::Unchanged => Err(Error::KeyNotFound),
+            _ => Ok(()),
+        }
+    }
+
+    /// The value of `key`, copied.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, <[u8]>::to_vec)
+    }
+
+    /// Calls `f` on the value of `key` in place (no copy).
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        check_key(key)?;
+        let mut f = Some(f);
+        let mut out = None;
+        self.engine.get_with(key, &mut |v| {
+            if let Some(f) = f.take() {
+                out = Some(f(v));
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        self.engine.delete(key)
+    }
+
+    /// Calls `f(key, value)` for the keys between `lo` and `hi`, in order,
+    /// until `f` returns false.
+    pub fn scan_with(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if self.engine.capabilities().ordered_scan {
+            return self.engine.scan(lo, hi, &mut f);
+        }
+        // Unordered engine: collect the range, sort, then call back.
+        let mut all = Vec::new();
+        self.engine.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, v| {
+            if (lo, hi).contains_key(k) {
+                all.push((k.to_vec(), v.to_vec()));
+            }
+            true
+        })?;
+        all.sort();
+        for (k, v) in all {
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pairs between `lo` and `hi`, in order, at most `limit` of them.
+    pub fn scan(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        limit: Option<usize>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let limit = limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.scan_with(lo, hi, |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    /// An iterator over `lo..hi` that fetches pairs in batches (it holds no
+    /// lock between batches, so it sees concurrent changes batch by batch).
+    pub fn range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> RangeIter<'_> {
+        RangeIter {
+            db: self,
+            next_lo: lo.map(<[u8]>::to_vec),
+            hi: hi.map(<[u8]>::to_vec),
+            buf: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.engine.len()
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.engine.is_empty()
+    }
+
+    /// Statistics.
+    pub fn stats(&self) -> Stats {
+        let usage = self.pool().usage();
+        Stats {
+            engine: self.engine.name().to_string(),
+            keys: self.engine.len(),
+            dram_bytes: self.engine.dram_bytes(),
+            pm_bytes: usage.bytes_in_use(),
+            pool_size: self.pool().size(),
+            counters: pm::counters(),
+            usage,
+        }
+    }
+
+    /// Facts about the pool.
+    pub fn info(&self) -> PoolInfo {
+        let pool = self.pool();
+        let h = pool.header();
+        PoolInfo {
+            path: pool.path().map(|p| p.display().to_string()),
+            engine: h.engine_id(),
+            format_version: h.version,
+            pool_size: h.pool_size,
+            uuid: h.uuid_string(),
+            created_unix_ns: h.created_unix_ns,
+            mapping: pool.mapping_mode(),
+            flush: pool.persist_config().flush_kind(),
+            chunk_count: h.chunk_count,
+            heap_offset: h.heap_offset,
+            usage: pool.usage(),
+            keys: self.engine.len(),
+        }
+    }
+
+    /// A full consistency check: the engine's structural check, then the
+    /// allocator's: every allocated block is referenced by the index (no
+    /// leak) and every referenced block is allocated (no dangling pointer).
+    pub fn check(&self) -> Result<CheckReport> {
+        let report = self.engine.check()?;
+        if report.keys != self.engine.len() {
+            return Err(Error::CheckFailed(format!(
+                "the walk found {} keys, the engine counts {}",
+                report.keys,
+                self.engine.len()
+            )));
+        }
+        let allocated: BTreeSet<u64> = self.pool().allocated_blocks()?.into_iter().map(|(o, _)| o).collect();
+        let referenced: BTreeSet<u64> = report.referenced_blocks.iter().copied().collect();
+        if referenced.len() != report.referenced_blocks.len() {
+            return Err(Error::CheckFailed("a block is referenced twice".into()));
+        }
+        if let Some(b) = allocated.difference(&referenced).next() {
+            return Err(Error::CheckFailed(format!(
+                "leak: block {b:#x} is allocated but not referenced by the index ({} such blocks)",
+                allocated.difference(&referenced).count()
+            )));
+        }
+        if let Some(b) = referenced.difference(&allocated).next() {
+            return Err(Error::CheckFailed(format!("block {b:#x} is referenced but not allocated")));
+        }
+        Ok(report)
+    }
+
+    /// Writes a page-cache mapping back to its file (no-op on DAX).
+    pub fn sync(&self) -> Result<()> {
+        self.pool().sync()
+    }
+}
+
+trait BoundsExt {
+    fn contains_key(&self, k: &[u8]) -> bool;
+}
+
+impl BoundsExt for (Bound<&[u8]>, Bound<&[u8]>) {
+    fn contains_key(&self, k: &[u8]) -> bool {
+        let lo_ok = match self.0 {
+            Bound::Included(l) => k >= l,
+            Bound::Excluded(l) => k > l,
+            Bound::Unbounded => true,
+        };
+        let hi_ok = match self.1 {
+            Bound::Included(h) => k <= h,
+            Bound::Excluded(h) => k < h,
+            Bound::Unbounded => true,
+        };
+        lo_ok && hi_ok
+    }
+}
+
+/// Iterator returned by [`Db::range`].
+pub struct RangeIter<'a> {
+    db: &'a Db,
+    next_lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    buf: VecDeque<(Vec<u8>, Vec<u8>)>,
+    done: bool,
+}
+
+const RANGE_BATCH: usize = 256;
+
+impl Iterator for RangeIter<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() && !self.done {
+            let batch = self.db.scan(
+                self.next_lo.as_ref().map(Vec::as_slice),
+                self.hi.as_ref().map(Vec::as_slice),
+                Some(RANGE_BATCH),
+            );
+            match batch {
+                Ok(b) => {
+                    if b.len() < RANGE_BATCH {
+                        self.done = true;
+                    }
+                    if let Some((k, _)) = b.last() {
+                        self.next_lo = Bound::Excluded(k.clone());
+                    }
+                    self.buf.extend(b);
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        self.buf.pop_front().map(Ok)
+    }
+}

@@ -1,0 +1,201 @@
+//! The engine interface, and the list of engines.
+//!
+//! An engine is an index over a [`Pool`]. Engines with their own concurrency
+//! control implement [`Engine`] directly; the others implement
+//! [`SerialEngine`] (mutation takes `&mut self`) and are wrapped in a
+//! reader-writer lock by [`Locked`]. Keys and values arrive validated by
+//! [`crate::Db`]: 1 to 250 bytes of key, at most 1 MiB of value.
+//!
+//! Adding an engine takes one line in [`ENGINES`].
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::error::Result;
+use crate::pm::Pool;
+
+pub mod pmlog;
+
+/// Longest key (memcached's limit).
+pub const MAX_KEY_LEN: usize = 250;
+/// Longest value.
+pub const MAX_VALUE_LEN: usize = 1 << 20;
+
+/// What `put` does when the key is present or absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutMode {
+    /// Insert or replace.
+    Upsert,
+    /// Insert only; leave an existing key alone.
+    Insert,
+    /// Replace only; do nothing if the key is absent.
+    Update,
+}
+
+/// What `put` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The key was absent and is now present.
+    Inserted,
+    /// The key was present; its value was replaced.
+    Replaced,
+    /// Nothing changed: `Insert` found the key, or `Update` did not.
+    Unchanged,
+}
+
+/// What an engine supports natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Capabilities {
+    /// Scans return keys in order without sorting.
+    pub ordered_scan: bool,
+    /// The engine synchronises its own readers and writers.
+    pub concurrent: bool,
+    /// Longest key the layout holds.
+    pub max_key_len: usize,
+    /// Longest value the layout holds.
+    pub max_value_len: usize,
+}
+
+/// What a consistency check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CheckReport {
+    /// Keys found by walking the persistent structure.
+    pub keys: u64,
+    /// Every PM block the engine references (offsets). [`crate::Db::check`]
+    /// compares them with the allocator's allocated blocks.
+    pub referenced_blocks: Vec<u64>,
+}
+
+/// A scan callback: gets each key and value in order; returns `false` to stop.
+pub type ScanFn<'a> = dyn FnMut(&[u8], &[u8]) -> bool + 'a;
+
+/// A concurrent engine.
+pub trait Engine: Send + Sync {
+    /// The engine id (as stored in the pool header).
+    fn name(&self) -> &'static str;
+    /// What it supports natively.
+    fn capabilities(&self) -> Capabilities;
+    /// The pool it lives in.
+    fn pool(&self) -> &Arc<Pool>;
+    /// Calls `f` with the value of `key`, if present; returns whether it was.
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool>;
+    /// Inserts or replaces per `mode`. Durable on return.
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome>;
+    /// Removes `key`; returns whether it was present. Durable on return.
+    fn delete(&self, key: &[u8]) -> Result<bool>;
+    /// Calls `f` for each key in `lo..hi` (byte order) until it returns false.
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()>;
+    /// Number of keys.
+    fn len(&self) -> u64;
+    /// Whether there are no keys.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Walks the persistent structure and checks its invariants.
+    fn check(&self) -> Result<CheckReport>;
+    /// DRAM bytes held by the index (estimate from its own structures).
+    fn dram_bytes(&self) -> u64;
+}
+
+/// An engine without its own concurrency control.
+pub trait SerialEngine: Send + Sync {
+    /// See [`Engine::name`].
+    fn name(&self) -> &'static str;
+    /// See [`Engine::capabilities`]; `concurrent` is set by [`Locked`].
+    fn capabilities(&self) -> Capabilities;
+    /// See [`Engine::get_with`].
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool>;
+    /// See [`Engine::put`].
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome>;
+    /// See [`Engine::delete`].
+    fn delete(&mut self, key: &[u8]) -> Result<bool>;
+    /// See [`Engine::scan`].
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()>;
+    /// See [`Engine::len`].
+    fn len(&self) -> u64;
+    /// See [`Engine::check`].
+    fn check(&self) -> Result<CheckReport>;
+    /// See [`Engine::dram_bytes`].
+    fn dram_bytes(&self) -> u64;
+}
+
+/// A [`SerialEngine`] behind a reader-writer lock: readers share it, writers
+/// take it alone.
+pub struct Locked<E> {
+    pool: Arc<Pool>,
+    inner: RwLock<E>,
+}
+
+impl<E: SerialEngine> Locked<E> {
+    /// Wraps `engine`, which lives in `pool`.
+    pub fn new(pool: Arc<Pool>, engine: E) -> Self {
+        Locked {
+            pool,
+            inner: RwLock::new(engine),
+        }
+    }
+}
+
+impl<E: SerialEngine> Engine for Locked<E> {
+    fn name(&self) -> &'static str {
+        self.inner.read().name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            concurrent: true,
+            ..self.inner.read().capabilities()
+        }
+    }
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        self.inner.read().get_with(key, f)
+    }
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        self.inner.write().put(key, value, mode)
+    }
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.inner.write().delete(key)
+    }
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        self.inner.read().scan(lo, hi, f)
+    }
+    fn len(&self) -> u64 {
+        self.inner.read().len()
+    }
+    fn check(&self) -> Result<CheckReport> {
+        self.inner.read().check()
+    }
+    fn dram_bytes(&self) -> u64 {
+        self.inner.read().dram_bytes()
+    }
+}
+
+/// How an engine is made and reopened.
+pub struct EngineInfo {
+    /// The id stored in pool headers and used on the command line.
+    pub name: &'static str,
+    /// The design it implements.
+    pub paper: &'static str,
+    /// Builds a new, empty index in a freshly created pool.
+    pub create: fn(Arc<Pool>) -> Result<Box<dyn Engine>>,
+    /// Recovers the index from an existing pool.
+    pub open: fn(Arc<Pool>) -> Result<Box<dyn Engine>>,
+}
+
+/// Every engine in this build. One line per engine.
+pub const ENGINES: &[EngineInfo] = &[pmlog::INFO];
+
+/// Looks an engine up by name.
+pub fn find(name: &str) -> crate::Result<&'static EngineInfo> {
+    ENGINES
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| crate::Error::UnknownEngine {
+            name: name.to_string(),
+            available: ENGINES.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
+        })
+}

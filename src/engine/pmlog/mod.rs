@@ -1,0 +1,468 @@
+//! `pmlog`: the reference engine. An append-only log of records in PM, and a
+//! DRAM `BTreeMap` from key to record, rebuilt at open by scanning the log.
+//!
+//! It is the simplest thing that persists, kept as a correctness oracle and
+//! as the baseline of the benchmarks. It follows no paper.
+//!
+//! # Persist order
+//! - **insert** (key absent): write the record at the tail of the active
+//!   segment, flush it, **fence**. The record (validated by its CRC) is the
+//!   commit point. 1 fence.
+//! - **replace** (key present): append the new record as above (**fence**),
+//!   then set `DEAD` on the old record with one 8-byte store, flush,
+//!   **fence**. 2 fences. A crash between leaves both records alive;
+//!   recovery keeps the one with the higher sequence number. The second fence
+//!   makes the old record's death durable before anything can free its
+//!   segment, so a freed segment can never take a newer record with it and
+//!   leave an older one alive.
+//! - **delete**: set `DEAD` on the record, flush, **fence**. 1 fence, and no
+//!   allocation, so deletes work in a full pool.
+//! - **new segment**: reserve a block, write its header (magic, fresh nonce),
+//!   flush, then `activate` it into a free directory slot (3 fences, see the
+//!   allocator).
+//! - **free segment**: when a sealed segment holds no live record,
+//!   `free(directory slot)`.
+//!
+//! # Recovery
+//! Read every segment in the directory, record by record, until the first
+//! record that fails validation. For each key the record with the highest
+//! sequence number wins; if it is dead the key is absent. Losing records that
+//! are still alive (a crash inside a replace) get `DEAD`, then a fence, then
+//! segments with no live record are freed. Appends after an open always go
+//! to a new segment, so bytes past a segment's last valid record (a torn
+//! append) are never followed by valid records.
+
+mod record;
+mod segment;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use rand::Rng;
+
+use super::{
+    Capabilities, CheckReport, Engine, EngineInfo, Locked, PutMode, PutOutcome, ScanFn,
+    SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
+};
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+use record::{RecordInfo, DEAD};
+use segment::{dir_slot, DIR_MAGIC, DIR_SIZE, DIR_SLOTS, SEG_HEADER, SEG_MAGIC, SEG_SIZE};
+
+/// The engine's entry in [`super::ENGINES`].
+pub const INFO: EngineInfo = EngineInfo {
+    name: "pmlog",
+    paper: "reference engine: append-only PM log + DRAM BTreeMap (no paper)",
+    create: create,
+    open: open,
+};
+
+fn create(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
+    let log = PmLog::create(Arc::clone(&pool))?;
+    Ok(Box::new(Locked::new(pool, log)))
+}
+
+fn open(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
+    let log = PmLog::open(Arc::clone(&pool))?;
+    Ok(Box::new(Locked::new(pool, log)))
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// Offset of the record.
+    rec: u64,
+    /// Directory slot of its segment.
+    seg: u32,
+    key_len: u32,
+    value_len: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    off: u64,
+    end: u64,
+    nonce: u64,
+    live: u64,
+}
+
+/// The pmlog engine (serial; wrapped in [`Locked`]).
+pub struct PmLog {
+    pool: Arc<Pool>,
+    dir: u64,
+    segments: Vec<Option<Segment>>,
+    /// Directory slot of the segment being appended to.
+    active: Option<usize>,
+    tail: u64,
+    index: BTreeMap<Box<[u8]>, Entry>,
+    next_seq: u64,
+    key_bytes: u64,
+}
+
+fn nonce() -> u64 {
+    rand::thread_rng().gen_range(1..=u64::MAX)
+}
+
+impl PmLog {
+    /// Makes the directory in a new pool.
+    pub fn create(pool: Arc<Pool>) -> Result<PmLog> {
+        let root = pool.root_slot(0)?;
+        let dir = Self::make_directory(&pool, root)?;
+        Ok(PmLog {
+            pool,
+            dir,
+            segments: vec![None; DIR_SLOTS],
+            active: None,
+            tail: 0,
+            index: BTreeMap::new(),
+            next_seq: 1,
+            key_bytes: 0,
+        })
+    }
+
+    /// Persist order: zero the block and write the magic, flush; activate it
+    /// into root slot 0 (whose F1 orders the flush).
+    fn make_directory(pool: &Pool, root: u64) -> Result<u64> {
+        let r = pool.reserve(DIR_SIZE)?;
+        let dir = r.offset();
+        // SAFETY: the block is reserved by us and not yet published.
+        unsafe { pool.zero_bytes(dir, DIR_SIZE)? };
+        pool.store_u64(dir, DIR_MAGIC)?;
+        pool.flush(dir, DIR_SIZE);
+        pool.activate(r, root)?;
+        Ok(dir)
+    }
+
+    /// Recovers the index from the log.
+    pub fn open(pool: Arc<Pool>) -> Result<PmLog> {
+        let root = pool.root_slot(0)?;
+        let mut dir = pool.load_u64(root)?;
+        if dir == 0 {
+            // Creation crashed before the directory was published.
+            dir = Self::make_directory(&pool, root)?;
+        }
+        if pool.block_size(dir).ok() != Some(DIR_SIZE) || pool.load_u64(dir)? != DIR_MAGIC {
+            return Err(Error::corrupt(dir, "pmlog: root slot 0 does not point to a directory"));
+        }
+        let mut segments = vec![None; DIR_SLOTS];
+        // key -> (seq, dead, entry)
+        let mut best: BTreeMap<Box<[u8]>, (u64, bool, Entry)> = BTreeMap::new();
+        let mut losers_alive = Vec::new();
+        let mut max_seq = 0;
+        for (i, seg_slot) in segments.iter_mut().enumerate() {
+            let off = pool.load_u64(dir_slot(dir, i))?;
+            if off == 0 {
+                continue;
+            }
+            let size = pool
+                .block_size(off)
+                .map_err(|_| Error::corrupt(dir_slot(dir, i), "pmlog: directory slot points to no block"))?;
+            if pool.load_u64(off)? != SEG_MAGIC {
+                return Err(Error::corrupt(off, "pmlog: segment has a bad magic number"));
+            }
+            let nonce = pool.load_u64(off + 8)?;
+            let end = off + size;
+            *seg_slot = Some(Segment {
+                off,
+                end,
+                nonce,
+                live: 0,
+            });
+            let mut pos = off + SEG_HEADER;
+            // SAFETY (for the reads below): recovery runs before the engine is
+            // shared; nothing else writes the pool.
+            while let Some(info) = unsafe { record::read(&pool, pos, end, nonce)? } {
+                max_seq = max_seq.max(info.seq);
+                let e = Entry {
+                    rec: pos,
+                    seg: i as u32,
+                    key_len: info.key_len as u32,
+                    value_len: info.value_len as u32,
+                };
+                // SAFETY: as above.
+                let key = unsafe { pool.bytes(pos + info.key_offset(), info.key_len as u64)? };
+                match best.get_mut(key) {
+                    Some(b) if b.0 >= info.seq => {
+                        if !info.dead {
+                            losers_alive.push(pos);
+                        }
+                    }
+                    Some(b) => {
+                        if !b.1 {
+                            losers_alive.push(b.2.rec);
+                        }
+                        *b = (info.seq, info.dead, e);
+                    }
+                    None => {
+                        best.insert(key.into(), (info.seq, info.dead, e));
+                    }
+                }
+                pos += info.size();
+            }
+        }
+        // Kill superseded records that a crash left alive, and make that
+        // durable before any segment is freed.
+        for &rec in &losers_alive {
+            pool.fetch_or_u64(rec, DEAD)?;
+            pool.flush(rec, 8);
+        }
+        pool.fence();
+        let mut index = BTreeMap::new();
+        let mut key_bytes = 0;
+        for (k, (_, dead, e)) in best {
+            if dead {
+                continue;
+            }
+            if let Some(s) = segments[e.seg as usize].as_mut() {
+                s.live += 1;
+            }
+            key_bytes += k.len() as u64;
+            index.insert(k, e);
+        }
+        let mut log = PmLog {
+            pool,
+            dir,
+            segments,
+            active: None,
+            tail: 0,
+            index,
+            next_seq: max_seq + 1,
+            key_bytes,
+        };
+        for i in 0..DIR_SLOTS {
+            if matches!(log.segments[i], Some(s) if s.live == 0) {
+                log.free_segment(i)?;
+            }
+        }
+        Ok(log)
+    }
+
+    fn free_segment(&mut self, i: usize) -> Result<()> {
+        self.pool.free(dir_slot(self.dir, i))?;
+        self.segments[i] = None;
+        Ok(())
+    }
+
+    /// Starts a new segment that can hold at least `need` bytes of records.
+    fn new_segment(&mut self, need: u64) -> Result<()> {
+        let i = self
+            .segments
+            .iter()
+            .position(Option::is_none)
+            .ok_or(Error::PoolFull { requested: need })?;
+        let size = (need + SEG_HEADER).max(SEG_SIZE);
+        let r = self.pool.reserve(size)?;
+        let off = r.offset();
+        let size = r.size();
+        let nonce = nonce();
+        let mut hdr = [0u8; SEG_HEADER as usize];
+        hdr[..8].copy_from_slice(&SEG_MAGIC.to_le_bytes());
+        hdr[8..16].copy_from_slice(&nonce.to_le_bytes());
+        // SAFETY: the block is reserved by us and not yet published.
+        unsafe { self.pool.write_bytes(off, &hdr)? };
+        self.pool.flush(off, SEG_HEADER);
+        self.pool.activate(r, dir_slot(self.dir, i))?;
+        let old = self.active.replace(i);
+        self.segments[i] = Some(Segment {
+            off,
+            end: off + size,
+            nonce,
+            live: 0,
+        });
+        self.tail = off + SEG_HEADER;
+        if let Some(o) = old {
+            if matches!(self.segments[o], Some(s) if s.live == 0) {
+                self.free_segment(o)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends a record; durable on return (one fence).
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Result<Entry> {
+        let size = record::record_size(key.len(), value.len());
+        let fits = matches!(self.active.and_then(|a| self.segments[a]), Some(s) if self.tail + size <= s.end);
+        if !fits {
+            self.new_segment(size)?;
+        }
+        let a = self.active.expect("new_segment sets the active segment");
+        let seg = self.segments[a].expect("active segment exists");
+        let seq = self.next_seq;
+        let bytes = record::encode(seg.nonce, seq, key, value);
+        let at = self.tail;
+        // SAFETY: the tail of the active segment is not referenced by the
+        // index and we hold `&mut self`.
+        unsafe { self.pool.write_bytes(at, &bytes)? };
+        self.pool.persist(at, bytes.len() as u64);
+        self.next_seq += 1;
+        self.tail += size;
+        if let Some(s) = self.segments[a].as_mut() {
+            s.live += 1;
+        }
+        Ok(Entry {
+            rec: at,
+            seg: a as u32,
+            key_len: key.len() as u32,
+            value_len: value.len() as u32,
+        })
+    }
+
+    /// Sets `DEAD` on a record, durably; frees its segment if that was the
+    /// last live record of a sealed segment.
+    fn kill(&mut self, e: Entry) -> Result<()> {
+        self.pool.fetch_or_u64(e.rec, DEAD)?;
+        self.pool.persist(e.rec, 8);
+        let i = e.seg as usize;
+        let now_empty = match self.segments[i].as_mut() {
+            Some(s) => {
+                s.live -= 1;
+                s.live == 0
+            }
+            None => false,
+        };
+        if now_empty && self.active != Some(i) {
+            self.free_segment(i)?;
+        }
+        Ok(())
+    }
+
+    fn value_of(&self, e: &Entry) -> Result<&[u8]> {
+        let info = RecordInfo {
+            seq: 0,
+            dead: false,
+            key_len: e.key_len as usize,
+            value_len: e.value_len as usize,
+        };
+        self.pool.touch(e.rec, info.size());
+        // SAFETY: a live record's key and value are never written again, and
+        // writers hold `&mut self`.
+        unsafe { self.pool.bytes(e.rec + info.value_offset(), u64::from(e.value_len)) }
+    }
+}
+
+impl SerialEngine for PmLog {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ordered_scan: true,
+            concurrent: false,
+            max_key_len: MAX_KEY_LEN,
+            max_value_len: MAX_VALUE_LEN,
+        }
+    }
+
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        match self.index.get(key) {
+            Some(e) => {
+                f(self.value_of(e)?);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        let old = self.index.get(key).copied();
+        match (mode, old) {
+            (PutMode::Insert, Some(_)) | (PutMode::Update, None) => return Ok(PutOutcome::Unchanged),
+            _ => {}
+        }
+        let e = self.append(key, value)?;
+        match old {
+            Some(o) => {
+                *self.index.get_mut(key).expect("present") = e;
+                self.kill(o)?;
+                Ok(PutOutcome::Replaced)
+            }
+            None => {
+                self.key_bytes += key.len() as u64;
+                self.index.insert(key.into(), e);
+                Ok(PutOutcome::Inserted)
+            }
+        }
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let Some(e) = self.index.get(key).copied() else {
+            return Ok(false);
+        };
+        self.kill(e)?;
+        self.index.remove(key);
+        self.key_bytes -= key.len() as u64;
+        Ok(true)
+    }
+
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) = (lo, hi) {
+            // BTreeMap::range panics on an inverted or empty-excluded range.
+            if l > h || (l == h && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_)))) {
+                return Ok(());
+            }
+        }
+        for (k, e) in self.index.range::<[u8], _>((lo, hi)) {
+            if !f(k, self.value_of(e)?) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.index.len() as u64
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        let mut live = vec![0u64; DIR_SLOTS];
+        for (k, e) in &self.index {
+            let seg = self.segments[e.seg as usize]
+                .ok_or_else(|| Error::CheckFailed(format!("key {k:?} points into a missing segment")))?;
+            // SAFETY: `&self` excludes writers (they hold `&mut self`).
+            let info = unsafe { record::read(&self.pool, e.rec, seg.end, seg.nonce)? }
+                .ok_or_else(|| Error::CheckFailed(format!("record at {:#x} fails validation", e.rec)))?;
+            if info.dead {
+                return Err(Error::CheckFailed(format!("indexed record at {:#x} is dead", e.rec)));
+            }
+            // SAFETY: as above.
+            let key = unsafe { self.pool.bytes(e.rec + info.key_offset(), info.key_len as u64)? };
+            if key != &k[..] || info.value_len != e.value_len as usize {
+                return Err(Error::CheckFailed(format!("record at {:#x} holds another key", e.rec)));
+            }
+            live[e.seg as usize] += 1;
+        }
+        let mut blocks = vec![self.dir];
+        for (i, s) in self.segments.iter().enumerate() {
+            let on_pm = self.pool.load_u64(dir_slot(self.dir, i))?;
+            match s {
+                Some(s) => {
+                    if on_pm != s.off {
+                        return Err(Error::CheckFailed(format!("directory slot {i} holds {on_pm:#x}, expected {:#x}", s.off)));
+                    }
+                    if s.live != live[i] {
+                        return Err(Error::CheckFailed(format!("segment {i}: live count {} but {} indexed", s.live, live[i])));
+                    }
+                    blocks.push(s.off);
+                }
+                None if on_pm != 0 => {
+                    return Err(Error::CheckFailed(format!("directory slot {i} holds {on_pm:#x} unknown to the engine")))
+                }
+                None => {}
+            }
+        }
+        Ok(CheckReport {
+            keys: self.index.len() as u64,
+            referenced_blocks: blocks,
+        })
+    }
+
+    fn dram_bytes(&self) -> u64 {
+        // Per entry: the boxed key, the Entry, and B-tree node overhead
+        // (about one key pointer + entry per slot in nodes ~2/3 full).
+        let per_entry = (std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<Entry>()) as u64 * 3 / 2;
+        self.key_bytes
+            + self.index.len() as u64 * per_entry
+            + (self.segments.len() * std::mem::size_of::<Option<Segment>>()) as u64
+    }
+}

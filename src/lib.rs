@@ -1,0 +1,16 @@
+//! pmindex: crash-consistent key-value indexes for persistent memory.
+//!
+//! - [`pm`]: the PM substrate (pool, store API, allocator, counters).
+//! - [`Db`]: the engine-independent key-value API.
+//! - [`engine`]: the engines.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod bench;
+pub mod db;
+pub mod engine;
+pub mod error;
+pub mod pm;
+
+pub use db::{Db, Options, Stats};
+pub use error::{Error, Result};

@@ -1,0 +1,172 @@
+//! Per-thread PM counters, summed on demand.
+//!
+//! Each thread that touches a pool gets its own block of counters; it is the
+//! only writer of that block, so an increment is a plain load and store (no
+//! locked instruction). [`snapshot`] sums the blocks of all live threads plus
+//! what exited threads left behind. The counters are process-wide, not per
+//! pool: take a snapshot before and after a piece of work and subtract.
+
+use std::cell::RefCell;
+use std::ops::Sub;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A sum of the PM counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PmCounters {
+    /// Cache lines flushed (clwb / clflushopt / clflush). Zero in eADR mode.
+    pub flushes: u64,
+    /// Fences (sfence) issued.
+    pub fences: u64,
+    /// Bytes in the ranges passed to `persist` / `flush`.
+    pub bytes_persisted: u64,
+    /// PM cache lines that engines reported reading.
+    pub lines_read: u64,
+}
+
+impl Sub for PmCounters {
+    type Output = PmCounters;
+    fn sub(self, o: PmCounters) -> PmCounters {
+        PmCounters {
+            flushes: self.flushes.wrapping_sub(o.flushes),
+            fences: self.fences.wrapping_sub(o.fences),
+            bytes_persisted: self.bytes_persisted.wrapping_sub(o.bytes_persisted),
+            lines_read: self.lines_read.wrapping_sub(o.lines_read),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Block {
+    flushes: AtomicU64,
+    fences: AtomicU64,
+    bytes: AtomicU64,
+    lines_read: AtomicU64,
+}
+
+impl Block {
+    fn read(&self) -> PmCounters {
+        PmCounters {
+            flushes: self.flushes.load(Ordering::Relaxed),
+            fences: self.fences.load(Ordering::Relaxed),
+            bytes_persisted: self.bytes.load(Ordering::Relaxed),
+            lines_read: self.lines_read.load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct Registry {
+    live: Vec<Arc<Block>>,
+    retired: PmCounters,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    live: Vec::new(),
+    retired: PmCounters {
+        flushes: 0,
+        fences: 0,
+        bytes_persisted: 0,
+        lines_read: 0,
+    },
+});
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    // A panic while holding this lock cannot leave the counters inconsistent
+    // in a way that matters (they are statistics), so take the data anyway.
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Local(Arc<Block>);
+
+impl Local {
+    fn register() -> Local {
+        let b = Arc::new(Block::default());
+        registry().live.push(Arc::clone(&b));
+        Local(b)
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let mut r = registry();
+        let c = self.0.read();
+        r.retired.flushes += c.flushes;
+        r.retired.fences += c.fences;
+        r.retired.bytes_persisted += c.bytes_persisted;
+        r.retired.lines_read += c.lines_read;
+        r.live.retain(|b| !Arc::ptr_eq(b, &self.0));
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+}
+
+#[inline(always)]
+fn bump(f: impl Fn(&Block)) {
+    // `try_with` fails only during thread teardown; counting is then skipped.
+    let _ = LOCAL.try_with(|l| {
+        let mut l = l.borrow_mut();
+        let local = l.get_or_insert_with(Local::register);
+        f(&local.0)
+    });
+}
+
+#[inline(always)]
+fn add(c: &AtomicU64, n: u64) {
+    // Single writer: a plain load and store, no locked instruction.
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+#[inline]
+pub(crate) fn count_flush(lines: u64, bytes: u64) {
+    bump(|b| {
+        add(&b.flushes, lines);
+        add(&b.bytes, bytes);
+    });
+}
+
+#[inline]
+pub(crate) fn count_fence() {
+    bump(|b| add(&b.fences, 1));
+}
+
+#[inline]
+pub(crate) fn count_read(lines: u64) {
+    bump(|b| add(&b.lines_read, lines));
+}
+
+/// The sum of every thread's counters since the process started.
+pub fn snapshot() -> PmCounters {
+    let r = registry();
+    let mut s = r.retired;
+    for b in &r.live {
+        let c = b.read();
+        s.flushes += c.flushes;
+        s.fences += c.fences;
+        s.bytes_persisted += c.bytes_persisted;
+        s.lines_read += c.lines_read;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_threads_that_exited_are_kept() {
+        let before = snapshot();
+        std::thread::spawn(|| {
+            count_flush(3, 100);
+            count_fence();
+            count_read(5);
+        })
+        .join()
+        .unwrap();
+        let d = snapshot() - before;
+        // Other tests may run concurrently and add to the counters.
+        assert!(d.flushes >= 3 && d.fences >= 1 && d.lines_read >= 5);
+        assert!(d.bytes_persisted >= 100);
+    }
+}

@@ -1,0 +1,77 @@
+//! The PM substrate shared by every engine: the pool file and its mapping,
+//! the store / flush / fence API, the crash-consistent allocator, per-thread
+//! counters and PM latency emulation.
+//!
+//! Nothing outside this module issues a flush or a fence or writes PM memory
+//! directly: engines call [`Pool`]'s methods, which is what lets the crash
+//! simulator observe every store.
+
+mod alloc;
+pub mod counters;
+pub mod header;
+pub mod persist;
+mod pool;
+
+pub use alloc::{ClassUsage, Reservation, Usage, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES};
+pub use counters::{snapshot as counters, PmCounters};
+pub use persist::{FlushKind, PersistConfig, PmLatency, CACHE_LINE};
+pub use pool::{
+    MappingMode, PmObserver, Pool, PoolConfig, CHUNK_SIZE, LANE_COUNT, MAX_POOL_SIZE,
+    MIN_POOL_SIZE,
+};
+
+use crate::error::Result;
+
+impl Pool {
+    /// Reserves a block of at least `size` bytes (rounded up to a class:
+    /// 64 B .. 32 KiB in powers of two, then whole 64 KiB chunks). The block
+    /// is reserved in DRAM only; fill it, `flush` it, then publish it with
+    /// [`Pool::activate`]. Fails with [`crate::Error::PoolFull`].
+    pub fn reserve(&self, size: u64) -> Result<Reservation> {
+        self.heap().reserve(self, size)
+    }
+
+    /// Gives back a reservation that will not be activated.
+    pub fn cancel(&self, r: Reservation) -> Result<()> {
+        self.heap().cancel(self, r)
+    }
+
+    /// Makes the reserved block allocated and stores its offset into the
+    /// 8-byte persistent `slot`, failure-atomically: after a crash either
+    /// both happened or neither. Durable on return. Costs three fences (see
+    /// the allocator's persist order). The fence before the commit point also
+    /// orders the caller's earlier `flush`es of the block's contents.
+    pub fn activate(&self, r: Reservation, slot: u64) -> Result<()> {
+        self.heap().activate(self, r, slot, false)
+    }
+
+    /// Like [`Pool::activate`], and frees the block that `slot` held before
+    /// (if it was not null), all failure-atomically: for copy-on-write and
+    /// node growth.
+    pub fn replace(&self, r: Reservation, slot: u64) -> Result<()> {
+        self.heap().activate(self, r, slot, true)
+    }
+
+    /// Frees the block whose offset `slot` holds and sets `slot` to null,
+    /// failure-atomically. Durable on return.
+    pub fn free(&self, slot: u64) -> Result<()> {
+        self.heap().free(self, slot)
+    }
+
+    /// Usable size of the allocated block at `off`; an error if `off` is not
+    /// the start of an allocated block (engines use it to validate pointers).
+    pub fn block_size(&self, off: u64) -> Result<u64> {
+        self.heap().block_size(off)
+    }
+
+    /// Every allocated block as `(offset, size)`, read from the persistent
+    /// metadata (for leak checks).
+    pub fn allocated_blocks(&self) -> Result<Vec<(u64, u64)>> {
+        self.heap().allocated_blocks(self)
+    }
+
+    /// Bytes in use per class.
+    pub fn usage(&self) -> Usage {
+        self.heap().usage()
+    }
+}

@@ -1,0 +1,788 @@
+//! The pool: a file (or, for tests and the crash simulator, anonymous memory)
+//! mapped into the process, with the store, flush and fence API that every
+//! engine uses.
+//!
+//! # Layout
+//! ```text
+//! 0        4096          8192                                     heap_offset
+//! | header | lane records | chunk descriptors | chunk bitmaps | pad | chunk 0 | chunk 1 | ...
+//!          | 64 × 64 B    | 8 B per chunk     | 128 B per chunk     | 64 KiB each
+//! ```
+//! The header is described in [`super::header`]; lanes, descriptors and
+//! bitmaps in [`super::alloc`].
+//!
+//! # Persistent pointers
+//! A persistent pointer is a `u64` byte offset from the start of the pool;
+//! 0 is null (offset 0 is the header, never a block). A pool can be mapped at
+//! any address.
+//!
+//! # Stores
+//! Every store to PM goes through this API, so that the crash simulator, which
+//! installs a [`PmObserver`], sees each one. 8-byte stores ([`Pool::store_u64`])
+//! are single aligned `mov`s: failure-atomic on x86-64. Range writes
+//! ([`Pool::write_bytes`]) may tear at 8-byte boundaries. Nothing is durable
+//! until it is flushed and a fence follows ([`Pool::persist`]).
+//!
+//! # Mapping modes
+//! On a DAX file system the file is mapped `MAP_SHARED_VALIDATE | MAP_SYNC`:
+//! flushed stores are durable without `msync`. Elsewhere it is mapped
+//! `MAP_SHARED`: the page cache holds the data, so it survives a killed
+//! process but not a power failure (it is written back by `msync` on close,
+//! or by the kernel at its own pace).
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::alloc::Heap;
+use super::counters;
+use super::header::{self, RawHeader, FORMAT_VERSION, HEADER_SIZE, MAGIC, ROOTS_OFFSET};
+use super::persist::{self, FlushKind, PersistConfig, CACHE_LINE};
+use crate::error::{Error, Result};
+
+/// Bytes per heap chunk.
+pub const CHUNK_SIZE: u64 = 64 * 1024;
+/// Number of allocator lane records.
+pub const LANE_COUNT: u64 = 64;
+/// Bytes per lane record.
+pub const LANE_SIZE: u64 = 64;
+/// Bytes of bitmap per chunk.
+pub const BITMAP_BYTES: u64 = 128;
+/// Smallest pool: the metadata pages and at least a few heap chunks.
+pub const MIN_POOL_SIZE: u64 = 1 << 20;
+/// Largest pool (the chunk index is 32 bits).
+pub const MAX_POOL_SIZE: u64 = 1 << 46;
+
+/// Sees every PM store, flush and fence of a pool, in program order. The
+/// crash simulator implements it; normal pools have none.
+pub trait PmObserver: Send + Sync {
+    /// `bytes` were stored at `offset` (after the store happened).
+    fn store(&self, offset: u64, bytes: &[u8]);
+    /// The cache line at `line` (a multiple of 64) was flushed.
+    fn flush(&self, line: u64);
+    /// A fence was issued.
+    fn fence(&self);
+}
+
+/// How to map and persist a pool.
+#[derive(Clone, Default)]
+pub struct PoolConfig {
+    /// Flush instruction and latency emulation.
+    pub persist: PersistConfig,
+    /// Crash-simulator hook.
+    pub observer: Option<Arc<dyn PmObserver>>,
+}
+
+impl std::fmt::Debug for PoolConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolConfig")
+            .field("persist", &self.persist)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+/// How the pool memory is backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MappingMode {
+    /// A DAX file mapped with `MAP_SHARED_VALIDATE | MAP_SYNC`.
+    DaxMapSync,
+    /// An ordinary file mapped with `MAP_SHARED` (page cache).
+    Shared,
+    /// Anonymous memory (tests, crash simulation): lost when dropped.
+    Anonymous,
+}
+
+impl std::fmt::Display for MappingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MappingMode::DaxMapSync => "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)",
+            MappingMode::Shared => "MAP_SHARED (page cache, not DAX)",
+            MappingMode::Anonymous => "anonymous (volatile)",
+        })
+    }
+}
+
+/// The region boundaries derived from a pool size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub lanes_offset: u64,
+    pub desc_offset: u64,
+    pub bitmap_offset: u64,
+    pub heap_offset: u64,
+    pub chunk_count: u64,
+}
+
+fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+impl Geometry {
+    pub(crate) fn for_size(size: u64) -> Result<Geometry> {
+        if size < MIN_POOL_SIZE {
+            return Err(Error::BadPoolSize {
+                size,
+                reason: format!("the smallest pool is {MIN_POOL_SIZE} bytes (1 MiB)"),
+            });
+        }
+        if size > MAX_POOL_SIZE {
+            return Err(Error::BadPoolSize {
+                size,
+                reason: format!("the largest pool is {MAX_POOL_SIZE} bytes (64 TiB)"),
+            });
+        }
+        if size % 4096 != 0 {
+            return Err(Error::BadPoolSize {
+                size,
+                reason: "the size must be a multiple of 4096".into(),
+            });
+        }
+        let lanes_offset = HEADER_SIZE;
+        let desc_offset = lanes_offset + LANE_COUNT * LANE_SIZE;
+        let layout = |n: u64| {
+            let bitmap_offset = align_up(desc_offset + 8 * n, CACHE_LINE);
+            let heap_offset = align_up(bitmap_offset + BITMAP_BYTES * n, CHUNK_SIZE);
+            (bitmap_offset, heap_offset, heap_offset + n * CHUNK_SIZE)
+        };
+        let mut n = (size - desc_offset) / (CHUNK_SIZE + 8 + BITMAP_BYTES);
+        while n > 0 && layout(n).2 > size {
+            n -= 1;
+        }
+        if n == 0 {
+            return Err(Error::BadPoolSize {
+                size,
+                reason: "too small to hold one heap chunk".into(),
+            });
+        }
+        let (bitmap_offset, heap_offset, _) = layout(n);
+        Ok(Geometry {
+            lanes_offset,
+            desc_offset,
+            bitmap_offset,
+            heap_offset,
+            chunk_count: n,
+        })
+    }
+}
+
+/// The memory mapping; unmapped on drop.
+struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    mode: MappingMode,
+}
+
+// SAFETY: the mapping is plain shared memory; all access to it goes through
+// `Pool`, whose methods document their synchronisation requirements.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn map_file(file: &File, len: usize) -> Result<Mapping> {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: mmap with a null hint, a valid fd and a length equal to the
+        // file's length; the result is checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            return Ok(Mapping {
+                base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+                len,
+                mode: MappingMode::DaxMapSync,
+            });
+        }
+        // Not DAX (EOPNOTSUPP) or an old kernel (EINVAL): map through the page cache.
+        // SAFETY: as above.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io("mmap", std::io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            mode: MappingMode::Shared,
+        })
+    }
+
+    fn map_anonymous(len: usize) -> Result<Mapping> {
+        // SAFETY: anonymous private mapping with a null hint; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io("mmap anonymous", std::io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            mode: MappingMode::Anonymous,
+        })
+    }
+
+    fn msync(&self) -> Result<()> {
+        if self.mode != MappingMode::Shared {
+            return Ok(());
+        }
+        // SAFETY: base/len describe a live mapping made by `map_file`.
+        let r = unsafe { libc::msync(self.base.as_ptr().cast(), self.len, libc::MS_SYNC) };
+        if r != 0 {
+            return Err(Error::io("msync", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        let _ = self.msync();
+        // SAFETY: base/len describe a live mapping made by this struct, and
+        // every reference into it borrows the owning `Pool`, which is being
+        // dropped.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// An open pool.
+pub struct Pool {
+    map: Mapping,
+    // Keeps the file lock; `None` for anonymous pools.
+    _file: Option<File>,
+    path: Option<PathBuf>,
+    header: RawHeader,
+    persist: PersistConfig,
+    observer: Option<Arc<dyn PmObserver>>,
+    heap: Heap,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.path)
+            .field("size", &self.header.pool_size)
+            .field("engine", &self.header.engine_id())
+            .field("mode", &self.map.mode)
+            .finish()
+    }
+}
+
+fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn lock_file(file: &File, path: &Path) -> Result<()> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
+            path: path.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::io(format!("lock {}", path.display()), e))
+        }
+    }
+}
+
+impl Pool {
+    /// Creates a pool file of `size` bytes for `engine`. Fails if the file exists.
+    pub fn create(path: &Path, size: u64, engine: &str, cfg: &PoolConfig) -> Result<Pool> {
+        let geometry = Geometry::for_size(size)?;
+        let engine_id = header::encode_engine_id(engine)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        lock_file(&file, path)?;
+        file.set_len(size)
+            .map_err(|e| Error::io(format!("size {} to {size} bytes", path.display()), e))?;
+        let map = Mapping::map_file(&file, size as usize)?;
+        let pool = Self::format(map, Some(file), Some(path), geometry, engine_id, size, cfg)?;
+        pool.map.msync()?;
+        Ok(pool)
+    }
+
+    /// Creates a volatile pool in anonymous memory (tests, crash simulation).
+    pub fn create_anonymous(size: u64, engine: &str, cfg: &PoolConfig) -> Result<Pool> {
+        let geometry = Geometry::for_size(size)?;
+        let engine_id = header::encode_engine_id(engine)?;
+        let map = Mapping::map_anonymous(size as usize)?;
+        Self::format(map, None, None, geometry, engine_id, size, cfg)
+    }
+
+    /// Writes a fresh header into a zeroed mapping. Persist order: every
+    /// header field but `magic`, flush, fence; then `magic`, flush, fence.
+    /// The lane records, descriptors and bitmaps are all zero already (a new
+    /// sparse file or anonymous memory), which is their empty state.
+    fn format(
+        map: Mapping,
+        file: Option<File>,
+        path: Option<&Path>,
+        geometry: Geometry,
+        engine: [u8; header::ENGINE_ID_LEN],
+        size: u64,
+        cfg: &PoolConfig,
+    ) -> Result<Pool> {
+        let mut uuid = [0u8; 16];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut uuid[..]);
+        let mut h = RawHeader {
+            magic: MAGIC,
+            version: FORMAT_VERSION,
+            header_size: HEADER_SIZE as u32,
+            engine,
+            pool_size: size,
+            uuid,
+            created_unix_ns: now_unix_ns(),
+            lanes_offset: geometry.lanes_offset,
+            lane_count: LANE_COUNT,
+            desc_offset: geometry.desc_offset,
+            bitmap_offset: geometry.bitmap_offset,
+            heap_offset: geometry.heap_offset,
+            chunk_count: geometry.chunk_count,
+            chunk_size: CHUNK_SIZE,
+            checksum: 0,
+            roots: [0; header::ROOT_SLOTS],
+        };
+        h.checksum = h.compute_checksum();
+        let pool = Pool {
+            heap: Heap::empty(&geometry),
+            map,
+            _file: file,
+            path: path.map(Path::to_path_buf),
+            header: h,
+            persist: cfg.persist,
+            observer: cfg.observer.clone(),
+        };
+        let bytes = h.to_bytes();
+        // SAFETY: the pool is not shared with any other thread yet.
+        unsafe { pool.write_bytes(8, &bytes[8..])? };
+        pool.persist(0, bytes.len() as u64);
+        // SAFETY: as above.
+        unsafe { pool.write_bytes(0, &bytes[..8])? };
+        pool.persist(0, 8);
+        Ok(pool)
+    }
+
+    /// Opens an existing pool file. With `expected_engine`, fails with
+    /// [`Error::WrongEngine`] if the pool was made for another engine.
+    pub fn open(path: &Path, expected_engine: Option<&str>, cfg: &PoolConfig) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        lock_file(&file, path)?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
+            .len();
+        let mut first = [0u8; 192];
+        {
+            use std::os::unix::fs::FileExt;
+            if file_len < first.len() as u64 {
+                return Err(Error::NotAPool {
+                    path: path.to_path_buf(),
+                    reason: format!("the file is {file_len} bytes, too short to hold a pool header"),
+                });
+            }
+            file.read_exact_at(&mut first, 0)
+                .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+        }
+        let h = validate_header(path, &first, file_len, expected_engine)?;
+        let geometry = Geometry::for_size(h.pool_size)?;
+        let map = Mapping::map_file(&file, h.pool_size as usize)?;
+        let pool = Pool {
+            heap: Heap::empty(&geometry),
+            map,
+            _file: Some(file),
+            path: Some(path.to_path_buf()),
+            header: h,
+            persist: cfg.persist,
+            observer: cfg.observer.clone(),
+        };
+        pool.heap.recover(&pool)?;
+        Ok(pool)
+    }
+
+    /// Opens a pool from an in-memory image (a crash image, or a copy made by
+    /// [`Pool::image`]) in anonymous memory.
+    pub fn open_image(image: &[u8], expected_engine: Option<&str>, cfg: &PoolConfig) -> Result<Pool> {
+        let fake = Path::new("<image>");
+        if image.len() < 192 {
+            return Err(Error::NotAPool {
+                path: fake.to_path_buf(),
+                reason: format!("the image is {} bytes, too short to hold a pool header", image.len()),
+            });
+        }
+        let mut first = [0u8; 192];
+        first.copy_from_slice(&image[..192]);
+        let h = validate_header(fake, &first, image.len() as u64, expected_engine)?;
+        let geometry = Geometry::for_size(h.pool_size)?;
+        let map = Mapping::map_anonymous(h.pool_size as usize)?;
+        // SAFETY: the mapping is fresh, `pool_size` bytes long, and equal to
+        // `image.len()` (checked by `validate_header`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(image.as_ptr(), map.base.as_ptr(), image.len());
+        }
+        let pool = Pool {
+            heap: Heap::empty(&geometry),
+            map,
+            _file: None,
+            path: None,
+            header: h,
+            persist: cfg.persist,
+            observer: cfg.observer.clone(),
+        };
+        pool.heap.recover(&pool)?;
+        Ok(pool)
+    }
+
+    /// A copy of the whole pool's bytes.
+    pub fn image(&self) -> Vec<u8> {
+        // SAFETY: the caller of `image` must not run concurrent writers; the
+        // method exists for tests and the crash simulator, which are
+        // single-threaded while they take images.
+        unsafe { std::slice::from_raw_parts(self.map.base.as_ptr(), self.map.len).to_vec() }
+    }
+
+    /// Writes dirty pages of a page-cache mapping back to the file (no-op on
+    /// DAX and anonymous pools).
+    pub fn sync(&self) -> Result<()> {
+        self.map.msync()
+    }
+
+    // ----- facts ---------------------------------------------------------
+
+    /// Pool size in bytes.
+    pub fn size(&self) -> u64 {
+        self.header.pool_size
+    }
+    /// The immutable header as read at open.
+    pub fn header(&self) -> &RawHeader {
+        &self.header
+    }
+    /// The engine id stored in the header.
+    pub fn engine_id(&self) -> String {
+        self.header.engine_id()
+    }
+    /// How the pool is mapped.
+    pub fn mapping_mode(&self) -> MappingMode {
+        self.map.mode
+    }
+    /// The file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+    /// Flush instruction and latency emulation in use.
+    pub fn persist_config(&self) -> PersistConfig {
+        self.persist
+    }
+    pub(crate) fn heap(&self) -> &Heap {
+        &self.heap
+    }
+    /// Offset of root slot `i` (0..8), for engines to publish their roots.
+    pub fn root_slot(&self, i: usize) -> Result<u64> {
+        if i >= header::ROOT_SLOTS {
+            return Err(Error::InvalidArgument(format!(
+                "root slot {i} out of range (0..{})",
+                header::ROOT_SLOTS
+            )));
+        }
+        Ok(ROOTS_OFFSET + 8 * i as u64)
+    }
+
+    // ----- store API -----------------------------------------------------
+
+    #[inline(always)]
+    fn check(&self, off: u64, len: u64) -> Result<*mut u8> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.map.len as u64 => {
+                // SAFETY: `off + len <= map.len`, so the result stays inside
+                // (or one past the end of) the mapping.
+                Ok(unsafe { self.map.base.as_ptr().add(off as usize) })
+            }
+            _ => Err(Error::corrupt(
+                off,
+                format!("access of {len} bytes past the end of the pool ({} bytes)", self.map.len),
+            )),
+        }
+    }
+
+    #[inline(always)]
+    fn word(&self, off: u64) -> Result<&AtomicU64> {
+        if off % 8 != 0 {
+            return Err(Error::corrupt(off, "misaligned 8-byte word"));
+        }
+        let p = self.check(off, 8)?;
+        // SAFETY: `p` is 8-byte aligned (the mapping is page aligned and `off`
+        // is a multiple of 8), inside the mapping, and lives as long as `self`.
+        // Every access to PM words goes through atomics or through the unsafe
+        // range methods, whose callers promise no concurrent conflicting access.
+        Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+
+    /// Loads the 8-byte word at `off` (must be 8-byte aligned).
+    #[inline]
+    pub fn load_u64(&self, off: u64) -> Result<u64> {
+        Ok(self.word(off)?.load(Ordering::Acquire))
+    }
+
+    /// Stores the 8-byte word at `off` with one failure-atomic store.
+    #[inline]
+    pub fn store_u64(&self, off: u64, value: u64) -> Result<()> {
+        self.word(off)?.store(value, Ordering::Release);
+        if let Some(o) = &self.observer {
+            o.store(off, &value.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Atomically ORs `bits` into the word at `off`; returns the old value.
+    #[inline]
+    pub fn fetch_or_u64(&self, off: u64, bits: u64) -> Result<u64> {
+        let old = self.word(off)?.fetch_or(bits, Ordering::AcqRel);
+        if let Some(o) = &self.observer {
+            o.store(off, &(old | bits).to_le_bytes());
+        }
+        Ok(old)
+    }
+
+    /// Atomically ANDs `mask` into the word at `off`; returns the old value.
+    #[inline]
+    pub fn fetch_and_u64(&self, off: u64, mask: u64) -> Result<u64> {
+        let old = self.word(off)?.fetch_and(mask, Ordering::AcqRel);
+        if let Some(o) = &self.observer {
+            o.store(off, &(old & mask).to_le_bytes());
+        }
+        Ok(old)
+    }
+
+    /// Copies `data` into PM at `off`. Not failure-atomic: a crash may leave
+    /// any subset of its 8-byte words.
+    ///
+    /// # Safety
+    /// No other thread may read or write `off..off + data.len()` while this
+    /// runs (the engine's locking, or the block being freshly reserved and
+    /// not yet published, guarantees it).
+    #[inline]
+    pub unsafe fn write_bytes(&self, off: u64, data: &[u8]) -> Result<()> {
+        let p = self.check(off, data.len() as u64)?;
+        // SAFETY: `p..p+len` is inside the mapping (checked) and the caller
+        // guarantees exclusive access; `data` cannot overlap PM it does not
+        // own exclusively.
+        unsafe { std::ptr::copy(data.as_ptr(), p, data.len()) };
+        if let Some(o) = &self.observer {
+            o.store(off, data);
+        }
+        Ok(())
+    }
+
+    /// Fills `off..off + len` with zeros. Same contract as [`Pool::write_bytes`].
+    ///
+    /// # Safety
+    /// As for [`Pool::write_bytes`].
+    pub unsafe fn zero_bytes(&self, off: u64, len: u64) -> Result<()> {
+        let zeros = [0u8; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(4096);
+            // SAFETY: forwarded from the caller.
+            unsafe { self.write_bytes(off + done, &zeros[..n as usize])? };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Borrows `len` bytes of PM at `off`.
+    ///
+    /// # Safety
+    /// No other thread may write `off..off + len` while the slice lives.
+    #[inline]
+    pub unsafe fn bytes(&self, off: u64, len: u64) -> Result<&[u8]> {
+        let p = self.check(off, len)?;
+        // SAFETY: inside the mapping (checked); the caller guarantees no
+        // concurrent writer for the slice's lifetime.
+        Ok(unsafe { std::slice::from_raw_parts(p, len as usize) })
+    }
+
+    // ----- persistence ---------------------------------------------------
+
+    /// Writes back every cache line of `off..off + len`; does not fence.
+    #[inline]
+    pub fn flush(&self, off: u64, len: u64) {
+        if len == 0 || off.checked_add(len).is_none_or(|e| e > self.map.len as u64) {
+            return;
+        }
+        let first = off & !(CACHE_LINE - 1);
+        let end = off + len;
+        let kind = self.persist.flush;
+        let mut line = first;
+        let mut lines = 0;
+        while line < end {
+            if kind != FlushKind::Eadr {
+                // `line` is inside the mapping: `first <= off < end <= len`.
+                persist::flush_line(kind, self.map.base.as_ptr().wrapping_add(line as usize));
+                lines += 1;
+                if self.persist.write_extra_ns != 0 {
+                    persist::spin_ns(u64::from(self.persist.write_extra_ns));
+                }
+            }
+            if let Some(o) = &self.observer {
+                o.flush(line);
+            }
+            line += CACHE_LINE;
+        }
+        counters::count_flush(lines, len);
+    }
+
+    /// Orders every earlier flush and store before every later one.
+    #[inline]
+    pub fn fence(&self) {
+        persist::store_fence();
+        counters::count_fence();
+        if let Some(o) = &self.observer {
+            o.fence();
+        }
+    }
+
+    /// `flush(off, len)` then `fence()`: the range is durable on return.
+    #[inline]
+    pub fn persist(&self, off: u64, len: u64) {
+        self.flush(off, len);
+        self.fence();
+    }
+
+    /// Read hook: an engine reports that it read PM `off..off + len`. Counts
+    /// the cache lines and charges the emulated read latency.
+    #[inline]
+    pub fn touch(&self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let lines = ((off + len - 1) / CACHE_LINE) - (off / CACHE_LINE) + 1;
+        counters::count_read(lines);
+        if self.persist.read_extra_ns != 0 {
+            persist::spin_ns(lines * u64::from(self.persist.read_extra_ns));
+        }
+    }
+}
+
+/// Checks a header read from a file or image of `file_len` bytes.
+fn validate_header(
+    path: &Path,
+    first: &[u8; 192],
+    file_len: u64,
+    expected_engine: Option<&str>,
+) -> Result<RawHeader> {
+    let h = RawHeader::from_bytes(first);
+    if h.magic != MAGIC {
+        let reason = if h.magic == [0; 8] && first.iter().any(|&b| b != 0) {
+            "the magic number is missing: pool creation never finished".to_string()
+        } else {
+            format!(
+                "wrong magic number {:02x?} (expected {:02x?} \"PMINDEX\")",
+                h.magic, MAGIC
+            )
+        };
+        return Err(Error::NotAPool {
+            path: path.to_path_buf(),
+            reason,
+        });
+    }
+    if h.version != FORMAT_VERSION {
+        return Err(Error::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: h.version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let sum = h.compute_checksum();
+    if sum != h.checksum {
+        return Err(Error::corrupt(
+            header::CHECKSUM_OFFSET,
+            format!(
+                "header checksum mismatch: stored {:#010x}, computed {:#010x}",
+                h.checksum, sum
+            ),
+        ));
+    }
+    if file_len < h.pool_size {
+        return Err(Error::corrupt(
+            file_len,
+            format!(
+                "file is truncated: the header says {} bytes, the file has {file_len}",
+                h.pool_size
+            ),
+        ));
+    }
+    if file_len > h.pool_size {
+        return Err(Error::corrupt(
+            h.pool_size,
+            format!(
+                "file is longer than the pool: the header says {} bytes, the file has {file_len}",
+                h.pool_size
+            ),
+        ));
+    }
+    let g = Geometry::for_size(h.pool_size).map_err(|e| Error::corrupt(32, e.to_string()))?;
+    let stored = (
+        h.header_size as u64,
+        h.lanes_offset,
+        h.lane_count,
+        h.desc_offset,
+        h.bitmap_offset,
+        h.heap_offset,
+        h.chunk_count,
+        h.chunk_size,
+    );
+    let expected = (
+        HEADER_SIZE,
+        g.lanes_offset,
+        LANE_COUNT,
+        g.desc_offset,
+        g.bitmap_offset,
+        g.heap_offset,
+        g.chunk_count,
+        CHUNK_SIZE,
+    );
+    if stored != expected {
+        return Err(Error::corrupt(
+            12,
+            format!("header geometry {stored:?} does not match the pool size (expected {expected:?})"),
+        ));
+    }
+    if let Some(e) = expected_engine {
+        let found = h.engine_id();
+        if found != e {
+            return Err(Error::WrongEngine {
+                expected: e.to_string(),
+                found,
+            });
+        }
+    }
+    Ok(h)
+}
