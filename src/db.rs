@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::engine::{self, CheckReport, Engine, PutMode, PutOutcome, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::pm::{self, MappingMode, PersistConfig, PmCounters, PmObserver, Pool, PoolConfig, Usage};
+use crate::pm::{self, Fault, MappingMode, PersistConfig, PmCounters, PmObserver, Pool, PoolConfig, Usage};
 
 /// The engine used when none is named.
 pub const DEFAULT_ENGINE: &str = "pmlog";
@@ -40,6 +40,8 @@ pub struct Options {
     pub persist: PersistConfig,
     /// Crash-simulator hook.
     pub observer: Option<Arc<dyn PmObserver>>,
+    /// A persist to drop on purpose (the crash harness's self-test only).
+    pub fault: Option<Fault>,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             pool_size: DEFAULT_POOL_SIZE,
             persist: PersistConfig::default(),
             observer: None,
+            fault: None,
         }
     }
 }
@@ -66,6 +69,7 @@ impl Options {
         PoolConfig {
             persist: self.persist,
             observer: self.observer.clone(),
+            fault: self.fault,
         }
     }
 }

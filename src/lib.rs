@@ -11,6 +11,7 @@ pub mod db;
 pub mod engine;
 pub mod error;
 pub mod pm;
+pub mod sim;
 
 pub use db::{Db, Options, Stats};
 pub use error::{Error, Result};

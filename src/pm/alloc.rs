@@ -14,7 +14,7 @@
 //!
 //! Blocks of a slab class are aligned to their size (at least a cache line).
 //!
-//! # Lane records (redo log)
+//! # Lane records (undo log)
 //! Each of the 64 lanes is one cache line:
 //!
 //! | offset | field |
@@ -22,30 +22,34 @@
 //! | 0 | `hdr`: `kind << 56 \| crc32(kind, bytes 8..40)`; 0 = empty |
 //! | 8 | `block`: the block being activated or freed |
 //! | 16 | `slot`: the caller's persistent pointer |
-//! | 24 | `old`: for `replace`, the block that `slot` held |
+//! | 24 | `old`: the value `slot` held before (for `replace`, the block it frees) |
 //! | 32 | `chunks`: `block`'s chunk count (low 32 bits; 0 = slab), `old`'s (high 32) |
 //!
 //! # Persist order (activate, replace, free)
 //! Under the thread's lane lock:
-//! 1. store `block`, `slot`, `old`, `chunks`, then `hdr` last; flush the lane
-//!    line; **fence F1**. The record is the commit point: once `hdr` is
-//!    durable, recovery completes the operation (roll forward). `hdr` is in
-//!    the same line as the fields and stored after them, so a durable `hdr`
-//!    implies durable fields. F1 also orders the caller's earlier flushes of
-//!    the block's contents.
+//! 1. store `block`, `slot`, `old` (the value `slot` holds now), `chunks`,
+//!    then `hdr` last; flush the lane line; **fence F1**. `hdr` is in the same
+//!    line as the fields and stored after them, so a durable `hdr` implies
+//!    durable fields. F1 also makes the caller's earlier flushes of the
+//!    block's contents durable.
 //! 2. apply: set the block's bit (or write its descriptors), clear the old
 //!    block's, store `slot`; flush those lines; **fence F2**.
-//! 3. store `hdr = 0`; flush; **fence F3**. Without F3 a stale record could be
-//!    replayed after the caller changed `slot` again.
+//! 3. store `hdr = 0`; flush; **fence F3**. This is the commit point: the
+//!    operation has happened once `hdr = 0` is durable.
 //!
-//! Applying a record is idempotent (it sets bits, clears bits and stores
-//! `slot`), so recovery replays every non-empty record, then clears it. A
-//! reserved block lives only in DRAM until F1: a crash before that loses the
-//! reservation and leaks nothing. A freed block returns to the DRAM free lists
-//! only after F3, so it cannot be handed out while its record could replay.
+//! The record is an **undo** record: recovery rolls back every operation whose
+//! record is still non-empty (restore `slot` to `old`, restore both blocks'
+//! bits). Rolling forward instead would be wrong: a record can reach PM by
+//! eviction before F1 completes, that is before the block's contents are
+//! durable, and replaying it would publish a block with garbage in it (the
+//! crash simulator found exactly that). Undo is idempotent (it sets bits,
+//! clears bits and stores `slot`). A reserved block lives only in DRAM until
+//! F1: a crash before that loses the reservation and leaks nothing. A freed
+//! block returns to the DRAM free lists only after F3, so it cannot be handed
+//! out while its record could still roll the free back.
 //!
 //! # Recovery
-//! [`Heap::recover`] replays the lane records, then reads every descriptor and
+//! [`Heap::recover`] rolls back the unfinished lane records, then reads every descriptor and
 //! bitmap, verifies them (unknown tags, bits past a slab's end, broken
 //! large-block runs and a non-zero bitmap on a free chunk are
 //! [`Error::Corrupt`]) and rebuilds the DRAM free lists. Empty slabs become
@@ -56,6 +60,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
+use super::faults::Fault;
+use super::header::{ROOTS_OFFSET, ROOT_SLOTS};
 use super::pool::{Geometry, Pool, BITMAP_BYTES, CHUNK_SIZE, LANE_COUNT, LANE_SIZE};
 use crate::error::{Error, Result};
 
@@ -264,7 +270,7 @@ impl Heap {
 
     // ----- recovery ------------------------------------------------------
 
-    /// Replays lane records, verifies the metadata and rebuilds DRAM state.
+    /// Rolls back unfinished lane records, verifies the metadata and rebuilds DRAM state.
     pub(crate) fn recover(&self, pool: &Pool) -> Result<()> {
         for lane in 0..LANE_COUNT as usize {
             let base = self.lane_off(lane);
@@ -279,7 +285,7 @@ impl Heap {
                     format!("allocator lane {lane} record checksum mismatch"),
                 ));
             }
-            self.apply(pool, &rec)?;
+            self.undo(pool, &rec)?;
             pool.fence();
             pool.store_u64(base, 0)?;
             pool.persist(base, 8);
@@ -422,6 +428,28 @@ impl Heap {
         }
     }
 
+    /// Rolls back a record's effects (idempotent). Does not fence.
+    fn undo(&self, pool: &Pool, rec: &Record) -> Result<()> {
+        match rec.kind {
+            KIND_ACTIVATE => {
+                self.mark(pool, rec.block, rec.block_chunks, false)?;
+                self.store_slot(pool, rec.slot, rec.old)
+            }
+            KIND_REPLACE => {
+                self.mark(pool, rec.block, rec.block_chunks, false)?;
+                if rec.old != 0 {
+                    self.mark(pool, rec.old, rec.old_chunks, true)?;
+                }
+                self.store_slot(pool, rec.slot, rec.old)
+            }
+            KIND_FREE => {
+                self.mark(pool, rec.block, rec.block_chunks, true)?;
+                self.store_slot(pool, rec.slot, rec.block)
+            }
+            k => Err(Error::corrupt(0, format!("unknown allocator record kind {k}"))),
+        }
+    }
+
     fn store_slot(&self, pool: &Pool, slot: u64, value: u64) -> Result<()> {
         pool.store_u64(slot, value)?;
         pool.flush(slot, 8);
@@ -451,7 +479,9 @@ impl Heap {
             } else {
                 pool.fetch_and_u64(word, !bit)?;
             }
-            pool.flush(word, 8);
+            if !pool.fault(Fault::AllocSkipMarkFlush) {
+                pool.flush(word, 8);
+            }
         } else {
             if off != self.chunk_base(c) || u64::from(c) + u64::from(chunks) > self.geometry.chunk_count {
                 return Err(Error::corrupt(off, "large block is not a valid chunk run"));
@@ -465,7 +495,9 @@ impl Heap {
                 pool.store_u64(self.desc_off(j), cont)?;
             }
             pool.store_u64(self.desc_off(c), head)?;
-            pool.flush(self.desc_off(c), 8 * u64::from(chunks));
+            if !pool.fault(Fault::AllocSkipMarkFlush) {
+                pool.flush(self.desc_off(c), 8 * u64::from(chunks));
+            }
         }
         Ok(())
     }
@@ -589,12 +621,12 @@ impl Heap {
 
     pub(crate) fn activate(&self, pool: &Pool, r: Reservation, slot: u64, replace: bool) -> Result<()> {
         check_slot(pool, slot)?;
-        let (kind, old, old_chunks) = if replace {
-            let old = pool.load_u64(slot)?;
+        let old = pool.load_u64(slot)?;
+        let (kind, old_chunks) = if replace {
             let old_chunks = if old == 0 { 0 } else { self.allocated_chunks(old)? };
-            (KIND_REPLACE, old, old_chunks)
+            (KIND_REPLACE, old_chunks)
         } else {
-            (KIND_ACTIVATE, 0, 0)
+            (KIND_ACTIVATE, 0)
         };
         let rec = Record {
             kind,
@@ -613,7 +645,7 @@ impl Heap {
                 _ => {}
             }
         }
-        if old != 0 {
+        if replace && old != 0 {
             self.release(pool, old, old_chunks, true)?;
         }
         Ok(())
@@ -630,7 +662,7 @@ impl Heap {
             kind: KIND_FREE,
             block,
             slot,
-            old: 0,
+            old: block,
             block_chunks: chunks,
             old_chunks: 0,
         };
@@ -645,11 +677,13 @@ impl Heap {
         let base = self.lane_off(lane);
         rec.write(pool, base)?;
         pool.flush(base, LANE_SIZE);
-        pool.fence(); // F1: the record (the commit point) is durable.
+        if !pool.fault(Fault::AllocSkipRecordFence) {
+            pool.fence(); // F1: the record (the commit point) is durable.
+        }
         self.apply(pool, rec)?;
         pool.fence(); // F2: the effects are durable.
         pool.store_u64(base, 0)?;
-        pool.persist(base, 8); // F3: the record can no longer replay.
+        pool.persist(base, 8); // F3: commit; the record can no longer roll back.
         Ok(())
     }
 
@@ -747,10 +781,14 @@ impl Heap {
     }
 }
 
+/// A slot must be a root slot of the header or a word in the heap: never the
+/// allocator's own metadata.
 fn check_slot(pool: &Pool, slot: u64) -> Result<()> {
-    if slot % 8 != 0 || slot < 128 || slot.checked_add(8).is_none_or(|e| e > pool.size()) {
+    let roots = ROOTS_OFFSET..ROOTS_OFFSET + 8 * ROOT_SLOTS as u64;
+    let in_heap = slot >= pool.header().heap_offset && slot.checked_add(8).is_some_and(|e| e <= pool.size());
+    if slot % 8 != 0 || !(roots.contains(&slot) || in_heap) {
         return Err(Error::InvalidArgument(format!(
-            "slot {slot:#x} is not an 8-byte aligned word inside the pool's mutable area"
+            "slot {slot:#x} is not an 8-byte aligned root slot or heap word"
         )));
     }
     Ok(())

@@ -259,6 +259,17 @@ mod tests {
     }
 
     #[test]
+    fn design_doc_has_the_current_layout_table() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/design.md"))
+            .expect("docs/design.md exists");
+        let table = layout_table();
+        assert!(
+            doc.contains(&table),
+            "docs/design.md does not contain the header table; paste this:\n{table}"
+        );
+    }
+
+    #[test]
     fn bytes_round_trip() {
         let h = RawHeader {
             magic: MAGIC,

@@ -8,12 +8,14 @@
 
 mod alloc;
 pub mod counters;
+pub mod faults;
 pub mod header;
 pub mod persist;
 mod pool;
 
 pub use alloc::{ClassUsage, Reservation, Usage, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES};
 pub use counters::{snapshot as counters, PmCounters};
+pub use faults::Fault;
 pub use persist::{FlushKind, PersistConfig, PmLatency, CACHE_LINE};
 pub use pool::{
     MappingMode, PmObserver, Pool, PoolConfig, CHUNK_SIZE, LANE_COUNT, MAX_POOL_SIZE,
@@ -39,8 +41,9 @@ impl Pool {
     /// Makes the reserved block allocated and stores its offset into the
     /// 8-byte persistent `slot`, failure-atomically: after a crash either
     /// both happened or neither. Durable on return. Costs three fences (see
-    /// the allocator's persist order). The fence before the commit point also
-    /// orders the caller's earlier `flush`es of the block's contents.
+    /// the allocator's persist order); the first also makes the caller's
+    /// earlier `flush`es of the block's contents durable, so fill the block
+    /// and `flush` it (no fence needed) before activating.
     pub fn activate(&self, r: Reservation, slot: u64) -> Result<()> {
         self.heap().activate(self, r, slot, false)
     }

@@ -38,6 +38,7 @@ use std::sync::Arc;
 
 use super::alloc::Heap;
 use super::counters;
+use super::faults::Fault;
 use super::header::{self, RawHeader, FORMAT_VERSION, HEADER_SIZE, MAGIC, ROOTS_OFFSET};
 use super::persist::{self, FlushKind, PersistConfig, CACHE_LINE};
 use crate::error::{Error, Result};
@@ -73,6 +74,8 @@ pub struct PoolConfig {
     pub persist: PersistConfig,
     /// Crash-simulator hook.
     pub observer: Option<Arc<dyn PmObserver>>,
+    /// A persist to drop on purpose (the crash harness's self-test only).
+    pub fault: Option<Fault>,
 }
 
 impl std::fmt::Debug for PoolConfig {
@@ -80,6 +83,7 @@ impl std::fmt::Debug for PoolConfig {
         f.debug_struct("PoolConfig")
             .field("persist", &self.persist)
             .field("observer", &self.observer.is_some())
+            .field("fault", &self.fault)
             .finish()
     }
 }
@@ -274,6 +278,7 @@ pub struct Pool {
     header: RawHeader,
     persist: PersistConfig,
     observer: Option<Arc<dyn PmObserver>>,
+    fault: Option<Fault>,
     heap: Heap,
 }
 
@@ -376,6 +381,7 @@ impl Pool {
             header: h,
             persist: cfg.persist,
             observer: cfg.observer.clone(),
+            fault: cfg.fault,
         };
         let bytes = h.to_bytes();
         // SAFETY: the pool is not shared with any other thread yet.
@@ -423,6 +429,7 @@ impl Pool {
             header: h,
             persist: cfg.persist,
             observer: cfg.observer.clone(),
+            fault: cfg.fault,
         };
         pool.heap.recover(&pool)?;
         Ok(pool)
@@ -456,6 +463,7 @@ impl Pool {
             header: h,
             persist: cfg.persist,
             observer: cfg.observer.clone(),
+            fault: cfg.fault,
         };
         pool.heap.recover(&pool)?;
         Ok(pool)
@@ -504,6 +512,12 @@ impl Pool {
     pub(crate) fn heap(&self) -> &Heap {
         &self.heap
     }
+    /// Whether `fault` is switched on for this pool (crash-harness self-test).
+    #[inline]
+    pub fn fault(&self, fault: Fault) -> bool {
+        self.fault == Some(fault)
+    }
+
     /// Offset of root slot `i` (0..8), for engines to publish their roots.
     pub fn root_slot(&self, i: usize) -> Result<u64> {
         if i >= header::ROOT_SLOTS {

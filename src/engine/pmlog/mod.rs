@@ -46,7 +46,7 @@ use super::{
     SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
-use crate::pm::Pool;
+use crate::pm::{Fault, Pool};
 use record::{RecordInfo, DEAD};
 use segment::{dir_slot, DIR_MAGIC, DIR_SIZE, DIR_SLOTS, SEG_HEADER, SEG_MAGIC, SEG_SIZE};
 
@@ -293,7 +293,10 @@ impl PmLog {
         // SAFETY: the tail of the active segment is not referenced by the
         // index and we hold `&mut self`.
         unsafe { self.pool.write_bytes(at, &bytes)? };
-        self.pool.persist(at, bytes.len() as u64);
+        self.pool.flush(at, bytes.len() as u64);
+        if !self.pool.fault(Fault::PmlogSkipAppendFence) {
+            self.pool.fence();
+        }
         self.next_seq += 1;
         self.tail += size;
         if let Some(s) = self.segments[a].as_mut() {
@@ -311,7 +314,10 @@ impl PmLog {
     /// last live record of a sealed segment.
     fn kill(&mut self, e: Entry) -> Result<()> {
         self.pool.fetch_or_u64(e.rec, DEAD)?;
-        self.pool.persist(e.rec, 8);
+        if !self.pool.fault(Fault::PmlogSkipKillFlush) {
+            self.pool.flush(e.rec, 8);
+        }
+        self.pool.fence();
         let i = e.seg as usize;
         let now_empty = match self.segments[i].as_mut() {
             Some(s) => {

@@ -1,0 +1,82 @@
+//! Fault injection for the crash harness's self-test.
+//!
+//! A pool can be created with one [`Fault`] switched on (through
+//! [`super::PoolConfig::fault`]); the code at the named site then drops one
+//! flush or fence. The crash harness must report failures for every fault:
+//! that is how we know it can fail. The switch is per pool, so a faulty pool
+//! in one test cannot disturb another test running in the same process, and
+//! a pool without a fault pays one predictable branch at each site.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// A persist that can be dropped on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Allocator: the apply step does not flush the block's bitmap word or
+    /// descriptors (so a durable slot can point to a block that recovery
+    /// thinks is free).
+    AllocSkipMarkFlush,
+    /// Allocator: no fence F1 after writing the lane record (the effects can
+    /// become durable without the record).
+    AllocSkipRecordFence,
+    /// pmlog: an appended record is flushed but not fenced before the put
+    /// returns (an acknowledged put can be lost).
+    PmlogSkipAppendFence,
+    /// pmlog: a delete sets `DEAD` without flushing it (an acknowledged
+    /// delete can be undone).
+    PmlogSkipKillFlush,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: &'static [Fault] = &[
+        Fault::AllocSkipMarkFlush,
+        Fault::AllocSkipRecordFence,
+        Fault::PmlogSkipAppendFence,
+        Fault::PmlogSkipKillFlush,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::AllocSkipMarkFlush => "alloc-skip-mark-flush",
+            Fault::AllocSkipRecordFence => "alloc-skip-record-fence",
+            Fault::PmlogSkipAppendFence => "pmlog-skip-append-fence",
+            Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
+        }
+    }
+
+    /// The engine whose code has the site (`None`: the substrate).
+    pub fn engine(self) -> Option<&'static str> {
+        match self {
+            Fault::AllocSkipMarkFlush | Fault::AllocSkipRecordFence => None,
+            Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Fault {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Fault::ALL
+            .iter()
+            .copied()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "unknown fault `{s}` (known: {})",
+                    Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+                ))
+            })
+    }
+}

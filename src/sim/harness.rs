@@ -1,0 +1,992 @@
+//! The crash harness: run a seeded workload on a recorded pool, crash it at
+//! every fence and at sampled points between fences, materialise crash images
+//! from the cache model, recover each one and verify it.
+//!
+//! Verification of each image (key-value engines):
+//! 1. every operation acknowledged before the crash point is present with its
+//!    latest value;
+//! 2. the operation in flight is all-or-nothing;
+//! 3. no other key exists (1-3: the recovered contents equal the model before
+//!    or after the in-flight operation);
+//! 4. `Db::check()` passes, which includes
+//! 5. the leak check: allocated blocks = blocks the index references.
+//!
+//! A sample of images is also crashed *during recovery*: recovery is recorded,
+//! crashed at each of its fences, and recovered again (recovery must be
+//! idempotent). Crash points inside pool creation are included: there the
+//! pool may be "not a pool" (creation never finished) or an empty index.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::cache::CacheModel;
+use super::trace::{Event, Recorder, Trace};
+use super::workload::{self, Op};
+use crate::db::{Db, Options};
+use crate::error::{Error, Result};
+use crate::pm::{Fault, FlushKind, PersistConfig, Pool, PoolConfig};
+
+/// The pseudo-engine name that runs the allocator workload.
+pub const ALLOC_SUBJECT: &str = "alloc";
+
+/// A progress callback: images checked so far, and the budget.
+pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// What to crash-test and how hard.
+#[derive(Clone)]
+pub struct CrashConfig {
+    /// Engine name, or [`ALLOC_SUBJECT`] for the allocator alone.
+    pub engine: String,
+    /// Operations in the workload.
+    pub ops: usize,
+    /// Distinct keys (key-value workloads) or slots (allocator workload).
+    pub keys: usize,
+    /// Budget of distinct crash images to check.
+    pub states: usize,
+    /// Workload and sampling seed.
+    pub seed: u64,
+    /// Size of the simulated pool.
+    pub pool_size: u64,
+    /// At most this many random images per crash point (besides the
+    /// all-pending and durable-only images).
+    pub per_point: usize,
+    /// Crash points sampled between two fences.
+    pub between: usize,
+    /// Simulate an eADR platform (caches drained at power loss).
+    pub eadr: bool,
+    /// Images that are also crashed during their recovery.
+    pub recovery_checks: usize,
+    /// A persist to drop on purpose (self-test).
+    pub fault: Option<Fault>,
+    /// Stop after this many failures.
+    pub max_failures: usize,
+    /// Verification threads.
+    pub threads: usize,
+    /// On failure, shrink the workload to a minimal failing sequence.
+    pub shrink: bool,
+    /// Progress callback.
+    pub progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for CrashConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrashConfig")
+            .field("engine", &self.engine)
+            .field("ops", &self.ops)
+            .field("states", &self.states)
+            .field("seed", &self.seed)
+            .field("fault", &self.fault)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CrashConfig {
+    /// Defaults for `engine`: 200 operations, 2,000 images.
+    pub fn new(engine: &str) -> Self {
+        CrashConfig {
+            engine: engine.to_string(),
+            ops: 200,
+            keys: 48,
+            states: 2000,
+            seed: 1,
+            pool_size: 2 << 20,
+            per_point: 20,
+            between: 1,
+            eadr: false,
+            recovery_checks: 50,
+            fault: None,
+            max_failures: 5,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
+            shrink: true,
+            progress: None,
+        }
+    }
+}
+
+/// One failed crash image.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Failure {
+    /// Crash point: the number of PM events executed before the crash.
+    /// `None` for a failure of the live run itself.
+    pub crash_point: Option<usize>,
+    /// Operations acknowledged before the crash point.
+    pub acked_ops: usize,
+    /// The operation in flight, if any.
+    pub in_flight: Option<String>,
+    /// Which image: `all`, `durable`, `random`, or `recovery/...`.
+    pub image: String,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// What a crash test found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CrashReport {
+    /// Engine or subject.
+    pub engine: String,
+    /// Seed.
+    pub seed: u64,
+    /// Operations in the workload.
+    pub ops: usize,
+    /// PM events recorded.
+    pub events: usize,
+    /// Fences recorded.
+    pub fences: usize,
+    /// Crash points visited.
+    pub crash_points: usize,
+    /// Distinct crash images recovered and verified (including recovery crashes).
+    pub images: usize,
+    /// Of which crashed during recovery.
+    pub recovery_images: usize,
+    /// Images skipped because an identical one was already checked.
+    pub duplicates: usize,
+    /// Workload rounds run (each with its own seed).
+    pub rounds: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// The failures (at most `max_failures`).
+    pub failures: Vec<Failure>,
+    /// A minimal failing operation sequence, if shrinking found one.
+    pub shrunk: Option<Vec<String>>,
+    /// The command that reproduces this run.
+    pub reproduce: String,
+}
+
+impl CrashReport {
+    /// Images verified per second.
+    pub fn images_per_second(&self) -> f64 {
+        self.images as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Something whose crash images can be verified.
+trait Subject: Sync {
+    /// Recovers `image` and checks it against what must hold at `point`.
+    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String>;
+    /// Recovers `image` while recording, and returns the recovery's trace.
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String>;
+    /// Describes the state expected at `point`: (acked ops, op in flight).
+    fn at(&self, point: usize) -> (usize, Option<String>);
+}
+
+fn sim_persist() -> PersistConfig {
+    // Real flush instructions are pointless on anonymous memory; the observer
+    // sees every flush call regardless of the instruction.
+    PersistConfig::new(FlushKind::Eadr, None).expect("eadr is always supported")
+}
+
+// ----- key-value engines --------------------------------------------------
+
+type Model = BTreeMap<Vec<u8>, Arc<[u8]>>;
+
+struct KvSubject {
+    engine: String,
+    fault: Option<Fault>,
+    ops: Vec<Op>,
+    /// Event positions (start, end) of each op.
+    spans: Vec<(usize, usize)>,
+    /// models[i]: the contents after i ops.
+    models: Vec<Model>,
+    create_end: usize,
+}
+
+impl KvSubject {
+    fn options(&self, observer: Option<Arc<Recorder>>) -> Options {
+        Options {
+            engine: Some(self.engine.clone()),
+            persist: sim_persist(),
+            observer: observer.map(|r| r as Arc<dyn crate::pm::PmObserver>),
+            fault: self.fault,
+            ..Options::default()
+        }
+    }
+
+    /// Runs `ops` on a recorded anonymous pool.
+    fn record(cfg: &CrashConfig, ops: Vec<Op>) -> Result<(KvSubject, Trace, Vec<Failure>)> {
+        let rec = Arc::new(Recorder::new());
+        let mut s = KvSubject {
+            engine: cfg.engine.clone(),
+            fault: cfg.fault,
+            ops: Vec::new(),
+            spans: Vec::new(),
+            models: vec![Model::new()],
+            create_end: 0,
+        };
+        let opts = Options {
+            pool_size: cfg.pool_size,
+            ..s.options(Some(Arc::clone(&rec)))
+        };
+        let db = Db::create_anonymous(&opts)?;
+        s.create_end = rec.position();
+        let mut failures = Vec::new();
+        let mut model = Model::new();
+        for (i, op) in ops.iter().enumerate() {
+            let start = rec.position();
+            let (res, expect): (Result<bool>, bool) = match op {
+                Op::Put(k, v) => {
+                    let e = model.insert(k.clone(), Arc::clone(v)).is_some();
+                    (db.put(k, v), e)
+                }
+                Op::Insert(k, v) => {
+                    let absent = !model.contains_key(k);
+                    if absent {
+                        model.insert(k.clone(), Arc::clone(v));
+                    }
+                    (db.insert(k, v).map(|()| true).or_else(|e| match e {
+                        Error::KeyExists => Ok(false),
+                        e => Err(e),
+                    }), absent)
+                }
+                Op::Update(k, v) => {
+                    let present = model.contains_key(k);
+                    if present {
+                        model.insert(k.clone(), Arc::clone(v));
+                    }
+                    (db.update(k, v).map(|()| true).or_else(|e| match e {
+                        Error::KeyNotFound => Ok(false),
+                        e => Err(e),
+                    }), present)
+                }
+                Op::Delete(k) => {
+                    let e = model.remove(k.as_slice()).is_some();
+                    (db.delete(k), e)
+                }
+            };
+            match res {
+                Ok(got) if got == expect => {}
+                Ok(got) => failures.push(Failure {
+                    crash_point: None,
+                    acked_ops: i,
+                    in_flight: Some(op.to_string()),
+                    image: "live".into(),
+                    message: format!("live run: returned {got}, the model says {expect}"),
+                }),
+                Err(Error::PoolFull { .. }) => {
+                    // The op changed nothing: undo it in the model.
+                    model = s.models[i].clone();
+                }
+                Err(e) => failures.push(Failure {
+                    crash_point: None,
+                    acked_ops: i,
+                    in_flight: Some(op.to_string()),
+                    image: "live".into(),
+                    message: format!("live run: {e}"),
+                }),
+            }
+            s.spans.push((start, rec.position()));
+            s.models.push(model.clone());
+        }
+        if let Err(e) = db.check() {
+            failures.push(Failure {
+                crash_point: None,
+                acked_ops: ops.len(),
+                in_flight: None,
+                image: "live".into(),
+                message: format!("live run: check failed: {e}"),
+            });
+        }
+        drop(db);
+        s.ops = ops;
+        Ok((s, rec.take(), failures))
+    }
+
+    fn expected(&self, point: usize) -> (usize, bool) {
+        let acked = self.spans.partition_point(|&(_, end)| end <= point);
+        let in_flight = acked < self.spans.len() && self.spans[acked].0 < point;
+        (acked, in_flight)
+    }
+
+    fn compare(&self, db: &Db, point: usize) -> std::result::Result<(), String> {
+        let got = db
+            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+        let (acked, in_flight) = self.expected(point);
+        let mut candidates = vec![&self.models[acked]];
+        if in_flight {
+            candidates.push(&self.models[acked + 1]);
+        }
+        let matches = |m: &Model| {
+            m.len() == got.len() && m.iter().zip(&got).all(|((k, v), (gk, gv))| k == gk && &v[..] == &gv[..])
+        };
+        if candidates.iter().any(|m| matches(m)) {
+            return Ok(());
+        }
+        Err(describe_diff(candidates[0], &got))
+    }
+}
+
+fn describe_diff(model: &Model, got: &[(Vec<u8>, Vec<u8>)]) -> String {
+    let got_map: BTreeMap<&[u8], &[u8]> = got.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+    for (k, v) in model {
+        match got_map.get(k.as_slice()) {
+            None => return format!("acknowledged key {} is missing", super::show_key(k)),
+            Some(g) if *g != &v[..] => {
+                return format!(
+                    "key {} has a {}-byte value, expected the acknowledged {}-byte value",
+                    super::show_key(k),
+                    g.len(),
+                    v.len()
+                )
+            }
+            _ => {}
+        }
+    }
+    for (k, _) in got {
+        if !model.contains_key(k) {
+            return format!("key {} exists but should not", super::show_key(k));
+        }
+    }
+    "contents differ from the model".into()
+}
+
+impl Subject for KvSubject {
+    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
+        let db = match Db::open_image(image, &self.options(None)) {
+            Ok(db) => db,
+            Err(Error::NotAPool { .. }) if point < self.create_end => return Ok(()),
+            Err(e) => return Err(format!("recovery failed: {e}")),
+        };
+        self.compare(&db, point)?;
+        db.check().map_err(|e| format!("check after recovery: {e}"))?;
+        Ok(())
+    }
+
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+        let rec = Arc::new(Recorder::new());
+        match Db::open_image(image, &self.options(Some(Arc::clone(&rec)))) {
+            Ok(db) => drop(db),
+            Err(Error::NotAPool { .. }) => {}
+            Err(e) => return Err(format!("recovery failed: {e}")),
+        }
+        Ok(rec.take())
+    }
+
+    fn at(&self, point: usize) -> (usize, Option<String>) {
+        let (acked, in_flight) = self.expected(point);
+        (acked, in_flight.then(|| self.ops[acked].to_string()))
+    }
+}
+
+// ----- the allocator alone -------------------------------------------------
+
+/// Root slot of the slot table in the allocator workload.
+const TABLE_ROOT: usize = 7;
+/// Bytes of the slot table block.
+const TABLE_SIZE: u64 = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AllocOp {
+    /// Activate (or replace, if occupied) a block of `size` into slot `slot`.
+    Put { slot: usize, size: u64 },
+    /// Free the block in `slot`.
+    Free { slot: usize },
+}
+
+impl std::fmt::Display for AllocOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocOp::Put { slot, size } => write!(f, "activate/replace {size} B into slot {slot}"),
+            AllocOp::Free { slot } => write!(f, "free slot {slot}"),
+        }
+    }
+}
+
+/// Per slot: the tag written into its block, and the size asked for.
+type SlotModel = Vec<Option<(u64, u64)>>;
+
+struct AllocSubject {
+    fault: Option<Fault>,
+    ops: Vec<AllocOp>,
+    spans: Vec<(usize, usize)>,
+    models: Vec<SlotModel>,
+    setup_end: usize,
+    slots: usize,
+}
+
+impl AllocSubject {
+    fn config(&self, observer: Option<Arc<Recorder>>) -> PoolConfig {
+        PoolConfig {
+            persist: sim_persist(),
+            observer: observer.map(|r| r as Arc<dyn crate::pm::PmObserver>),
+            fault: self.fault,
+        }
+    }
+
+    /// Slot `i`: root slots 0..7, then words in the table block.
+    fn slot_off(pool: &Pool, table: u64, i: usize) -> Result<u64> {
+        if i < TABLE_ROOT {
+            pool.root_slot(i)
+        } else {
+            Ok(table + 8 * (i - TABLE_ROOT) as u64)
+        }
+    }
+
+    fn generate(seed: u64, n: usize, slots: usize) -> Vec<AllocOp> {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xA110C);
+        let mut full = vec![false; slots];
+        (0..n)
+            .map(|_| {
+                let slot = rng.gen_range(0..slots);
+                if full[slot] && rng.gen_bool(0.5) {
+                    full[slot] = false;
+                    AllocOp::Free { slot }
+                } else {
+                    full[slot] = true;
+                    let size = match rng.gen_range(0..100) {
+                        0..=59 => rng.gen_range(1..=256),
+                        60..=89 => rng.gen_range(257..=32 * 1024),
+                        _ => rng.gen_range(32 * 1024 + 1..=200 * 1024),
+                    };
+                    AllocOp::Put { slot, size }
+                }
+            })
+            .collect()
+    }
+
+    fn record(cfg: &CrashConfig, ops: Vec<AllocOp>) -> Result<(AllocSubject, Trace, Vec<Failure>)> {
+        let slots = cfg.keys.clamp(TABLE_ROOT + 1, TABLE_ROOT + (TABLE_SIZE / 8) as usize);
+        let rec = Arc::new(Recorder::new());
+        let mut s = AllocSubject {
+            fault: cfg.fault,
+            ops: Vec::new(),
+            spans: Vec::new(),
+            models: vec![vec![None; slots]],
+            setup_end: 0,
+            slots,
+        };
+        let pool = Pool::create_anonymous(cfg.pool_size, ALLOC_SUBJECT, &s.config(Some(Arc::clone(&rec))))?;
+        let r = pool.reserve(TABLE_SIZE)?;
+        let table = r.offset();
+        // SAFETY: single-threaded; the block is reserved and unpublished.
+        unsafe { pool.zero_bytes(table, TABLE_SIZE)? };
+        pool.flush(table, TABLE_SIZE);
+        pool.activate(r, pool.root_slot(TABLE_ROOT)?)?;
+        s.setup_end = rec.position();
+        let mut failures = Vec::new();
+        let mut model = s.models[0].clone();
+        for (i, op) in ops.iter().enumerate() {
+            let start = rec.position();
+            let tag = i as u64 + 1;
+            let res: Result<()> = match *op {
+                AllocOp::Put { slot, size } => (|| {
+                    let so = Self::slot_off(&pool, table, slot)?;
+                    let r = pool.reserve(size)?;
+                    let b = r.offset();
+                    let end = b + r.size() - 8;
+                    // SAFETY: single-threaded; the block is reserved and unpublished.
+                    unsafe {
+                        pool.write_bytes(b, &tag.to_le_bytes())?;
+                        pool.write_bytes(end, &tag.to_le_bytes())?;
+                    }
+                    pool.flush(b, 8);
+                    pool.flush(end, 8);
+                    pool.replace(r, so)?;
+                    model[slot] = Some((tag, size));
+                    Ok(())
+                })(),
+                AllocOp::Free { slot } => (|| {
+                    let so = Self::slot_off(&pool, table, slot)?;
+                    if pool.load_u64(so)? == 0 {
+                        return Ok(());
+                    }
+                    pool.free(so)?;
+                    model[slot] = None;
+                    Ok(())
+                })(),
+            };
+            match res {
+                Ok(()) | Err(Error::PoolFull { .. }) => {}
+                Err(e) => failures.push(Failure {
+                    crash_point: None,
+                    acked_ops: i,
+                    in_flight: Some(op.to_string()),
+                    image: "live".into(),
+                    message: format!("live run: {e}"),
+                }),
+            }
+            s.spans.push((start, rec.position()));
+            s.models.push(model.clone());
+        }
+        drop(pool);
+        s.ops = ops;
+        Ok((s, rec.take(), failures))
+    }
+
+    fn expected(&self, point: usize) -> (usize, bool) {
+        let acked = self.spans.partition_point(|&(_, end)| end <= point);
+        let in_flight = acked < self.spans.len() && self.spans[acked].0 < point;
+        (acked, in_flight)
+    }
+
+    fn check_state(&self, pool: &Pool, model: &SlotModel) -> std::result::Result<(), String> {
+        let e = |e: Error| e.to_string();
+        let table = pool.load_u64(pool.root_slot(TABLE_ROOT).map_err(e)?).map_err(e)?;
+        let mut live = vec![table];
+        for (i, m) in model.iter().enumerate() {
+            let so = Self::slot_off(pool, table, i).map_err(e)?;
+            let v = pool.load_u64(so).map_err(e)?;
+            match m {
+                None if v == 0 => {}
+                None => return Err(format!("slot {i} holds {v:#x}, expected null")),
+                Some((tag, size)) => {
+                    if v == 0 {
+                        return Err(format!("slot {i} is null, expected the block tagged {tag}"));
+                    }
+                    let bs = pool
+                        .block_size(v)
+                        .map_err(|err| format!("slot {i} points to {v:#x}, not an allocated block: {err}"))?;
+                    if bs < *size {
+                        return Err(format!("slot {i}: block of {bs} B, {size} B were asked for"));
+                    }
+                    let head = pool.load_u64(v).map_err(e)?;
+                    let tail = pool.load_u64(v + bs - 8).map_err(e)?;
+                    if head != *tag || tail != *tag {
+                        return Err(format!(
+                            "slot {i}: block contents tagged {head}/{tail}, expected {tag} (contents not durable before activation)"
+                        ));
+                    }
+                    live.push(v);
+                }
+            }
+        }
+        let mut allocated: Vec<u64> = pool.allocated_blocks().map_err(e)?.into_iter().map(|(o, _)| o).collect();
+        allocated.sort_unstable();
+        live.sort_unstable();
+        if live.windows(2).any(|w| w[0] == w[1]) {
+            return Err("two slots share one block".into());
+        }
+        if allocated != live {
+            let leak = allocated.iter().find(|b| !live.contains(b));
+            let dangling = live.iter().find(|b| !allocated.contains(b));
+            return Err(format!(
+                "allocated blocks differ from the referenced ones (leaked: {leak:x?}, referenced but free: {dangling:x?})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Subject for AllocSubject {
+    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
+        let pool = match Pool::open_image(image, Some(ALLOC_SUBJECT), &self.config(None)) {
+            Ok(p) => p,
+            Err(Error::NotAPool { .. }) if point < self.setup_end => return Ok(()),
+            Err(e) => return Err(format!("recovery failed: {e}")),
+        };
+        if point < self.setup_end {
+            let t = pool.load_u64(pool.root_slot(TABLE_ROOT).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            let blocks = pool.allocated_blocks().map_err(|e| e.to_string())?;
+            let ok = (t == 0 && blocks.is_empty()) || (blocks.len() == 1 && blocks[0].0 == t);
+            return if ok { Ok(()) } else { Err(format!("during setup: table {t:#x}, allocated {blocks:x?}")) };
+        }
+        let (acked, in_flight) = self.expected(point);
+        let first = self.check_state(&pool, &self.models[acked]);
+        if first.is_ok() {
+            return Ok(());
+        }
+        if in_flight && self.check_state(&pool, &self.models[acked + 1]).is_ok() {
+            return Ok(());
+        }
+        first
+    }
+
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+        let rec = Arc::new(Recorder::new());
+        match Pool::open_image(image, Some(ALLOC_SUBJECT), &self.config(Some(Arc::clone(&rec)))) {
+            Ok(p) => drop(p),
+            Err(Error::NotAPool { .. }) => {}
+            Err(e) => return Err(format!("recovery failed: {e}")),
+        }
+        Ok(rec.take())
+    }
+
+    fn at(&self, point: usize) -> (usize, Option<String>) {
+        let (acked, in_flight) = self.expected(point);
+        let _ = self.slots;
+        (acked, in_flight.then(|| self.ops[acked].to_string()))
+    }
+}
+
+// ----- enumeration -------------------------------------------------------------
+
+/// Crash points of a trace: before every fence, at the end, and `between`
+/// sampled points between consecutive fences.
+fn crash_points(trace: &Trace, between: usize, rng: &mut SmallRng) -> Vec<usize> {
+    let mut pts = Vec::new();
+    let mut prev = 0usize;
+    for (i, e) in trace.events.iter().enumerate() {
+        if *e == Event::Fence {
+            if i > prev + 1 {
+                for _ in 0..between {
+                    pts.push(rng.gen_range(prev + 1..i));
+                }
+            }
+            pts.push(i);
+            prev = i;
+        }
+    }
+    let n = trace.events.len();
+    if n > prev + 1 {
+        for _ in 0..between {
+            pts.push(rng.gen_range(prev + 1..n));
+        }
+    }
+    pts.push(n);
+    pts.sort_unstable();
+    pts.dedup();
+    pts
+}
+
+struct Job {
+    image: Vec<u8>,
+    point: usize,
+    kind: &'static str,
+    recovery: bool,
+}
+
+struct Shared<'a> {
+    subject: &'a dyn Subject,
+    failures: Mutex<Vec<Failure>>,
+    stop: AtomicBool,
+    checked: AtomicUsize,
+    recovery_images: AtomicUsize,
+    max_failures: usize,
+}
+
+impl Shared<'_> {
+    fn fail(&self, point: usize, kind: &str, message: String) {
+        let (acked, in_flight) = self.subject.at(point);
+        let mut f = self.failures.lock();
+        if f.len() < self.max_failures {
+            f.push(Failure {
+                crash_point: Some(point),
+                acked_ops: acked,
+                in_flight,
+                image: kind.to_string(),
+                message,
+            });
+        }
+        if f.len() >= self.max_failures {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn verify(&self, job: &Job, eadr: bool, seed: u64) {
+        self.checked.fetch_add(1, Ordering::Relaxed);
+        if let Err(m) = self.subject.verify(&job.image, job.point) {
+            self.fail(job.point, job.kind, m);
+            return;
+        }
+        if !job.recovery {
+            return;
+        }
+        // Crash during recovery: record recovery, crash it at each of its
+        // fences (all-pending and durable-only images), recover again.
+        let trace = match self.subject.record_recovery(&job.image) {
+            Ok(t) => t,
+            Err(m) => return self.fail(job.point, "recovery/record", m),
+        };
+        let mut rng = SmallRng::seed_from_u64(seed ^ job.point as u64);
+        let points = crash_points(&trace, 0, &mut rng);
+        let mut model = CacheModel::new(job.image.clone(), eadr);
+        let mut seen = HashSet::new();
+        let mut idx = 0;
+        for p in points {
+            while idx < p {
+                model.apply(&trace, &trace.events[idx]);
+                idx += 1;
+            }
+            for (kind, (img, h)) in [("recovery/all", model.image_all()), ("recovery/durable", model.image_durable())] {
+                if !seen.insert(h) {
+                    continue;
+                }
+                self.recovery_images.fetch_add(1, Ordering::Relaxed);
+                self.checked.fetch_add(1, Ordering::Relaxed);
+                if let Err(m) = self.subject.verify(&img, job.point) {
+                    return self.fail(job.point, kind, format!("after a crash at event {p} of recovery: {m}"));
+                }
+            }
+        }
+    }
+}
+
+struct EnumStats {
+    points: usize,
+    duplicates: usize,
+}
+
+/// Walks the trace, materialises images at each crash point, and verifies
+/// them on `cfg.threads` threads.
+fn check_trace<'a>(
+    subject: &'a dyn Subject,
+    trace: &Trace,
+    base: Vec<u8>,
+    cfg: &CrashConfig,
+) -> (EnumStats, Shared<'a>) {
+    let shared = Shared {
+        subject,
+        failures: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+        checked: AtomicUsize::new(0),
+        recovery_images: AtomicUsize::new(0),
+        max_failures: cfg.max_failures.max(1),
+    };
+    let mut rng = SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut points = crash_points(trace, cfg.between, &mut rng);
+    // Fit the budget: at least two images per point, so drop points evenly
+    // if there are too many.
+    // Fit the budget: the all-pending and durable-only images plus at least
+    // MIN_RANDOM random ones per point; drop points evenly if there are too
+    // many for that.
+    const MIN_RANDOM: usize = 2;
+    let budget = cfg.states.max(1);
+    let randoms = (budget / points.len().max(1))
+        .saturating_sub(2)
+        .clamp(MIN_RANDOM.min(cfg.per_point), cfg.per_point);
+    let per_point = 2 + randoms;
+    if points.len() * per_point > budget {
+        let keep = (budget / per_point).max(1);
+        let step = points.len() as f64 / keep as f64;
+        points = (0..keep).map(|i| points[(i as f64 * step) as usize]).collect();
+    }
+    let recovery_every = if cfg.recovery_checks == 0 {
+        usize::MAX
+    } else {
+        (budget / cfg.recovery_checks).max(1)
+    };
+    let mut stats = EnumStats {
+        points: 0,
+        duplicates: 0,
+    };
+    let threads = cfg.threads.max(1);
+    let (tx, rx) = sync_channel::<Job>(threads * 2);
+    let rx = Mutex::new(rx);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let job = rx.lock().recv();
+                let Ok(job) = job else { break };
+                if !shared.stop.load(Ordering::Relaxed) {
+                    shared.verify(&job, cfg.eadr, cfg.seed);
+                    if let Some(p) = &cfg.progress {
+                        p(shared.checked.load(Ordering::Relaxed), budget);
+                    }
+                }
+            });
+        }
+        let mut model = CacheModel::new(base, cfg.eadr);
+        let mut seen = HashSet::new();
+        let mut idx = 0;
+        let mut sent = 0usize;
+        'points: for &p in &points {
+            while idx < p {
+                model.apply(trace, &trace.events[idx]);
+                idx += 1;
+            }
+            stats.points += 1;
+            let mut dup_streak = 0;
+            for i in 0..2 + randoms {
+                if shared.stop.load(Ordering::Relaxed) || sent >= budget {
+                    break 'points;
+                }
+                let (kind, (image, h)) = match i {
+                    0 => ("all", model.image_all()),
+                    1 => ("durable", model.image_durable()),
+                    _ => ("random", model.image_random(&mut rng)),
+                };
+                if !seen.insert(h) {
+                    stats.duplicates += 1;
+                    dup_streak += 1;
+                    // Few pending lines: the random images repeat; move on.
+                    if i >= 2 && dup_streak >= 3 {
+                        break;
+                    }
+                    continue;
+                }
+                dup_streak = 0;
+                sent += 1;
+                let recovery = sent % recovery_every == 0;
+                if tx.send(Job { image, point: p, kind, recovery }).is_err() {
+                    break 'points;
+                }
+            }
+        }
+        drop(tx);
+    });
+    (stats, shared)
+}
+
+fn report_from(
+    cfg: &CrashConfig,
+    trace: &Trace,
+    stats: EnumStats,
+    shared: Shared<'_>,
+    mut live: Vec<Failure>,
+    t0: Instant,
+) -> CrashReport {
+    let mut failures = shared.failures.into_inner();
+    live.append(&mut failures);
+    live.truncate(cfg.max_failures.max(1));
+    CrashReport {
+        engine: cfg.engine.clone(),
+        seed: cfg.seed,
+        ops: cfg.ops,
+        events: trace.events.len(),
+        fences: trace.events.iter().filter(|e| **e == Event::Fence).count(),
+        crash_points: stats.points,
+        images: shared.checked.load(Ordering::Relaxed),
+        recovery_images: shared.recovery_images.load(Ordering::Relaxed),
+        duplicates: stats.duplicates,
+        rounds: 1,
+        seconds: t0.elapsed().as_secs_f64(),
+        failures: live,
+        shrunk: None,
+        reproduce: format!(
+            "pmindex crashtest --engine {} --ops {} --states {} --seed {}{}{}",
+            cfg.engine,
+            cfg.ops,
+            cfg.states,
+            cfg.seed,
+            if cfg.eadr { " --eadr" } else { "" },
+            cfg.fault.map(|f| format!(" --fault {f}")).unwrap_or_default()
+        ),
+    }
+}
+
+/// Runs the crash test described by `cfg`: rounds of fresh workloads (seeds
+/// `seed`, `seed + 1`, ...) until `states` distinct images have been checked
+/// or a round fails. A failing round is shrunk (key-value engines) and its
+/// own seed and budget are given in `reproduce`.
+pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
+    if cfg.engine != ALLOC_SUBJECT {
+        crate::engine::find(&cfg.engine)?;
+    }
+    let t0 = Instant::now();
+    let mut total: Option<CrashReport> = None;
+    let max_rounds = (cfg.states / 20).max(1) as u64;
+    for round in 0..max_rounds {
+        let done = total.as_ref().map_or(0, |t| t.images);
+        if done >= cfg.states {
+            break;
+        }
+        let rcfg = CrashConfig {
+            seed: cfg.seed.wrapping_add(round),
+            states: cfg.states - done,
+            progress: cfg.progress.clone().map(|p| {
+                let total = cfg.states;
+                let f: Progress = Arc::new(move |n, _| p(done + n, total));
+                f
+            }),
+            ..cfg.clone()
+        };
+        let mut r = run_round(&rcfg)?;
+        let failed = !r.failures.is_empty();
+        if failed && cfg.shrink && cfg.engine != ALLOC_SUBJECT {
+            let ops = workload::generate(rcfg.seed, rcfg.ops, rcfg.keys);
+            r.shrunk = Some(shrink_kv(&rcfg, ops, &r)?.iter().map(Op::to_string).collect());
+        }
+        total = Some(match total {
+            None => r,
+            Some(mut t) => {
+                t.events += r.events;
+                t.fences += r.fences;
+                t.crash_points += r.crash_points;
+                t.images += r.images;
+                t.recovery_images += r.recovery_images;
+                t.duplicates += r.duplicates;
+                t.rounds += 1;
+                if failed {
+                    t.failures = r.failures;
+                    t.shrunk = r.shrunk;
+                    t.reproduce = r.reproduce;
+                }
+                t
+            }
+        });
+        if failed {
+            break;
+        }
+    }
+    let mut t = total.expect("at least one round runs");
+    t.seed = cfg.seed;
+    t.seconds = t0.elapsed().as_secs_f64();
+    Ok(t)
+}
+
+fn run_round(cfg: &CrashConfig) -> Result<CrashReport> {
+    if cfg.engine == ALLOC_SUBJECT {
+        let ops = AllocSubject::generate(cfg.seed, cfg.ops, cfg.keys.max(TABLE_ROOT + 1));
+        run_alloc(cfg, ops)
+    } else {
+        run_kv(cfg, workload::generate(cfg.seed, cfg.ops, cfg.keys))
+    }
+}
+
+fn run_kv(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
+    let t0 = Instant::now();
+    let (subject, trace, live) = KvSubject::record(cfg, ops)?;
+    let base = vec![0u8; cfg.pool_size as usize];
+    let (stats, shared) = check_trace(&subject, &trace, base, cfg);
+    Ok(report_from(cfg, &trace, stats, shared, live, t0))
+}
+
+fn run_alloc(cfg: &CrashConfig, ops: Vec<AllocOp>) -> Result<CrashReport> {
+    let t0 = Instant::now();
+    let (subject, trace, live) = AllocSubject::record(cfg, ops)?;
+    let base = vec![0u8; cfg.pool_size as usize];
+    let (stats, shared) = check_trace(&subject, &trace, base, cfg);
+    Ok(report_from(cfg, &trace, stats, shared, live, t0))
+}
+
+/// Shrinks a failing workload: cut it after the failing operation, then drop
+/// operations one at a time while it still fails (at most 60 trials, each
+/// with a quarter of the budget).
+fn shrink_kv(cfg: &CrashConfig, ops: Vec<Op>, report: &CrashReport) -> Result<Vec<Op>> {
+    let last = report.failures.iter().map(|f| f.acked_ops + 1).min().unwrap_or(ops.len());
+    let mut cur: Vec<Op> = ops.into_iter().take(last).collect();
+    let trial_cfg = CrashConfig {
+        states: (cfg.states / 4).max(200),
+        max_failures: 1,
+        shrink: false,
+        progress: None,
+        ..cfg.clone()
+    };
+    let fails = |ops: &[Op]| -> Result<bool> { Ok(!run_kv(&trial_cfg, ops.to_vec())?.failures.is_empty()) };
+    if !fails(&cur)? {
+        return Ok(cur);
+    }
+    let mut trials = 0;
+    let mut i = 0;
+    while i < cur.len() && trials < 60 {
+        let mut cand = cur.clone();
+        cand.remove(i);
+        trials += 1;
+        if !cand.is_empty() && fails(&cand)? {
+            cur = cand;
+        } else {
+            i += 1;
+        }
+    }
+    Ok(cur)
+}
+
+/// Convenience for tests: the number of failures of `cfg`, with the report.
+pub fn run_expecting(cfg: &CrashConfig) -> Result<CrashReport> {
+    let r = run(cfg)?;
+    if !r.failures.is_empty() {
+        return Err(Error::CheckFailed(format!(
+            "{} crash failures, first: {:?}; reproduce with `{}`",
+            r.failures.len(),
+            r.failures[0],
+            r.reproduce
+        )));
+    }
+    Ok(r)
+}

@@ -1,0 +1,124 @@
+//! Seeded workloads for the crash harness.
+//!
+//! Key shapes are chosen to reach every persist-ordered path: keys that are
+//! prefixes of each other, keys with 0x00 and 0xFF bytes, maximum-length keys,
+//! and runs of keys sharing long prefixes (node growth and path-compression
+//! splits in the radix trees); a small key space so that replacements,
+//! deletes of present keys and re-inserts are common; value sizes from empty
+//! to tens of KiB so that log segments, large blocks and value chunks turn
+//! over.
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::engine::MAX_KEY_LEN;
+
+/// One key-value operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Upsert.
+    Put(Vec<u8>, Arc<[u8]>),
+    /// Insert if absent.
+    Insert(Vec<u8>, Arc<[u8]>),
+    /// Replace if present.
+    Update(Vec<u8>, Arc<[u8]>),
+    /// Remove.
+    Delete(Vec<u8>),
+}
+
+impl Op {
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) => k,
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = crate::sim::show_key(self.key());
+        match self {
+            Op::Put(_, v) => write!(f, "put {k} ({} B)", v.len()),
+            Op::Insert(_, v) => write!(f, "insert {k} ({} B)", v.len()),
+            Op::Update(_, v) => write!(f, "update {k} ({} B)", v.len()),
+            Op::Delete(_) => write!(f, "delete {k}"),
+        }
+    }
+}
+
+/// The key space: `n` keys of mixed shapes, the same for a given seed.
+pub fn key_space(rng: &mut SmallRng, n: usize) -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = vec![
+        b"a".to_vec(),
+        b"ab".to_vec(),
+        b"abc".to_vec(),
+        b"abcd".to_vec(),
+        vec![0x00],
+        vec![0x00, 0x00],
+        vec![0xFF],
+        vec![0xFF, 0x00, 0xFF],
+        vec![b'k'; MAX_KEY_LEN],
+        {
+            let mut k = vec![b'k'; MAX_KEY_LEN];
+            k[MAX_KEY_LEN - 1] = b'z';
+            k
+        },
+    ];
+    // Runs that share a long prefix and differ late (node growth, prefix splits).
+    for i in 0..20u8 {
+        let mut k = b"user:000000:".to_vec();
+        k.push(b'a' + i);
+        keys.push(k);
+    }
+    // 8-byte big-endian integers, dense and sparse.
+    for i in 0..16u64 {
+        keys.push((i * if i % 2 == 0 { 1 } else { 0x0101_0101 }).to_be_bytes().to_vec());
+    }
+    while keys.len() < n {
+        let len = rng.gen_range(1..=24);
+        keys.push((0..len).map(|_| rng.gen()).collect());
+    }
+    keys.sort();
+    keys.dedup();
+    keys.truncate(n.max(1));
+    keys
+}
+
+/// A value of a size drawn from the harness's mix.
+pub fn value(rng: &mut SmallRng, tag: u64) -> Arc<[u8]> {
+    let len = match rng.gen_range(0..100) {
+        0..=9 => 0,
+        10..=69 => rng.gen_range(1..=64),
+        70..=89 => rng.gen_range(65..=2048),
+        90..=97 => rng.gen_range(2049..=20_000),
+        _ => rng.gen_range(20_001..=70_000),
+    };
+    let mut v = vec![0u8; len];
+    for (i, b) in v.iter_mut().enumerate() {
+        *b = (tag as u8).wrapping_add(i as u8).wrapping_mul(31);
+    }
+    if len >= 8 {
+        v[..8].copy_from_slice(&tag.to_le_bytes());
+    }
+    v.into()
+}
+
+/// `n` operations over a key space of `keys` keys.
+pub fn generate(seed: u64, n: usize, keys: usize) -> Vec<Op> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let space = key_space(&mut rng, keys);
+    (0..n)
+        .map(|i| {
+            let k = space[rng.gen_range(0..space.len())].clone();
+            match rng.gen_range(0..100) {
+                0..=44 => Op::Put(k, value(&mut rng, i as u64)),
+                45..=59 => Op::Insert(k, value(&mut rng, i as u64)),
+                60..=74 => Op::Update(k, value(&mut rng, i as u64)),
+                _ => Op::Delete(k),
+            }
+        })
+        .collect()
+}

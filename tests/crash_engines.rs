@@ -1,0 +1,64 @@
+//! The crash simulator's quick budget on the allocator and on every engine:
+//! at least 2,000 distinct crash images each, 0 failures allowed.
+//! `PMINDEX_CRASH_STATES=1000000 cargo test --release --test crash_engines`
+//! runs the long budget.
+
+use pmindex::sim::{run, CrashConfig};
+
+fn budget() -> usize {
+    std::env::var("PMINDEX_CRASH_STATES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000)
+}
+
+fn crash_test(engine: &str, eadr: bool) {
+    let mut cfg = CrashConfig::new(engine);
+    cfg.states = budget();
+    cfg.eadr = eadr;
+    let r = run(&cfg).expect("crash test runs");
+    println!(
+        "{engine}{}: {} images ({} during recovery), {} crash points, {} rounds, {:.1} s, {:.0} images/s",
+        if eadr { " (eadr)" } else { "" },
+        r.images,
+        r.recovery_images,
+        r.crash_points,
+        r.rounds,
+        r.seconds,
+        r.images_per_second()
+    );
+    assert!(
+        r.failures.is_empty(),
+        "{} failures; first: {:?}\nshrunk: {:?}\nreproduce: {}",
+        r.failures.len(),
+        r.failures[0],
+        r.shrunk,
+        r.reproduce
+    );
+    // eADR gives one image per crash point, so a round yields fewer images.
+    let want = if eadr { budget() / 2 } else { budget() };
+    assert!(r.images >= want.min(2000), "only {} images checked", r.images);
+}
+
+/// One line per engine (and one for the allocator alone).
+macro_rules! crash_suite {
+    ($($name:ident => $engine:expr),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn adr() {
+                    super::crash_test($engine, false);
+                }
+                #[test]
+                fn eadr() {
+                    super::crash_test($engine, true);
+                }
+            }
+        )*
+    };
+}
+
+crash_suite! {
+    allocator => pmindex::sim::ALLOC_SUBJECT,
+    pmlog => "pmlog",
+}

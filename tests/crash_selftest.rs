@@ -1,0 +1,54 @@
+//! The crash harness can fail: every injected bug (a dropped flush or fence
+//! in the allocator or in an engine) must be reported, with a reproducible
+//! seed and, for engines, a shrunk operation sequence.
+
+use pmindex::pm::Fault;
+use pmindex::sim::{run, CrashConfig, ALLOC_SUBJECT};
+
+fn must_catch(fault: Fault, subject: &str) {
+    let mut cfg = CrashConfig::new(subject);
+    cfg.fault = Some(fault);
+    cfg.states = 4000;
+    let r = run(&cfg).expect("crash test runs");
+    assert!(
+        !r.failures.is_empty(),
+        "fault {fault} on {subject} was not caught ({} images checked)",
+        r.images
+    );
+    assert!(r.reproduce.contains(&format!("--fault {fault}")));
+    println!(
+        "{fault} on {subject}: caught after {} images: {}",
+        r.images, r.failures[0].message
+    );
+    if subject != ALLOC_SUBJECT {
+        let shrunk = r.shrunk.expect("engine failures are shrunk");
+        assert!(!shrunk.is_empty() && shrunk.len() <= cfg.ops);
+        println!("  shrunk to {} ops: {shrunk:?}", shrunk.len());
+    }
+}
+
+#[test]
+fn allocator_missing_mark_flush_is_caught() {
+    must_catch(Fault::AllocSkipMarkFlush, ALLOC_SUBJECT);
+}
+
+#[test]
+fn allocator_missing_record_fence_is_caught() {
+    must_catch(Fault::AllocSkipRecordFence, ALLOC_SUBJECT);
+}
+
+#[test]
+fn pmlog_missing_append_fence_is_caught() {
+    must_catch(Fault::PmlogSkipAppendFence, "pmlog");
+}
+
+#[test]
+fn pmlog_missing_delete_flush_is_caught() {
+    must_catch(Fault::PmlogSkipKillFlush, "pmlog");
+}
+
+#[test]
+fn every_fault_is_covered_here() {
+    // A new fault must get a test above.
+    assert_eq!(Fault::ALL.len(), 4);
+}
