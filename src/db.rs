@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use crate::engine::{self, CheckReport, Engine, PutMode, PutOutcome, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::pm::{self, Fault, MappingMode, PersistConfig, PmCounters, PmObserver, Pool, PoolConfig, Usage};
+use crate::pm::{
+    self, Fault, MappingMode, PersistConfig, PmCounters, PmObserver, Pool, PoolConfig, Usage,
+};
 
 /// The engine used when none is named.
 pub const DEFAULT_ENGINE: &str = "pmlog";
@@ -125,6 +127,8 @@ pub struct PoolInfo {
 /// An open key-value database on one engine.
 pub struct Db {
     engine: Box<dyn Engine>,
+    /// Key and value limits: the API's, or the engine's if smaller.
+    limits: (usize, usize),
 }
 
 impl std::fmt::Debug for Db {
@@ -136,24 +140,24 @@ impl std::fmt::Debug for Db {
     }
 }
 
-fn check_key(key: &[u8]) -> Result<()> {
+fn check_key_len(key: &[u8], max: usize) -> Result<()> {
     if key.is_empty() {
-        return Err(Error::EmptyKey { max: MAX_KEY_LEN });
+        return Err(Error::EmptyKey { max });
     }
-    if key.len() > MAX_KEY_LEN {
+    if key.len() > max {
         return Err(Error::KeyTooLong {
             len: key.len(),
-            max: MAX_KEY_LEN,
+            max,
         });
     }
     Ok(())
 }
 
-fn check_value(value: &[u8]) -> Result<()> {
-    if value.len() > MAX_VALUE_LEN {
+fn check_value_len(value: &[u8], max: usize) -> Result<()> {
+    if value.len() > max {
         return Err(Error::ValueTooLong {
             len: value.len(),
-            max: MAX_VALUE_LEN,
+            max,
         });
     }
     Ok(())
@@ -163,10 +167,13 @@ impl Db {
     /// Creates a pool file at `path` and an empty index in it.
     pub fn create(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
-        let pool = Pool::create(path.as_ref(), opts.pool_size, info.name, &opts.pool_config())?;
-        Ok(Db {
-            engine: (info.create)(Arc::new(pool))?,
-        })
+        let pool = Pool::create(
+            path.as_ref(),
+            opts.pool_size,
+            info.name,
+            &opts.pool_config(),
+        )?;
+        Self::wrap((info.create)(Arc::new(pool))?)
     }
 
     /// Opens the pool at `path` and recovers its index.
@@ -183,9 +190,7 @@ impl Db {
     pub fn create_anonymous(opts: &Options) -> Result<Db> {
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
         let pool = Pool::create_anonymous(opts.pool_size, info.name, &opts.pool_config())?;
-        Ok(Db {
-            engine: (info.create)(Arc::new(pool))?,
-        })
+        Self::wrap((info.create)(Arc::new(pool))?)
     }
 
     /// Opens a pool image (for example a crash image) in anonymous memory and
@@ -195,13 +200,30 @@ impl Db {
         Self::recover(pool)
     }
 
-    fn recover(pool: Pool) -> Result<Db> {
-        let info = engine::find(&pool.engine_id()).map_err(|_| {
-            Error::corrupt(16, format!("pool names engine `{}`, which this build does not have", pool.engine_id()))
-        })?;
+    fn wrap(engine: Box<dyn Engine>) -> Result<Db> {
+        let caps = engine.capabilities();
         Ok(Db {
-            engine: (info.open)(Arc::new(pool))?,
+            limits: (
+                caps.max_key_len.min(MAX_KEY_LEN),
+                caps.max_value_len.min(MAX_VALUE_LEN),
+            ),
+            engine,
         })
+    }
+
+    fn recover(pool: Pool) -> Result<Db> {
+        let info = engine::find(&pool.engine_id())?;
+        Self::wrap((info.open)(Arc::new(pool))?)
+    }
+
+    /// Validates a key against the API limit (1..=250 bytes) and the
+    /// engine's native limit.
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        check_key_len(key, self.limits.0)
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<()> {
+        check_value_len(value, self.limits.1)
     }
 
     /// The engine.
@@ -216,15 +238,15 @@ impl Db {
 
     /// Inserts or replaces; returns whether a value was replaced.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        check_key(key)?;
-        check_value(value)?;
+        self.check_key(key)?;
+        self.check_value(value)?;
         Ok(self.engine.put(key, value, PutMode::Upsert)? == PutOutcome::Replaced)
     }
 
     /// Inserts; [`Error::KeyExists`] if the key is present (nothing changes).
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        check_key(key)?;
-        check_value(value)?;
+        self.check_key(key)?;
+        self.check_value(value)?;
         match self.engine.put(key, value, PutMode::Insert)? {
             PutOutcome::Unchanged => Err(Error::KeyExists),
             _ => Ok(()),
@@ -233,8 +255,8 @@ impl Db {
 
     /// Replaces; [`Error::KeyNotFound`] if the key is absent.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        check_key(key)?;
-        check_value(value)?;
+        self.check_key(key)?;
+        self.check_value(value)?;
         match self.engine.put(key, value, PutMode::Update)? {
             PutOutcome::Unchanged => Err(Error::KeyNotFound),
             _ => Ok(()),
@@ -248,7 +270,7 @@ impl Db {
 
     /// Calls `f` on the value of `key` in place (no copy).
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        check_key(key)?;
+        self.check_key(key)?;
         let mut f = Some(f);
         let mut out = None;
         self.engine.get_with(key, &mut |v| {
@@ -261,7 +283,7 @@ impl Db {
 
     /// Removes `key`; returns whether it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        check_key(key)?;
+        self.check_key(key)?;
         self.engine.delete(key)
     }
 
@@ -278,12 +300,13 @@ impl Db {
         }
         // Unordered engine: collect the range, sort, then call back.
         let mut all = Vec::new();
-        self.engine.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, v| {
-            if (lo, hi).contains_key(k) {
-                all.push((k.to_vec(), v.to_vec()));
-            }
-            true
-        })?;
+        self.engine
+            .scan(Bound::Unbounded, Bound::Unbounded, &mut |k, v| {
+                if (lo, hi).contains_key(k) {
+                    all.push((k.to_vec(), v.to_vec()));
+                }
+                true
+            })?;
         all.sort();
         for (k, v) in all {
             if !f(&k, &v) {
@@ -380,7 +403,12 @@ impl Db {
                 self.engine.len()
             )));
         }
-        let allocated: BTreeSet<u64> = self.pool().allocated_blocks()?.into_iter().map(|(o, _)| o).collect();
+        let allocated: BTreeSet<u64> = self
+            .pool()
+            .allocated_blocks()?
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
         let referenced: BTreeSet<u64> = report.referenced_blocks.iter().copied().collect();
         if referenced.len() != report.referenced_blocks.len() {
             return Err(Error::CheckFailed("a block is referenced twice".into()));
@@ -392,7 +420,9 @@ impl Db {
             )));
         }
         if let Some(b) = referenced.difference(&allocated).next() {
-            return Err(Error::CheckFailed(format!("block {b:#x} is referenced but not allocated")));
+            return Err(Error::CheckFailed(format!(
+                "block {b:#x} is referenced but not allocated"
+            )));
         }
         Ok(report)
     }

@@ -54,13 +54,20 @@ fn a_durable_record_without_durable_contents_does_not_publish_the_block() {
         prefix: if line == block_line { 0 } else { n },
         tear: 0,
     });
-    assert!((lanes..lanes_end).any(|l| image[l as usize] != 0), "the record is in the image");
+    assert!(
+        (lanes..lanes_end).any(|l| image[l as usize] != 0),
+        "the record is in the image"
+    );
     let cfg = PoolConfig {
         persist: PersistConfig::new(FlushKind::Eadr, None).unwrap(),
         ..PoolConfig::default()
     };
     let pool = Pool::open_image(&image, Some("alloc"), &cfg).unwrap();
-    assert_eq!(pool.load_u64(slot).unwrap(), 0, "the block must not be published");
+    assert_eq!(
+        pool.load_u64(slot).unwrap(),
+        0,
+        "the block must not be published"
+    );
     assert!(
         pool.allocated_blocks().unwrap().is_empty(),
         "and it must not stay allocated (leak)"

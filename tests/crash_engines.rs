@@ -37,7 +37,11 @@ fn crash_test(engine: &str, eadr: bool) {
     );
     // eADR gives one image per crash point, so a round yields fewer images.
     let want = if eadr { budget() / 2 } else { budget() };
-    assert!(r.images >= want.min(2000), "only {} images checked", r.images);
+    assert!(
+        r.images >= want.min(2000),
+        "only {} images checked",
+        r.images
+    );
 }
 
 /// One line per engine (and one for the allocator alone).

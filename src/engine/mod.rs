@@ -115,6 +115,10 @@ pub trait SerialEngine: Send + Sync {
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()>;
     /// See [`Engine::len`].
     fn len(&self) -> u64;
+    /// See [`Engine::is_empty`].
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// See [`Engine::check`].
     fn check(&self) -> Result<CheckReport>;
     /// See [`Engine::dram_bytes`].
@@ -196,6 +200,10 @@ pub fn find(name: &str) -> crate::Result<&'static EngineInfo> {
         .find(|e| e.name == name)
         .ok_or_else(|| crate::Error::UnknownEngine {
             name: name.to_string(),
-            available: ENGINES.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
+            available: ENGINES
+                .iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }

@@ -154,6 +154,10 @@ impl Usage {
 }
 
 #[derive(Debug, Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one entry per 64 KiB chunk, most of them slabs in a used pool; boxing would add an allocation and an indirection per slab for little saving"
+)]
 enum Chunk {
     Free,
     Slab {
@@ -161,6 +165,8 @@ enum Chunk {
         /// Allocated or reserved.
         taken: [u64; BITMAP_WORDS],
         taken_count: u32,
+        /// Allocated (activated) only: the DRAM copy of the PM bitmap.
+        alloc: [u64; BITMAP_WORDS],
         allocated: u32,
     },
     LargeHead {
@@ -270,8 +276,15 @@ impl Heap {
 
     // ----- recovery ------------------------------------------------------
 
-    /// Rolls back unfinished lane records, verifies the metadata and rebuilds DRAM state.
+    /// Rolls back unfinished lane records, verifies the metadata and rebuilds
+    /// the DRAM state.
+    ///
+    /// Nothing is written until everything checks out: the records are rolled
+    /// back first on a DRAM copy of the descriptors and bitmaps, which is then
+    /// verified; only then are the same roll-backs and the release of empty
+    /// slabs written to the pool. A damaged pool is refused unchanged.
     pub(crate) fn recover(&self, pool: &Pool) -> Result<()> {
+        let mut records = Vec::new();
         for lane in 0..LANE_COUNT as usize {
             let base = self.lane_off(lane);
             let hdr = pool.load_u64(base)?;
@@ -285,36 +298,82 @@ impl Heap {
                     format!("allocator lane {lane} record checksum mismatch"),
                 ));
             }
-            self.undo(pool, &rec)?;
-            pool.fence();
-            pool.store_u64(base, 0)?;
-            pool.persist(base, 8);
+            check_slot(pool, rec.slot)
+                .map_err(|e| Error::corrupt(base, format!("allocator lane {lane}: {e}")))?;
+            records.push((base, rec));
         }
+        let n = self.geometry.chunk_count as u32;
+        let mut image = ImageMeta {
+            desc: Vec::with_capacity(n as usize),
+            bits: Vec::with_capacity(n as usize),
+        };
+        for i in 0..n {
+            image.desc.push(pool.load_u64(self.desc_off(i))?);
+            let mut b = [0u64; BITMAP_WORDS];
+            for (w, x) in b.iter_mut().enumerate() {
+                *x = pool.load_u64(self.bitmap_off(i) + 8 * w as u64)?;
+            }
+            image.bits.push(b);
+        }
+        for (base, rec) in &records {
+            self.undo_marks(&mut image, rec).map_err(|e| {
+                Error::corrupt(
+                    *base,
+                    format!("allocator lane record cannot be rolled back: {e}"),
+                )
+            })?;
+        }
+        let (state, empty) = self.build_state(&image)?;
+        // Everything checks out: write.
+        for (base, rec) in &records {
+            self.undo_marks(&mut PoolMeta { heap: self, pool }, rec)?;
+            self.store_slot(pool, rec.slot, rec.old)?;
+            pool.fence();
+            pool.store_u64(*base, 0)?;
+            pool.persist(*base, 8);
+        }
+        for &c in &empty {
+            // An empty slab (left by a crash or by frees): release it. Its
+            // bitmap is all zero, so one 8-byte store makes it a free chunk.
+            pool.store_u64(self.desc_off(c), 0)?;
+            pool.flush(self.desc_off(c), 8);
+        }
+        if !empty.is_empty() {
+            pool.fence();
+        }
+        *self.state.lock() = state;
+        Ok(())
+    }
+
+    /// Verifies descriptors and bitmaps and builds the DRAM state from them.
+    /// Also returns the empty slabs, which the state already counts as free.
+    fn build_state(&self, m: &ImageMeta) -> Result<(State, Vec<u32>)> {
         let n = self.geometry.chunk_count as u32;
         let mut st = State {
             chunks: vec![Chunk::Free; n as usize],
             free_runs: BTreeMap::new(),
             open: vec![Vec::new(); SLAB_CLASSES],
         };
+        let mut empty = Vec::new();
         let mut free_start: Option<u32> = None;
         let mut i = 0u32;
         while i < n {
-            let d = pool.load_u64(self.desc_off(i))?;
+            let d = m.desc[i as usize];
+            let bits = &m.bits[i as usize];
             let tag = d >> TAG_SHIFT;
             let low = d & LOW_MASK;
             let bad = |why: String| Err(Error::corrupt(self.desc_off(i), why));
+            let bad_bits = |why: String| Err(Error::corrupt(self.bitmap_off(i), why));
             if d != 0 && (d >> 32) & ((1 << 24) - 1) != 0 {
-                return bad(format!("chunk {i}: descriptor {d:#x} has reserved bits set"));
-            }
-            let mut bits = [0u64; BITMAP_WORDS];
-            for (w, b) in bits.iter_mut().enumerate() {
-                *b = pool.load_u64(self.bitmap_off(i) + 8 * w as u64)?;
+                return bad(format!(
+                    "chunk {i}: descriptor {d:#x} has reserved bits set"
+                ));
             }
             let step;
             match (d, tag) {
                 (0, _) => {
                     if bits.iter().any(|&b| b != 0) {
-                        return bad(format!("chunk {i} is free but its bitmap is not empty"));
+                        return bad_bits(format!("chunk {i} is free but its bitmap is not empty"));
                     }
                     step = 1;
                 }
@@ -333,7 +392,7 @@ impl Heap {
                             (1u64 << (slots - w * 64)) - 1
                         };
                         if b & !valid != 0 {
-                            return bad(format!(
+                            return bad_bits(format!(
                                 "chunk {i}: bitmap marks blocks past the end of a {}-byte slab",
                                 class_size(c)
                             ));
@@ -341,17 +400,16 @@ impl Heap {
                     }
                     let count: u32 = bits.iter().map(|b| b.count_ones()).sum();
                     if count == 0 {
-                        // An empty slab (left by a crash or by frees): release it.
-                        pool.store_u64(self.desc_off(i), 0)?;
-                        pool.persist(self.desc_off(i), 8);
+                        empty.push(i);
                     } else {
                         st.chunks[i as usize] = Chunk::Slab {
                             class: c as u8,
-                            taken: bits,
+                            taken: *bits,
                             taken_count: count,
+                            alloc: *bits,
                             allocated: count,
                         };
-                        if (count as u64) < slots as u64 {
+                        if (count as usize) < slots {
                             st.open[c].push(i);
                         }
                     }
@@ -360,13 +418,22 @@ impl Heap {
                 (_, TAG_LARGE) => {
                     let len = low as u32;
                     if len == 0 || u64::from(i) + u64::from(len) > u64::from(n) {
-                        return bad(format!("chunk {i}: large block of {len} chunks overruns the heap"));
+                        return bad(format!(
+                            "chunk {i}: large block of {len} chunks overruns the heap"
+                        ));
                     }
-                    if bits.iter().any(|&b| b != 0) {
-                        return bad(format!("chunk {i}: large block has a non-empty bitmap"));
+                    for j in i..i + len {
+                        if m.bits[j as usize].iter().any(|&b| b != 0) {
+                            return Err(Error::corrupt(
+                                self.bitmap_off(j),
+                                format!(
+                                    "chunk {j}: part of a large block but its bitmap is not empty"
+                                ),
+                            ));
+                        }
                     }
                     for j in i + 1..i + len {
-                        let dj = pool.load_u64(self.desc_off(j))?;
+                        let dj = m.desc[j as usize];
                         if dj != (TAG_CONT << TAG_SHIFT) | u64::from(i) {
                             return Err(Error::corrupt(
                                 self.desc_off(j),
@@ -384,7 +451,9 @@ impl Heap {
                     step = len;
                 }
                 (_, TAG_CONT) => {
-                    return bad(format!("chunk {i}: continuation descriptor without its head"));
+                    return bad(format!(
+                        "chunk {i}: continuation descriptor without its head"
+                    ));
                 }
                 _ => return bad(format!("chunk {i}: unknown descriptor {d:#x}")),
             }
@@ -402,51 +471,49 @@ impl Heap {
         if let Some(s) = free_start {
             st.free_runs.insert(s, n - s);
         }
-        *self.state.lock() = st;
-        Ok(())
+        Ok((st, empty))
     }
 
     /// Applies a record's effects (idempotent). Does not fence.
     fn apply(&self, pool: &Pool, rec: &Record) -> Result<()> {
+        let mut meta = PoolMeta { heap: self, pool };
         match rec.kind {
-            KIND_ACTIVATE => {
-                self.mark(pool, rec.block, rec.block_chunks, true)?;
-                self.store_slot(pool, rec.slot, rec.block)
-            }
+            KIND_ACTIVATE => self.mark(&mut meta, rec.block, rec.block_chunks, true)?,
             KIND_REPLACE => {
-                self.mark(pool, rec.block, rec.block_chunks, true)?;
+                self.mark(&mut meta, rec.block, rec.block_chunks, true)?;
                 if rec.old != 0 {
-                    self.mark(pool, rec.old, rec.old_chunks, false)?;
+                    self.mark(&mut meta, rec.old, rec.old_chunks, false)?;
                 }
-                self.store_slot(pool, rec.slot, rec.block)
             }
-            KIND_FREE => {
-                self.mark(pool, rec.block, rec.block_chunks, false)?;
-                self.store_slot(pool, rec.slot, 0)
+            KIND_FREE => self.mark(&mut meta, rec.block, rec.block_chunks, false)?,
+            k => {
+                return Err(Error::corrupt(
+                    0,
+                    format!("unknown allocator record kind {k}"),
+                ))
             }
-            k => Err(Error::corrupt(0, format!("unknown allocator record kind {k}"))),
         }
+        let value = if rec.kind == KIND_FREE { 0 } else { rec.block };
+        self.store_slot(pool, rec.slot, value)
     }
 
-    /// Rolls back a record's effects (idempotent). Does not fence.
-    fn undo(&self, pool: &Pool, rec: &Record) -> Result<()> {
+    /// Rolls back a record's effects on the metadata (idempotent); the caller
+    /// restores the slot to `rec.old`. Does not fence.
+    fn undo_marks<M: Meta>(&self, meta: &mut M, rec: &Record) -> Result<()> {
         match rec.kind {
-            KIND_ACTIVATE => {
-                self.mark(pool, rec.block, rec.block_chunks, false)?;
-                self.store_slot(pool, rec.slot, rec.old)
-            }
+            KIND_ACTIVATE => self.mark(meta, rec.block, rec.block_chunks, false),
             KIND_REPLACE => {
-                self.mark(pool, rec.block, rec.block_chunks, false)?;
+                self.mark(meta, rec.block, rec.block_chunks, false)?;
                 if rec.old != 0 {
-                    self.mark(pool, rec.old, rec.old_chunks, true)?;
+                    self.mark(meta, rec.old, rec.old_chunks, true)?;
                 }
-                self.store_slot(pool, rec.slot, rec.old)
+                Ok(())
             }
-            KIND_FREE => {
-                self.mark(pool, rec.block, rec.block_chunks, true)?;
-                self.store_slot(pool, rec.slot, rec.block)
-            }
-            k => Err(Error::corrupt(0, format!("unknown allocator record kind {k}"))),
+            KIND_FREE => self.mark(meta, rec.block, rec.block_chunks, true),
+            k => Err(Error::corrupt(
+                0,
+                format!("unknown allocator record kind {k}"),
+            )),
         }
     }
 
@@ -456,50 +523,76 @@ impl Heap {
         Ok(())
     }
 
-    /// Sets (or clears) the persistent allocated state of a block and flushes it.
-    fn mark(&self, pool: &Pool, off: u64, chunks: u32, allocated: bool) -> Result<()> {
+    /// Sets (or clears) the persistent allocated state of a block.
+    fn mark<M: Meta>(&self, meta: &mut M, off: u64, chunks: u32, allocated: bool) -> Result<()> {
         let c = self
             .chunk_of(off)
             .ok_or_else(|| Error::corrupt(off, "block offset outside the heap"))?;
         if chunks == 0 {
-            let d = pool.load_u64(self.desc_off(c))?;
+            let d = meta.desc(c)?;
             if d >> TAG_SHIFT != TAG_SLAB || (d & LOW_MASK) as usize >= SLAB_CLASSES {
-                return Err(Error::corrupt(off, format!("block is not in a slab chunk (descriptor {d:#x})")));
+                return Err(Error::corrupt(
+                    off,
+                    format!("block is not in a slab chunk (descriptor {d:#x})"),
+                ));
             }
             let size = class_size((d & LOW_MASK) as usize);
             let rel = off - self.chunk_base(c);
-            if rel % size != 0 {
-                return Err(Error::corrupt(off, "block offset is not aligned to its slab class"));
+            if !rel.is_multiple_of(size) {
+                return Err(Error::corrupt(
+                    off,
+                    "block offset is not aligned to its slab class",
+                ));
             }
-            let slot = rel / size;
-            let word = self.bitmap_off(c) + 8 * (slot / 64);
-            let bit = 1u64 << (slot % 64);
-            if allocated {
-                pool.fetch_or_u64(word, bit)?;
-            } else {
-                pool.fetch_and_u64(word, !bit)?;
-            }
-            if !pool.fault(Fault::AllocSkipMarkFlush) {
-                pool.flush(word, 8);
-            }
+            meta.set_bit(c, rel / size, allocated)
         } else {
-            if off != self.chunk_base(c) || u64::from(c) + u64::from(chunks) > self.geometry.chunk_count {
+            if off != self.chunk_base(c)
+                || u64::from(c) + u64::from(chunks) > self.geometry.chunk_count
+            {
                 return Err(Error::corrupt(off, "large block is not a valid chunk run"));
             }
             let (head, cont) = if allocated {
-                ((TAG_LARGE << TAG_SHIFT) | u64::from(chunks), (TAG_CONT << TAG_SHIFT) | u64::from(c))
+                (
+                    (TAG_LARGE << TAG_SHIFT) | u64::from(chunks),
+                    (TAG_CONT << TAG_SHIFT) | u64::from(c),
+                )
             } else {
                 (0, 0)
             };
             for j in c + 1..c + chunks {
-                pool.store_u64(self.desc_off(j), cont)?;
+                meta.set_desc(j, cont)?;
             }
-            pool.store_u64(self.desc_off(c), head)?;
-            if !pool.fault(Fault::AllocSkipMarkFlush) {
-                pool.flush(self.desc_off(c), 8 * u64::from(chunks));
-            }
+            meta.set_desc(c, head)?;
+            meta.flush_descs(c, chunks);
+            Ok(())
         }
-        Ok(())
+    }
+
+    /// Releases every slab with no allocated or reserved block (when the
+    /// pool looks full, so that its chunks can serve other classes).
+    fn release_empty_slabs(&self, pool: &Pool, st: &mut State) -> Result<bool> {
+        let empty: Vec<u32> = st
+            .chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, ch)| matches!(ch, Chunk::Slab { taken_count: 0, .. }))
+            .map(|(i, _)| i as u32)
+            .collect();
+        for &c in &empty {
+            pool.store_u64(self.desc_off(c), 0)?;
+            pool.flush(self.desc_off(c), 8);
+        }
+        if empty.is_empty() {
+            return Ok(false);
+        }
+        pool.fence();
+        for &c in &empty {
+            for open in &mut st.open {
+                open.retain(|&i| i != c);
+            }
+            st.give_run(c, 1);
+        }
+        Ok(true)
     }
 
     // ----- reserve -------------------------------------------------------
@@ -512,8 +605,17 @@ impl Heap {
         if size > MAX_SLAB_BLOCK {
             let n64 = size.div_ceil(CHUNK_SIZE);
             let n = u32::try_from(n64).map_err(|_| Error::PoolFull { requested: size })?;
-            let start = st.take_run(n).ok_or(Error::PoolFull { requested: size })?;
-            st.chunks[start as usize] = Chunk::LargeHead { n, allocated: false };
+            let start = match st.take_run(n) {
+                Some(start) => start,
+                None if self.release_empty_slabs(pool, &mut st)? => {
+                    st.take_run(n).ok_or(Error::PoolFull { requested: size })?
+                }
+                None => return Err(Error::PoolFull { requested: size }),
+            };
+            st.chunks[start as usize] = Chunk::LargeHead {
+                n,
+                allocated: false,
+            };
             for j in start + 1..start + n {
                 st.chunks[j as usize] = Chunk::Cont;
             }
@@ -523,19 +625,28 @@ impl Heap {
                 chunks: n,
             });
         }
-        let c = (size.max(MIN_BLOCK).next_power_of_two().trailing_zeros() - MIN_BLOCK.trailing_zeros()) as usize;
+        let c = (size.max(MIN_BLOCK).next_power_of_two().trailing_zeros()
+            - MIN_BLOCK.trailing_zeros()) as usize;
         let slots = slots_per_chunk(c) as u32;
         // Find an open slab of the class, dropping full ones from the list.
         let chunk = loop {
             match st.open[c].last().copied() {
                 Some(i) => match &st.chunks[i as usize] {
-                    Chunk::Slab { taken_count, class, .. } if *class as usize == c && *taken_count < slots => break i,
+                    Chunk::Slab {
+                        taken_count, class, ..
+                    } if *class as usize == c && *taken_count < slots => break i,
                     _ => {
                         st.open[c].pop();
                     }
                 },
                 None => {
-                    let i = st.take_run(1).ok_or(Error::PoolFull { requested: size })?;
+                    let i = match st.take_run(1) {
+                        Some(i) => i,
+                        None if self.release_empty_slabs(pool, &mut st)? => {
+                            st.take_run(1).ok_or(Error::PoolFull { requested: size })?
+                        }
+                        None => return Err(Error::PoolFull { requested: size }),
+                    };
                     // Format the chunk: its bitmap is zero (free-chunk
                     // invariant); the descriptor is one 8-byte store, made
                     // durable before any block in it can be activated.
@@ -545,6 +656,7 @@ impl Heap {
                         class: c as u8,
                         taken: [0; BITMAP_WORDS],
                         taken_count: 0,
+                        alloc: [0; BITMAP_WORDS],
                         allocated: 0,
                     };
                     st.open[c].push(i);
@@ -552,7 +664,10 @@ impl Heap {
                 }
             }
         };
-        let Chunk::Slab { taken, taken_count, .. } = &mut st.chunks[chunk as usize] else {
+        let Chunk::Slab {
+            taken, taken_count, ..
+        } = &mut st.chunks[chunk as usize]
+        else {
             unreachable!("chosen chunk is a slab of the class");
         };
         let (w, word) = taken
@@ -589,11 +704,18 @@ impl Heap {
         }
         let base = self.chunk_base(c);
         let (class, now_empty) = match &mut st.chunks[c as usize] {
-            Chunk::Slab { class, taken, taken_count, allocated } => {
+            Chunk::Slab {
+                class,
+                taken,
+                taken_count,
+                alloc,
+                allocated,
+            } => {
                 let slot = (off - base) / class_size(*class as usize);
                 taken[(slot / 64) as usize] &= !(1 << (slot % 64));
                 *taken_count -= 1;
                 if was_allocated {
+                    alloc[(slot / 64) as usize] &= !(1 << (slot % 64));
                     *allocated -= 1;
                 }
                 (*class as usize, *taken_count == 0)
@@ -619,11 +741,21 @@ impl Heap {
 
     // ----- activate / replace / free --------------------------------------
 
-    pub(crate) fn activate(&self, pool: &Pool, r: Reservation, slot: u64, replace: bool) -> Result<()> {
+    pub(crate) fn activate(
+        &self,
+        pool: &Pool,
+        r: Reservation,
+        slot: u64,
+        replace: bool,
+    ) -> Result<()> {
         check_slot(pool, slot)?;
         let old = pool.load_u64(slot)?;
         let (kind, old_chunks) = if replace {
-            let old_chunks = if old == 0 { 0 } else { self.allocated_chunks(old)? };
+            let old_chunks = if old == 0 {
+                0
+            } else {
+                self.allocated_chunks(old)?
+            };
             (KIND_REPLACE, old_chunks)
         } else {
             (KIND_ACTIVATE, 0)
@@ -639,8 +771,19 @@ impl Heap {
         self.run(pool, &rec)?;
         {
             let mut st = self.state.lock();
-            match &mut st.chunks[self.chunk_of(r.off).expect("reserved in heap") as usize] {
-                Chunk::Slab { allocated, .. } => *allocated += 1,
+            let c = self.chunk_of(r.off).expect("reserved in heap");
+            let base = self.chunk_base(c);
+            match &mut st.chunks[c as usize] {
+                Chunk::Slab {
+                    class,
+                    alloc,
+                    allocated,
+                    ..
+                } => {
+                    let slot = (r.off - base) / class_size(*class as usize);
+                    alloc[(slot / 64) as usize] |= 1 << (slot % 64);
+                    *allocated += 1;
+                }
                 Chunk::LargeHead { allocated, .. } => *allocated = true,
                 _ => {}
             }
@@ -655,7 +798,9 @@ impl Heap {
         check_slot(pool, slot)?;
         let block = pool.load_u64(slot)?;
         if block == 0 {
-            return Err(Error::InvalidArgument(format!("free: slot {slot:#x} holds a null pointer")));
+            return Err(Error::InvalidArgument(format!(
+                "free: slot {slot:#x} holds a null pointer"
+            )));
         }
         let chunks = self.allocated_chunks(block)?;
         let rec = Record {
@@ -696,11 +841,13 @@ impl Heap {
         let st = self.state.lock();
         let base = self.chunk_base(c);
         match &st.chunks[c as usize] {
-            Chunk::Slab { class, taken, .. } => {
+            Chunk::Slab { class, alloc, .. } => {
                 let size = class_size(*class as usize);
                 let rel = off - base;
                 let slot = rel / size;
-                if rel % size != 0 || taken[(slot / 64) as usize] & (1 << (slot % 64)) == 0 {
+                if !rel.is_multiple_of(size)
+                    || alloc[(slot / 64) as usize] & (1 << (slot % 64)) == 0
+                {
                     return Err(Error::corrupt(off, "pointer is not an allocated block"));
                 }
                 Ok(0)
@@ -764,7 +911,9 @@ impl Heap {
         for ch in &st.chunks {
             match ch {
                 Chunk::Free => u.free_chunks += 1,
-                Chunk::Slab { class, allocated, .. } => {
+                Chunk::Slab {
+                    class, allocated, ..
+                } => {
                     let cu = &mut u.classes[*class as usize];
                     cu.chunks += 1;
                     cu.blocks += u64::from(*allocated);
@@ -781,12 +930,82 @@ impl Heap {
     }
 }
 
+/// Where [`Heap::mark`] reads and writes the allocator metadata: the pool
+/// itself, or the DRAM copy that recovery verifies before writing anything.
+trait Meta {
+    fn desc(&self, c: u32) -> Result<u64>;
+    fn set_desc(&mut self, c: u32, v: u64) -> Result<()>;
+    /// Sets or clears the bit of block `slot` of chunk `c`, and flushes it.
+    fn set_bit(&mut self, c: u32, slot: u64, on: bool) -> Result<()>;
+    /// Flushes the descriptors of chunks `c .. c + n`.
+    fn flush_descs(&mut self, c: u32, n: u32);
+}
+
+struct PoolMeta<'a> {
+    heap: &'a Heap,
+    pool: &'a Pool,
+}
+
+impl Meta for PoolMeta<'_> {
+    fn desc(&self, c: u32) -> Result<u64> {
+        self.pool.load_u64(self.heap.desc_off(c))
+    }
+    fn set_desc(&mut self, c: u32, v: u64) -> Result<()> {
+        self.pool.store_u64(self.heap.desc_off(c), v)
+    }
+    fn set_bit(&mut self, c: u32, slot: u64, on: bool) -> Result<()> {
+        let word = self.heap.bitmap_off(c) + 8 * (slot / 64);
+        let bit = 1u64 << (slot % 64);
+        if on {
+            self.pool.fetch_or_u64(word, bit)?;
+        } else {
+            self.pool.fetch_and_u64(word, !bit)?;
+        }
+        if !self.pool.fault(Fault::AllocSkipMarkFlush) {
+            self.pool.flush(word, 8);
+        }
+        Ok(())
+    }
+    fn flush_descs(&mut self, c: u32, n: u32) {
+        if !self.pool.fault(Fault::AllocSkipMarkFlush) {
+            self.pool.flush(self.heap.desc_off(c), 8 * u64::from(n));
+        }
+    }
+}
+
+/// The descriptors and bitmaps, read into DRAM.
+struct ImageMeta {
+    desc: Vec<u64>,
+    bits: Vec<[u64; BITMAP_WORDS]>,
+}
+
+impl Meta for ImageMeta {
+    fn desc(&self, c: u32) -> Result<u64> {
+        Ok(self.desc[c as usize])
+    }
+    fn set_desc(&mut self, c: u32, v: u64) -> Result<()> {
+        self.desc[c as usize] = v;
+        Ok(())
+    }
+    fn set_bit(&mut self, c: u32, slot: u64, on: bool) -> Result<()> {
+        let w = &mut self.bits[c as usize][(slot / 64) as usize];
+        if on {
+            *w |= 1 << (slot % 64);
+        } else {
+            *w &= !(1 << (slot % 64));
+        }
+        Ok(())
+    }
+    fn flush_descs(&mut self, _c: u32, _n: u32) {}
+}
+
 /// A slot must be a root slot of the header or a word in the heap: never the
 /// allocator's own metadata.
 fn check_slot(pool: &Pool, slot: u64) -> Result<()> {
     let roots = ROOTS_OFFSET..ROOTS_OFFSET + 8 * ROOT_SLOTS as u64;
-    let in_heap = slot >= pool.header().heap_offset && slot.checked_add(8).is_some_and(|e| e <= pool.size());
-    if slot % 8 != 0 || !(roots.contains(&slot) || in_heap) {
+    let in_heap =
+        slot >= pool.header().heap_offset && slot.checked_add(8).is_some_and(|e| e <= pool.size());
+    if !slot.is_multiple_of(8) || !(roots.contains(&slot) || in_heap) {
         return Err(Error::InvalidArgument(format!(
             "slot {slot:#x} is not an 8-byte aligned root slot or heap word"
         )));

@@ -75,7 +75,11 @@ impl FromStr for Fault {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "unknown fault `{s}` (known: {})",
-                    Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+                    Fault::ALL
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ))
             })
     }

@@ -108,16 +108,32 @@ pub const FIELDS: &[Field] = &[
     field!(engine, [u8; ENGINE_ID_LEN], "engine id, ASCII, NUL padded"),
     field!(pool_size, u64, "pool size in bytes = file length"),
     field!(uuid, [u8; 16], "random pool id"),
-    field!(created_unix_ns, u64, "creation time, ns since the Unix epoch"),
+    field!(
+        created_unix_ns,
+        u64,
+        "creation time, ns since the Unix epoch"
+    ),
     field!(lanes_offset, u64, "offset of the allocator lane records"),
     field!(lane_count, u64, "number of lane records (64 B each)"),
-    field!(desc_offset, u64, "offset of the chunk descriptors (8 B each)"),
-    field!(bitmap_offset, u64, "offset of the chunk bitmaps (128 B each)"),
+    field!(
+        desc_offset,
+        u64,
+        "offset of the chunk descriptors (8 B each)"
+    ),
+    field!(
+        bitmap_offset,
+        u64,
+        "offset of the chunk bitmaps (128 B each)"
+    ),
     field!(heap_offset, u64, "offset of heap chunk 0"),
     field!(chunk_count, u64, "number of heap chunks"),
     field!(chunk_size, u64, "bytes per heap chunk (65536)"),
     field!(checksum, u64, "CRC-32 of bytes 0..120, zero-extended"),
-    field!(roots, [u64; ROOT_SLOTS], "8 engine root slots; mutable, not checksummed"),
+    field!(
+        roots,
+        [u64; ROOT_SLOTS],
+        "8 engine root slots; mutable, not checksummed"
+    ),
 ];
 
 /// The layout as a Markdown table (the one in `docs/design.md`).

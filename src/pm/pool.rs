@@ -138,7 +138,7 @@ impl Geometry {
                 reason: format!("the largest pool is {MAX_POOL_SIZE} bytes (64 TiB)"),
             });
         }
-        if size % 4096 != 0 {
+        if !size.is_multiple_of(4096) {
             return Err(Error::BadPoolSize {
                 size,
                 reason: "the size must be a multiple of 4096".into(),
@@ -412,7 +412,9 @@ impl Pool {
             if file_len < first.len() as u64 {
                 return Err(Error::NotAPool {
                     path: path.to_path_buf(),
-                    reason: format!("the file is {file_len} bytes, too short to hold a pool header"),
+                    reason: format!(
+                        "the file is {file_len} bytes, too short to hold a pool header"
+                    ),
                 });
             }
             file.read_exact_at(&mut first, 0)
@@ -437,12 +439,19 @@ impl Pool {
 
     /// Opens a pool from an in-memory image (a crash image, or a copy made by
     /// [`Pool::image`]) in anonymous memory.
-    pub fn open_image(image: &[u8], expected_engine: Option<&str>, cfg: &PoolConfig) -> Result<Pool> {
+    pub fn open_image(
+        image: &[u8],
+        expected_engine: Option<&str>,
+        cfg: &PoolConfig,
+    ) -> Result<Pool> {
         let fake = Path::new("<image>");
         if image.len() < 192 {
             return Err(Error::NotAPool {
                 path: fake.to_path_buf(),
-                reason: format!("the image is {} bytes, too short to hold a pool header", image.len()),
+                reason: format!(
+                    "the image is {} bytes, too short to hold a pool header",
+                    image.len()
+                ),
             });
         }
         let mut first = [0u8; 192];
@@ -539,17 +548,32 @@ impl Pool {
                 // (or one past the end of) the mapping.
                 Ok(unsafe { self.map.base.as_ptr().add(off as usize) })
             }
-            _ => Err(Error::corrupt(
-                off,
-                format!("access of {len} bytes past the end of the pool ({} bytes)", self.map.len),
-            )),
+            _ => Err(self.out_of_bounds(off, len)),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_bounds(&self, off: u64, len: u64) -> Error {
+        Error::corrupt(
+            off,
+            format!(
+                "access of {len} bytes past the end of the pool ({} bytes)",
+                self.map.len
+            ),
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn misaligned(off: u64) -> Error {
+        Error::corrupt(off, "misaligned 8-byte word")
     }
 
     #[inline(always)]
     fn word(&self, off: u64) -> Result<&AtomicU64> {
-        if off % 8 != 0 {
-            return Err(Error::corrupt(off, "misaligned 8-byte word"));
+        if !off.is_multiple_of(8) {
+            return Err(Self::misaligned(off));
         }
         let p = self.check(off, 8)?;
         // SAFETY: `p` is 8-byte aligned (the mapping is page aligned and `off`
@@ -786,7 +810,9 @@ fn validate_header(
     if stored != expected {
         return Err(Error::corrupt(
             12,
-            format!("header geometry {stored:?} does not match the pool size (expected {expected:?})"),
+            format!(
+                "header geometry {stored:?} does not match the pool size (expected {expected:?})"
+            ),
         ));
     }
     if let Some(e) = expected_engine {

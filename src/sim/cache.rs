@@ -144,7 +144,8 @@ impl CacheModel {
                     for u in ls.units.drain(..n) {
                         for p in &u.pieces {
                             let o = p.off as usize;
-                            self.durable[o..o + p.len as usize].copy_from_slice(&p.bytes[..p.len as usize]);
+                            self.durable[o..o + p.len as usize]
+                                .copy_from_slice(&p.bytes[..p.len as usize]);
                         }
                     }
                     ls.flushed = 0;
@@ -226,7 +227,11 @@ mod tests {
     fn store(t: &mut Trace, off: u64, bytes: &[u8]) -> Event {
         let at = t.data.len();
         t.data.extend_from_slice(bytes);
-        Event::Store { off, at, len: bytes.len() }
+        Event::Store {
+            off,
+            at,
+            len: bytes.len(),
+        }
     }
 
     #[test]
@@ -271,7 +276,10 @@ mod tests {
         m.apply(&t, &b);
         let (img, _) = m.image(|_, _, _| LineChoice { prefix: 1, tear: 0 });
         assert_eq!((img[0], img[8], img[16]), (1, 1, 0));
-        let (img, _) = m.image(|_, _, _| LineChoice { prefix: 0, tear: 0b10 });
+        let (img, _) = m.image(|_, _, _| LineChoice {
+            prefix: 0,
+            tear: 0b10,
+        });
         assert_eq!((img[0], img[8], img[16]), (0, 1, 0));
     }
 

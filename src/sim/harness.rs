@@ -103,7 +103,9 @@ impl CrashConfig {
             recovery_checks: 50,
             fault: None,
             max_failures: 5,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
+            threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
             shrink: true,
             progress: None,
         }
@@ -223,7 +225,7 @@ impl KvSubject {
             pool_size: cfg.pool_size,
             ..s.options(Some(Arc::clone(&rec)))
         };
-        let db = Db::create_anonymous(&opts)?;
+        let mut db = Db::create_anonymous(&opts)?;
         s.create_end = rec.position();
         let mut failures = Vec::new();
         let mut model = Model::new();
@@ -239,24 +241,38 @@ impl KvSubject {
                     if absent {
                         model.insert(k.clone(), Arc::clone(v));
                     }
-                    (db.insert(k, v).map(|()| true).or_else(|e| match e {
-                        Error::KeyExists => Ok(false),
-                        e => Err(e),
-                    }), absent)
+                    (
+                        db.insert(k, v).map(|()| true).or_else(|e| match e {
+                            Error::KeyExists => Ok(false),
+                            e => Err(e),
+                        }),
+                        absent,
+                    )
                 }
                 Op::Update(k, v) => {
                     let present = model.contains_key(k);
                     if present {
                         model.insert(k.clone(), Arc::clone(v));
                     }
-                    (db.update(k, v).map(|()| true).or_else(|e| match e {
-                        Error::KeyNotFound => Ok(false),
-                        e => Err(e),
-                    }), present)
+                    (
+                        db.update(k, v).map(|()| true).or_else(|e| match e {
+                            Error::KeyNotFound => Ok(false),
+                            e => Err(e),
+                        }),
+                        present,
+                    )
                 }
                 Op::Delete(k) => {
                     let e = model.remove(k.as_slice()).is_some();
                     (db.delete(k), e)
+                }
+                Op::Reopen => {
+                    // The new mapping starts as a copy of the old one, so the
+                    // trace and the cache model simply continue.
+                    let image = db.pool().image();
+                    drop(db);
+                    db = Db::open_image(&image, &opts)?;
+                    (Ok(true), true)
                 }
             };
             match res {
@@ -313,7 +329,10 @@ impl KvSubject {
             candidates.push(&self.models[acked + 1]);
         }
         let matches = |m: &Model| {
-            m.len() == got.len() && m.iter().zip(&got).all(|((k, v), (gk, gv))| k == gk && &v[..] == &gv[..])
+            m.len() == got.len()
+                && m.iter()
+                    .zip(&got)
+                    .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..])
         };
         if candidates.iter().any(|m| matches(m)) {
             return Ok(());
@@ -323,7 +342,10 @@ impl KvSubject {
 }
 
 fn describe_diff(model: &Model, got: &[(Vec<u8>, Vec<u8>)]) -> String {
-    let got_map: BTreeMap<&[u8], &[u8]> = got.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+    let got_map: BTreeMap<&[u8], &[u8]> = got
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
     for (k, v) in model {
         match got_map.get(k.as_slice()) {
             None => return format!("acknowledged key {} is missing", super::show_key(k)),
@@ -354,7 +376,8 @@ impl Subject for KvSubject {
             Err(e) => return Err(format!("recovery failed: {e}")),
         };
         self.compare(&db, point)?;
-        db.check().map_err(|e| format!("check after recovery: {e}"))?;
+        db.check()
+            .map_err(|e| format!("check after recovery: {e}"))?;
         Ok(())
     }
 
@@ -451,7 +474,9 @@ impl AllocSubject {
     }
 
     fn record(cfg: &CrashConfig, ops: Vec<AllocOp>) -> Result<(AllocSubject, Trace, Vec<Failure>)> {
-        let slots = cfg.keys.clamp(TABLE_ROOT + 1, TABLE_ROOT + (TABLE_SIZE / 8) as usize);
+        let slots = cfg
+            .keys
+            .clamp(TABLE_ROOT + 1, TABLE_ROOT + (TABLE_SIZE / 8) as usize);
         let rec = Arc::new(Recorder::new());
         let mut s = AllocSubject {
             fault: cfg.fault,
@@ -461,7 +486,11 @@ impl AllocSubject {
             setup_end: 0,
             slots,
         };
-        let pool = Pool::create_anonymous(cfg.pool_size, ALLOC_SUBJECT, &s.config(Some(Arc::clone(&rec))))?;
+        let pool = Pool::create_anonymous(
+            cfg.pool_size,
+            ALLOC_SUBJECT,
+            &s.config(Some(Arc::clone(&rec))),
+        )?;
         let r = pool.reserve(TABLE_SIZE)?;
         let table = r.offset();
         // SAFETY: single-threaded; the block is reserved and unpublished.
@@ -527,7 +556,9 @@ impl AllocSubject {
 
     fn check_state(&self, pool: &Pool, model: &SlotModel) -> std::result::Result<(), String> {
         let e = |e: Error| e.to_string();
-        let table = pool.load_u64(pool.root_slot(TABLE_ROOT).map_err(e)?).map_err(e)?;
+        let table = pool
+            .load_u64(pool.root_slot(TABLE_ROOT).map_err(e)?)
+            .map_err(e)?;
         let mut live = vec![table];
         for (i, m) in model.iter().enumerate() {
             let so = Self::slot_off(pool, table, i).map_err(e)?;
@@ -539,11 +570,13 @@ impl AllocSubject {
                     if v == 0 {
                         return Err(format!("slot {i} is null, expected the block tagged {tag}"));
                     }
-                    let bs = pool
-                        .block_size(v)
-                        .map_err(|err| format!("slot {i} points to {v:#x}, not an allocated block: {err}"))?;
+                    let bs = pool.block_size(v).map_err(|err| {
+                        format!("slot {i} points to {v:#x}, not an allocated block: {err}")
+                    })?;
                     if bs < *size {
-                        return Err(format!("slot {i}: block of {bs} B, {size} B were asked for"));
+                        return Err(format!(
+                            "slot {i}: block of {bs} B, {size} B were asked for"
+                        ));
                     }
                     let head = pool.load_u64(v).map_err(e)?;
                     let tail = pool.load_u64(v + bs - 8).map_err(e)?;
@@ -556,7 +589,12 @@ impl AllocSubject {
                 }
             }
         }
-        let mut allocated: Vec<u64> = pool.allocated_blocks().map_err(e)?.into_iter().map(|(o, _)| o).collect();
+        let mut allocated: Vec<u64> = pool
+            .allocated_blocks()
+            .map_err(e)?
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
         allocated.sort_unstable();
         live.sort_unstable();
         if live.windows(2).any(|w| w[0] == w[1]) {
@@ -581,10 +619,16 @@ impl Subject for AllocSubject {
             Err(e) => return Err(format!("recovery failed: {e}")),
         };
         if point < self.setup_end {
-            let t = pool.load_u64(pool.root_slot(TABLE_ROOT).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            let t = pool
+                .load_u64(pool.root_slot(TABLE_ROOT).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
             let blocks = pool.allocated_blocks().map_err(|e| e.to_string())?;
             let ok = (t == 0 && blocks.is_empty()) || (blocks.len() == 1 && blocks[0].0 == t);
-            return if ok { Ok(()) } else { Err(format!("during setup: table {t:#x}, allocated {blocks:x?}")) };
+            return if ok {
+                Ok(())
+            } else {
+                Err(format!("during setup: table {t:#x}, allocated {blocks:x?}"))
+            };
         }
         let (acked, in_flight) = self.expected(point);
         let first = self.check_state(&pool, &self.models[acked]);
@@ -599,7 +643,11 @@ impl Subject for AllocSubject {
 
     fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
         let rec = Arc::new(Recorder::new());
-        match Pool::open_image(image, Some(ALLOC_SUBJECT), &self.config(Some(Arc::clone(&rec)))) {
+        match Pool::open_image(
+            image,
+            Some(ALLOC_SUBJECT),
+            &self.config(Some(Arc::clone(&rec))),
+        ) {
             Ok(p) => drop(p),
             Err(Error::NotAPool { .. }) => {}
             Err(e) => return Err(format!("recovery failed: {e}")),
@@ -703,14 +751,21 @@ impl Shared<'_> {
                 model.apply(&trace, &trace.events[idx]);
                 idx += 1;
             }
-            for (kind, (img, h)) in [("recovery/all", model.image_all()), ("recovery/durable", model.image_durable())] {
+            for (kind, (img, h)) in [
+                ("recovery/all", model.image_all()),
+                ("recovery/durable", model.image_durable()),
+            ] {
                 if !seen.insert(h) {
                     continue;
                 }
                 self.recovery_images.fetch_add(1, Ordering::Relaxed);
                 self.checked.fetch_add(1, Ordering::Relaxed);
                 if let Err(m) = self.subject.verify(&img, job.point) {
-                    return self.fail(job.point, kind, format!("after a crash at event {p} of recovery: {m}"));
+                    return self.fail(
+                        job.point,
+                        kind,
+                        format!("after a crash at event {p} of recovery: {m}"),
+                    );
                 }
             }
         }
@@ -754,13 +809,13 @@ fn check_trace<'a>(
     if points.len() * per_point > budget {
         let keep = (budget / per_point).max(1);
         let step = points.len() as f64 / keep as f64;
-        points = (0..keep).map(|i| points[(i as f64 * step) as usize]).collect();
+        points = (0..keep)
+            .map(|i| points[(i as f64 * step) as usize])
+            .collect();
     }
-    let recovery_every = if cfg.recovery_checks == 0 {
-        usize::MAX
-    } else {
-        (budget / cfg.recovery_checks).max(1)
-    };
+    let recovery_every = budget
+        .checked_div(cfg.recovery_checks)
+        .map_or(usize::MAX, |n| n.max(1));
     let mut stats = EnumStats {
         points: 0,
         duplicates: 0,
@@ -812,8 +867,16 @@ fn check_trace<'a>(
                 }
                 dup_streak = 0;
                 sent += 1;
-                let recovery = sent % recovery_every == 0;
-                if tx.send(Job { image, point: p, kind, recovery }).is_err() {
+                let recovery = sent.is_multiple_of(recovery_every);
+                if tx
+                    .send(Job {
+                        image,
+                        point: p,
+                        kind,
+                        recovery,
+                    })
+                    .is_err()
+                {
                     break 'points;
                 }
             }
@@ -855,7 +918,9 @@ fn report_from(
             cfg.states,
             cfg.seed,
             if cfg.eadr { " --eadr" } else { "" },
-            cfg.fault.map(|f| format!(" --fault {f}")).unwrap_or_default()
+            cfg.fault
+                .map(|f| format!(" --fault {f}"))
+                .unwrap_or_default()
         ),
     }
 }
@@ -890,7 +955,12 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
         let failed = !r.failures.is_empty();
         if failed && cfg.shrink && cfg.engine != ALLOC_SUBJECT {
             let ops = workload::generate(rcfg.seed, rcfg.ops, rcfg.keys);
-            r.shrunk = Some(shrink_kv(&rcfg, ops, &r)?.iter().map(Op::to_string).collect());
+            r.shrunk = Some(
+                shrink_kv(&rcfg, ops, &r)?
+                    .iter()
+                    .map(Op::to_string)
+                    .collect(),
+            );
         }
         total = Some(match total {
             None => r,
@@ -949,7 +1019,12 @@ fn run_alloc(cfg: &CrashConfig, ops: Vec<AllocOp>) -> Result<CrashReport> {
 /// operations one at a time while it still fails (at most 60 trials, each
 /// with a quarter of the budget).
 fn shrink_kv(cfg: &CrashConfig, ops: Vec<Op>, report: &CrashReport) -> Result<Vec<Op>> {
-    let last = report.failures.iter().map(|f| f.acked_ops + 1).min().unwrap_or(ops.len());
+    let last = report
+        .failures
+        .iter()
+        .map(|f| f.acked_ops + 1)
+        .min()
+        .unwrap_or(ops.len());
     let mut cur: Vec<Op> = ops.into_iter().take(last).collect();
     let trial_cfg = CrashConfig {
         states: (cfg.states / 4).max(200),
@@ -958,7 +1033,8 @@ fn shrink_kv(cfg: &CrashConfig, ops: Vec<Op>, report: &CrashReport) -> Result<Ve
         progress: None,
         ..cfg.clone()
     };
-    let fails = |ops: &[Op]| -> Result<bool> { Ok(!run_kv(&trial_cfg, ops.to_vec())?.failures.is_empty()) };
+    let fails =
+        |ops: &[Op]| -> Result<bool> { Ok(!run_kv(&trial_cfg, ops.to_vec())?.failures.is_empty()) };
     if !fails(&cur)? {
         return Ok(cur);
     }

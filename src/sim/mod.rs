@@ -19,10 +19,17 @@ pub use harness::{run, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT};
 /// A key for messages: printable ASCII as is, anything else in hex.
 pub fn show_key(k: &[u8]) -> String {
     let short = &k[..k.len().min(24)];
-    let more = if k.len() > 24 { format!("…({} B)", k.len()) } else { String::new() };
+    let more = if k.len() > 24 {
+        format!("…({} B)", k.len())
+    } else {
+        String::new()
+    };
     if short.iter().all(|c| c.is_ascii_graphic()) {
         format!("\"{}\"{more}", String::from_utf8_lossy(short))
     } else {
-        format!("0x{}{more}", short.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        format!(
+            "0x{}{more}",
+            short.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        )
     }
 }

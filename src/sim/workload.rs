@@ -26,13 +26,17 @@ pub enum Op {
     Update(Vec<u8>, Arc<[u8]>),
     /// Remove.
     Delete(Vec<u8>),
+    /// Close the pool and open it again (recovery runs, and later appends
+    /// follow a recovered log).
+    Reopen,
 }
 
 impl Op {
-    /// The key.
+    /// The key (empty for `Reopen`).
     pub fn key(&self) -> &[u8] {
         match self {
             Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) => k,
+            Op::Reopen => &[],
         }
     }
 }
@@ -45,6 +49,7 @@ impl std::fmt::Display for Op {
             Op::Insert(_, v) => write!(f, "insert {k} ({} B)", v.len()),
             Op::Update(_, v) => write!(f, "update {k} ({} B)", v.len()),
             Op::Delete(_) => write!(f, "delete {k}"),
+            Op::Reopen => write!(f, "reopen"),
         }
     }
 }
@@ -75,7 +80,11 @@ pub fn key_space(rng: &mut SmallRng, n: usize) -> Vec<Vec<u8>> {
     }
     // 8-byte big-endian integers, dense and sparse.
     for i in 0..16u64 {
-        keys.push((i * if i % 2 == 0 { 1 } else { 0x0101_0101 }).to_be_bytes().to_vec());
+        keys.push(
+            (i * if i % 2 == 0 { 1 } else { 0x0101_0101 })
+                .to_be_bytes()
+                .to_vec(),
+        );
     }
     while keys.len() < n {
         let len = rng.gen_range(1..=24);
@@ -114,7 +123,8 @@ pub fn generate(seed: u64, n: usize, keys: usize) -> Vec<Op> {
         .map(|i| {
             let k = space[rng.gen_range(0..space.len())].clone();
             match rng.gen_range(0..100) {
-                0..=44 => Op::Put(k, value(&mut rng, i as u64)),
+                0..=1 => Op::Reopen,
+                2..=44 => Op::Put(k, value(&mut rng, i as u64)),
                 45..=59 => Op::Insert(k, value(&mut rng, i as u64)),
                 60..=74 => Op::Update(k, value(&mut rng, i as u64)),
                 _ => Op::Delete(k),

@@ -28,9 +28,9 @@
 //! record that fails validation. For each key the record with the highest
 //! sequence number wins; if it is dead the key is absent. Losing records that
 //! are still alive (a crash inside a replace) get `DEAD`, then a fence, then
-//! segments with no live record are freed. Appends after an open always go
-//! to a new segment, so bytes past a segment's last valid record (a torn
-//! append) are never followed by valid records.
+//! segments with no live record are freed. Appends resume in the segment
+//! with the newest record after its non-zero trailing words (a torn append)
+//! are zeroed and fenced, so torn bytes are never followed by valid records.
 
 mod record;
 mod segment;
@@ -54,8 +54,8 @@ use segment::{dir_slot, DIR_MAGIC, DIR_SIZE, DIR_SLOTS, SEG_HEADER, SEG_MAGIC, S
 pub const INFO: EngineInfo = EngineInfo {
     name: "pmlog",
     paper: "reference engine: append-only PM log + DRAM BTreeMap (no paper)",
-    create: create,
-    open: open,
+    create,
+    open,
 };
 
 fn create(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
@@ -111,7 +111,7 @@ impl PmLog {
         Ok(PmLog {
             pool,
             dir,
-            segments: vec![None; DIR_SLOTS],
+            segments: Vec::new(),
             active: None,
             tail: 0,
             index: BTreeMap::new(),
@@ -142,21 +142,28 @@ impl PmLog {
             dir = Self::make_directory(&pool, root)?;
         }
         if pool.block_size(dir).ok() != Some(DIR_SIZE) || pool.load_u64(dir)? != DIR_MAGIC {
-            return Err(Error::corrupt(dir, "pmlog: root slot 0 does not point to a directory"));
+            return Err(Error::corrupt(
+                dir,
+                "pmlog: root slot 0 does not point to a directory",
+            ));
         }
-        let mut segments = vec![None; DIR_SLOTS];
+        let mut segments: Vec<Option<Segment>> = Vec::new();
         // key -> (seq, dead, entry)
         let mut best: BTreeMap<Box<[u8]>, (u64, bool, Entry)> = BTreeMap::new();
         let mut losers_alive = Vec::new();
         let mut max_seq = 0;
-        for (i, seg_slot) in segments.iter_mut().enumerate() {
+        // The segment holding the newest record, and where its log ends.
+        let mut newest: Option<(usize, u64)> = None;
+        for i in 0..DIR_SLOTS {
             let off = pool.load_u64(dir_slot(dir, i))?;
             if off == 0 {
                 continue;
             }
-            let size = pool
-                .block_size(off)
-                .map_err(|_| Error::corrupt(dir_slot(dir, i), "pmlog: directory slot points to no block"))?;
+            segments.resize(i + 1, None);
+            let seg_slot = &mut segments[i];
+            let size = pool.block_size(off).map_err(|_| {
+                Error::corrupt(dir_slot(dir, i), "pmlog: directory slot points to no block")
+            })?;
             if pool.load_u64(off)? != SEG_MAGIC {
                 return Err(Error::corrupt(off, "pmlog: segment has a bad magic number"));
             }
@@ -169,10 +176,12 @@ impl PmLog {
                 live: 0,
             });
             let mut pos = off + SEG_HEADER;
-            // SAFETY (for the reads below): recovery runs before the engine is
-            // shared; nothing else writes the pool.
+            let mut seg_max = 0;
+            // SAFETY: recovery runs before the engine is shared; nothing else
+            // writes the pool.
             while let Some(info) = unsafe { record::read(&pool, pos, end, nonce)? } {
                 max_seq = max_seq.max(info.seq);
+                seg_max = seg_max.max(info.seq);
                 let e = Entry {
                     rec: pos,
                     seg: i as u32,
@@ -198,6 +207,23 @@ impl PmLog {
                     }
                 }
                 pos += info.size();
+            }
+            // A valid record past the end of the log means damage in the
+            // middle of the log, not a torn append: refuse rather than drop
+            // the records after it (and zero them on resume).
+            let mut probe = pos;
+            while probe + record::RECORD_HEADER <= end {
+                // SAFETY: as above.
+                if unsafe { record::read(&pool, probe, end, nonce)? }.is_some() {
+                    return Err(Error::corrupt(
+                        pos,
+                        format!("pmlog: the record at {pos:#x} is damaged and valid records follow it at {probe:#x}"),
+                    ));
+                }
+                probe += 8;
+            }
+            if seg_max > 0 && seg_max == max_seq {
+                newest = Some((i, pos));
             }
         }
         // Kill superseded records that a crash left alive, and make that
@@ -229,12 +255,50 @@ impl PmLog {
             next_seq: max_seq + 1,
             key_bytes,
         };
-        for i in 0..DIR_SLOTS {
-            if matches!(log.segments[i], Some(s) if s.live == 0) {
+        if let Some((i, tail)) = newest {
+            log.resume(i, tail)?;
+        }
+        for i in 0..log.segments.len() {
+            if log.active != Some(i) && matches!(log.segments[i], Some(s) if s.live == 0) {
                 log.free_segment(i)?;
             }
         }
         Ok(log)
+    }
+
+    /// Makes segment `i`, whose last valid record ends at `tail`, the active
+    /// segment again, so that an open does not start a new segment.
+    ///
+    /// Bytes past `tail` may hold a torn record from a crash. The 8-byte words
+    /// there that are not zero are zeroed, flushed and fenced before anything
+    /// is appended, so torn bytes can never be followed by a valid record. A
+    /// crash during the zeroing leaves only garbage past the tail, which the
+    /// next open zeroes again.
+    fn resume(&mut self, i: usize, tail: u64) -> Result<()> {
+        let Some(seg) = self.segments[i] else {
+            return Ok(());
+        };
+        if seg.end - tail < (seg.end - seg.off) / 4 {
+            return Ok(()); // Nearly full: a new segment starts when needed.
+        }
+        // Records are padded to 8 bytes, so `tail` is 8-byte aligned.
+        debug_assert!(tail.is_multiple_of(8));
+        let mut dirty = false;
+        let mut w = tail;
+        while w + 8 <= seg.end {
+            if self.pool.load_u64(w)? != 0 {
+                self.pool.store_u64(w, 0)?;
+                self.pool.flush(w, 8);
+                dirty = true;
+            }
+            w += 8;
+        }
+        if dirty {
+            self.pool.fence();
+        }
+        self.active = Some(i);
+        self.tail = tail;
+        Ok(())
     }
 
     fn free_segment(&mut self, i: usize) -> Result<()> {
@@ -245,11 +309,23 @@ impl PmLog {
 
     /// Starts a new segment that can hold at least `need` bytes of records.
     fn new_segment(&mut self, need: u64) -> Result<()> {
-        let i = self
-            .segments
-            .iter()
-            .position(Option::is_none)
-            .ok_or(Error::PoolFull { requested: need })?;
+        // An active segment with no live record is freed first, so that its
+        // space can serve the new one (a full pool must not refuse a put into
+        // an empty index).
+        if let Some(o) = self.active {
+            if matches!(self.segments[o], Some(s) if s.live == 0) {
+                self.active = None;
+                self.free_segment(o)?;
+            }
+        }
+        let i = match self.segments.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.segments.len() < DIR_SLOTS => {
+                self.segments.push(None);
+                self.segments.len() - 1
+            }
+            None => return Err(Error::PoolFull { requested: need }),
+        };
         let size = (need + SEG_HEADER).max(SEG_SIZE);
         let r = self.pool.reserve(size)?;
         let off = r.offset();
@@ -342,7 +418,10 @@ impl PmLog {
         self.pool.touch(e.rec, info.size());
         // SAFETY: a live record's key and value are never written again, and
         // writers hold `&mut self`.
-        unsafe { self.pool.bytes(e.rec + info.value_offset(), u64::from(e.value_len)) }
+        unsafe {
+            self.pool
+                .bytes(e.rec + info.value_offset(), u64::from(e.value_len))
+        }
     }
 }
 
@@ -373,7 +452,9 @@ impl SerialEngine for PmLog {
     fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         let old = self.index.get(key).copied();
         match (mode, old) {
-            (PutMode::Insert, Some(_)) | (PutMode::Update, None) => return Ok(PutOutcome::Unchanged),
+            (PutMode::Insert, Some(_)) | (PutMode::Update, None) => {
+                return Ok(PutOutcome::Unchanged)
+            }
             _ => {}
         }
         let e = self.append(key, value)?;
@@ -402,9 +483,14 @@ impl SerialEngine for PmLog {
     }
 
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
-        if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) = (lo, hi) {
+        if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) =
+            (lo, hi)
+        {
             // BTreeMap::range panics on an inverted or empty-excluded range.
-            if l > h || (l == h && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_)))) {
+            if l > h
+                || (l == h
+                    && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_))))
+            {
                 return Ok(());
             }
         }
@@ -421,38 +507,58 @@ impl SerialEngine for PmLog {
     }
 
     fn check(&self) -> Result<CheckReport> {
-        let mut live = vec![0u64; DIR_SLOTS];
+        let mut live = vec![0u64; self.segments.len()];
         for (k, e) in &self.index {
-            let seg = self.segments[e.seg as usize]
-                .ok_or_else(|| Error::CheckFailed(format!("key {k:?} points into a missing segment")))?;
+            let seg = self.segments[e.seg as usize].ok_or_else(|| {
+                Error::CheckFailed(format!("key {k:?} points into a missing segment"))
+            })?;
             // SAFETY: `&self` excludes writers (they hold `&mut self`).
-            let info = unsafe { record::read(&self.pool, e.rec, seg.end, seg.nonce)? }
-                .ok_or_else(|| Error::CheckFailed(format!("record at {:#x} fails validation", e.rec)))?;
+            let info = unsafe { record::read(&self.pool, e.rec, seg.end, seg.nonce)? }.ok_or_else(
+                || Error::CheckFailed(format!("record at {:#x} fails validation", e.rec)),
+            )?;
             if info.dead {
-                return Err(Error::CheckFailed(format!("indexed record at {:#x} is dead", e.rec)));
+                return Err(Error::CheckFailed(format!(
+                    "indexed record at {:#x} is dead",
+                    e.rec
+                )));
             }
             // SAFETY: as above.
-            let key = unsafe { self.pool.bytes(e.rec + info.key_offset(), info.key_len as u64)? };
+            let key = unsafe {
+                self.pool
+                    .bytes(e.rec + info.key_offset(), info.key_len as u64)?
+            };
             if key != &k[..] || info.value_len != e.value_len as usize {
-                return Err(Error::CheckFailed(format!("record at {:#x} holds another key", e.rec)));
+                return Err(Error::CheckFailed(format!(
+                    "record at {:#x} holds another key",
+                    e.rec
+                )));
             }
             live[e.seg as usize] += 1;
         }
         let mut blocks = vec![self.dir];
-        for (i, s) in self.segments.iter().enumerate() {
+        for i in 0..DIR_SLOTS {
             let on_pm = self.pool.load_u64(dir_slot(self.dir, i))?;
-            match s {
+            match self.segments.get(i).copied().flatten() {
                 Some(s) => {
                     if on_pm != s.off {
-                        return Err(Error::CheckFailed(format!("directory slot {i} holds {on_pm:#x}, expected {:#x}", s.off)));
+                        return Err(Error::CheckFailed(format!(
+                            "directory slot {i} holds {on_pm:#x}, expected {:#x}",
+                            s.off
+                        )));
                     }
-                    if s.live != live[i] {
-                        return Err(Error::CheckFailed(format!("segment {i}: live count {} but {} indexed", s.live, live[i])));
+                    let indexed = live.get(i).copied().unwrap_or(0);
+                    if s.live != indexed {
+                        return Err(Error::CheckFailed(format!(
+                            "segment {i}: live count {} but {indexed} indexed",
+                            s.live
+                        )));
                     }
                     blocks.push(s.off);
                 }
                 None if on_pm != 0 => {
-                    return Err(Error::CheckFailed(format!("directory slot {i} holds {on_pm:#x} unknown to the engine")))
+                    return Err(Error::CheckFailed(format!(
+                        "directory slot {i} holds {on_pm:#x} unknown to the engine"
+                    )))
                 }
                 None => {}
             }
@@ -466,7 +572,8 @@ impl SerialEngine for PmLog {
     fn dram_bytes(&self) -> u64 {
         // Per entry: the boxed key, the Entry, and B-tree node overhead
         // (about one key pointer + entry per slot in nodes ~2/3 full).
-        let per_entry = (std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<Entry>()) as u64 * 3 / 2;
+        let per_entry =
+            (std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<Entry>()) as u64 * 3 / 2;
         self.key_bytes
             + self.index.len() as u64 * per_entry
             + (self.segments.len() * std::mem::size_of::<Option<Segment>>()) as u64

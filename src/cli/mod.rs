@@ -1,0 +1,466 @@
+//! The `pmindex` command line: argument definitions (clap derive) and
+//! dispatch. The commands themselves are in [`kv`] (pool and key commands)
+//! and [`bench`] (benchmark wrappers around `pmindex::bench`).
+//!
+//! Errors are printed as `error: <message>` on standard error; the exit code
+//! is 0 on success, 1 on failure (including a key that is not found), 2 on a
+//! usage error.
+
+mod bench;
+mod crashtest;
+mod error;
+mod kv;
+mod output;
+mod parse;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::builder::PossibleValuesParser;
+use clap::{Args, Parser, Subcommand};
+use pmindex::db::DEFAULT_ENGINE;
+use pmindex::pm::{FlushKind, PersistConfig, PmLatency};
+
+use error::CliError;
+use output::Output;
+
+const AFTER_HELP: &str = "\
+Examples:
+  pmindex create /tmp/demo.pool --size 64M
+  pmindex put /tmp/demo.pool hello world
+  pmindex get /tmp/demo.pool hello
+  pmindex --hex put /tmp/demo.pool 00ff 0102
+  pmindex scan /tmp/demo.pool --from a --to m --limit 10
+  pmindex info /tmp/demo.pool --json
+  pmindex bench --records 100000 --flush clflushopt --pm-latency 300/100
+
+Exit status: 0 on success, 1 on failure (also when a key is not found),
+2 on a usage error.";
+
+/// Crash-consistent key-value indexes for persistent memory.
+///
+/// A pool is a file (ideally on a DAX file system, where it is mapped with
+/// MAP_SYNC) holding one persistent index. Every change is durable when the
+/// command returns.
+#[derive(Debug, Parser)]
+#[command(name = "pmindex", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options accepted by every command.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+struct Global {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// Take KEY, VALUE, --from and --to as hex (e.g. 00ff) and print keys and
+    /// values as hex.
+    #[arg(long, global = true)]
+    hex: bool,
+
+    /// Flush instruction: auto (the best this CPU has: clwb, else clflushopt,
+    /// else clflush), clwb, clflushopt, clflush, or eadr (fences only, for
+    /// platforms whose caches are persistent) [default: auto].
+    #[arg(long, global = true, value_name = "MODE", value_parser = parse::parse_flush)]
+    flush: Option<FlushKind>,
+
+    /// Emulate slower PM: WRITE/READ latency in ns (e.g. 300/100), charged as
+    /// the excess over DRAM's 100 ns per flushed line and per PM line read
+    /// (WRITE/READ@DRAM sets the DRAM figure).
+    #[arg(long = "pm-latency", global = true, value_name = "W/R", value_parser = parse::parse_latency)]
+    pm_latency: Option<PmLatency>,
+}
+
+impl Global {
+    fn output(&self) -> Output {
+        Output {
+            json: self.json,
+            hex: self.hex,
+        }
+    }
+
+    /// The persistence settings from `--flush` and `--pm-latency`.
+    fn persist(&self) -> Result<PersistConfig, CliError> {
+        if self.flush.is_none() && self.pm_latency.is_none() {
+            return Ok(PersistConfig::default());
+        }
+        let kind = self.flush.unwrap_or_else(FlushKind::detect);
+        Ok(PersistConfig::new(kind, self.pm_latency)?)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a pool file holding an empty index.
+    Create(CreateArgs),
+    /// Insert a key or replace its value.
+    ///
+    /// Prints `inserted` or `replaced`. The change is durable when the command
+    /// returns.
+    Put(PutArgs),
+    /// Print a key's value.
+    ///
+    /// The value's bytes are written exactly as stored (a newline is added
+    /// only when standard output is a terminal); with --hex, as one hex line.
+    /// Exits with status 1 if the key is absent.
+    Get(KeyArgs),
+    /// Remove a key.
+    ///
+    /// Prints `deleted`; exits with status 1 if the key is absent.
+    Delete(KeyArgs),
+    /// Print the pairs in a key range, in key order.
+    ///
+    /// One `KEY<TAB>VALUE` per line. The range includes --from and excludes --to unless --from-excluded or
+    /// --to-included say otherwise. In text, tabs, newlines, backslashes,
+    /// other control characters and bytes that are not UTF-8 are escaped
+    /// (`\t`, `\n`, `\\`, `\u{7}`, `\xff`); use --hex for exact bytes.
+    Scan(ScanArgs),
+    /// Describe a pool.
+    ///
+    /// Header fields, engine, uuid, creation time, size, mapping mode, flush
+    /// instruction, layout, allocator use per class and the number of keys.
+    Info(PoolArg),
+    /// Check a pool's consistency.
+    ///
+    /// Walks the index and checks its invariants, then checks that every
+    /// allocated block is referenced by the index and every referenced block
+    /// is allocated. Prints the keys and blocks checked; exits with status 1
+    /// on the first broken invariant.
+    Check(PoolArg),
+    /// Benchmark insert, get and delete on each engine, in temporary pools.
+    ///
+    /// For each engine: create a pool file in the temporary directory (sized
+    /// from --records and --value-size, removed afterwards), insert the keys
+    /// (8-byte big-endian, random), get them all in another random order and
+    /// check each value, then delete them all. Prints ns/op, Mops/s and PM
+    /// flushes, fences and lines read per operation for each phase.
+    Bench(BenchArgs),
+    /// Benchmark the pool's store API against raw DRAM stores.
+    ///
+    /// On an anonymous pool: Pool::store_u64 against write_volatile, and
+    /// Pool::write_bytes of 64 bytes against copy_nonoverlapping, each with a
+    /// sequential and a random pattern inside --region; medians of --repeats
+    /// alternating runs, and their ratio.
+    BenchStoreApi(StoreApiArgs),
+    /// Crash-test an engine (or the allocator) in the crash simulator.
+    ///
+    /// Runs seeded workloads on a simulated pool that records every PM store,
+    /// flush and fence; crashes at every fence and at sampled points between
+    /// fences; builds the crash images a power failure can leave (the
+    /// all-pending image, the durable-only image and random per-line
+    /// prefixes); recovers each distinct image and verifies it against the
+    /// acknowledged operations, with `check()` and a leak check. Some images
+    /// are crashed again during their recovery. Exits with status 1 on any
+    /// failure, printing the crash point, a shrunk workload and the command
+    /// that reproduces it.
+    Crashtest(CrashtestArgs),
+}
+
+#[derive(Debug, Args)]
+struct CrashtestArgs {
+    /// Engine to test, or `alloc` for the allocator alone.
+    #[arg(long, default_value = "pmlog")]
+    engine: String,
+    /// Operations per workload round.
+    #[arg(long, default_value_t = 200)]
+    ops: usize,
+    /// Distinct crash images to check (1000000 is the long budget).
+    #[arg(long, default_value_t = 2000)]
+    states: usize,
+    /// Seed of the first round (round i uses seed + i).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Distinct keys (or allocator slots) in the workload.
+    #[arg(long, default_value_t = 48)]
+    keys: usize,
+    /// At most this many random images per crash point.
+    #[arg(long, default_value_t = 20)]
+    per_point: usize,
+    /// Simulate an eADR platform (caches drained at power loss).
+    #[arg(long)]
+    eadr: bool,
+    /// Drop one named persist on purpose (harness self-test), e.g. pmlog-skip-append-fence.
+    #[arg(long)]
+    fault: Option<String>,
+    /// Stop after this many failures.
+    #[arg(long, default_value_t = 5)]
+    max_failures: usize,
+    /// Do not shrink a failing workload.
+    #[arg(long)]
+    no_shrink: bool,
+    /// Verification threads (default: the number of cores, at most 4).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct PoolArg {
+    /// The pool file.
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct CreateArgs {
+    /// The pool file to create (it must not exist).
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+
+    /// The engine (index design) of the pool.
+    #[arg(long, value_name = "ENGINE", default_value = DEFAULT_ENGINE,
+          value_parser = PossibleValuesParser::new(engine_names()))]
+    engine: String,
+
+    /// Pool size: bytes, or with a K, M, G or T suffix (binary); at least 1M,
+    /// a multiple of 4K. The file is sparse.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse::parse_size)]
+    size: u64,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Use `--` before a KEY or VALUE that starts with `-`.")]
+struct PutArgs {
+    /// The pool file.
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+    /// The key: 1 to 250 bytes (hex with --hex).
+    #[arg(value_name = "KEY")]
+    key: String,
+    /// The value: up to 1 MiB (hex with --hex).
+    #[arg(value_name = "VALUE")]
+    value: String,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Use `--` before a KEY that starts with `-`.")]
+struct KeyArgs {
+    /// The pool file.
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+    /// The key (hex with --hex).
+    #[arg(value_name = "KEY")]
+    key: String,
+}
+
+#[derive(Debug, Args)]
+struct ScanArgs {
+    /// The pool file.
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+    /// Start at this key (included unless --from-excluded) [default: the first key].
+    #[arg(long, value_name = "KEY")]
+    from: Option<String>,
+    /// Leave the --from key itself out.
+    #[arg(long, requires = "from")]
+    from_excluded: bool,
+    /// Stop at this key (excluded unless --to-included) [default: after the last key].
+    #[arg(long, value_name = "KEY")]
+    to: Option<String>,
+    /// Include the --to key itself.
+    #[arg(long, requires = "to")]
+    to_included: bool,
+    /// Print at most N pairs.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Keys per engine.
+    #[arg(long, value_name = "N", default_value = "200000", value_parser = parse::parse_count)]
+    records: u64,
+
+    /// Bytes per value (K/M suffixes allowed; at most 1M).
+    #[arg(long, value_name = "BYTES", default_value = "8", value_parser = parse::parse_size)]
+    value_size: u64,
+
+    /// Seed of the keys, values and access orders.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    seed: u64,
+
+    /// Engines to run, comma separated, or `all`.
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    engines: String,
+
+    /// Directory for the temporary pool files (a DAX mount to measure real
+    /// PM) [default: the system's temporary directory].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+
+    /// Run the store-API benchmark instead (like `pmindex bench-store-api`
+    /// with its defaults and this --seed).
+    #[arg(long, conflicts_with_all = ["records", "value_size", "engines", "dir"])]
+    store_api: bool,
+}
+
+#[derive(Debug, Args)]
+struct StoreApiArgs {
+    /// 8-byte stores per measurement (`_` separators allowed).
+    #[arg(long, value_name = "N", default_value = "50000000", value_parser = parse::parse_count)]
+    stores: u64,
+
+    /// 64-byte writes per measurement [default: STORES / 8].
+    #[arg(long, value_name = "N", value_parser = parse::parse_count)]
+    writes: Option<u64>,
+
+    /// Bytes of the region the stores land in: a power of two from 4K to 1G.
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse::parse_size)]
+    region: u64,
+
+    /// Measurements per side (pool and raw alternate); medians are reported.
+    #[arg(long, value_name = "N", default_value_t = 7)]
+    repeats: u32,
+
+    /// Seed of the random access pattern.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    seed: u64,
+}
+
+fn engine_names() -> Vec<&'static str> {
+    pmindex::engine::ENGINES.iter().map(|e| e.name).collect()
+}
+
+/// Parses the command line, runs the command, and turns its outcome into
+/// an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    let g = &cli.global;
+    let out = g.output();
+    match cli.command {
+        Command::Create(a) => kv::create(out, g.persist()?, &a.pool, &a.engine, a.size),
+        Command::Put(a) => kv::put(out, g.persist()?, &a.pool, &a.key, &a.value),
+        Command::Get(a) => kv::get(out, g.persist()?, &a.pool, &a.key),
+        Command::Delete(a) => kv::delete(out, g.persist()?, &a.pool, &a.key),
+        Command::Scan(a) => kv::scan(
+            out,
+            g.persist()?,
+            &a.pool,
+            &kv::ScanRange {
+                from: a.from.as_deref(),
+                from_excluded: a.from_excluded,
+                to: a.to.as_deref(),
+                to_included: a.to_included,
+                limit: a.limit,
+            },
+        ),
+        Command::Info(a) => kv::info(out, g.persist()?, &a.pool),
+        Command::Check(a) => kv::check(out, g.persist()?, &a.pool),
+        Command::Bench(a) => {
+            if a.store_api {
+                let cfg = pmindex::bench::store_api::StoreApiConfig {
+                    seed: a.seed,
+                    ..Default::default()
+                };
+                return bench::store_api(out, &cfg);
+            }
+            bench::quick(
+                out,
+                g.persist()?,
+                &bench::QuickArgs {
+                    records: a.records,
+                    value_size: a.value_size,
+                    seed: a.seed,
+                    engines: &a.engines,
+                    dir: a.dir,
+                },
+            )
+        }
+        Command::Crashtest(a) => {
+            let mut cfg = pmindex::sim::CrashConfig::new(&a.engine);
+            cfg.ops = a.ops;
+            cfg.states = a.states;
+            cfg.seed = a.seed;
+            cfg.keys = a.keys;
+            cfg.per_point = a.per_point;
+            cfg.eadr = a.eadr;
+            cfg.max_failures = a.max_failures;
+            cfg.shrink = !a.no_shrink;
+            if let Some(t) = a.threads {
+                cfg.threads = t.max(1);
+            }
+            if let Some(f) = &a.fault {
+                cfg.fault = Some(
+                    f.parse()
+                        .map_err(|e: pmindex::Error| CliError::Usage(e.to_string()))?,
+                );
+            }
+            crashtest::run(out, cfg)
+        }
+        Command::BenchStoreApi(a) => {
+            let cfg = pmindex::bench::store_api::StoreApiConfig {
+                stores: a.stores,
+                range_writes: a.writes.unwrap_or((a.stores / 8).max(1)),
+                region_bytes: a.region,
+                repeats: a.repeats,
+                seed: a.seed,
+            };
+            bench::store_api(out, &cfg)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_options_go_anywhere() {
+        let c = Cli::try_parse_from(["pmindex", "get", "p", "k", "--hex", "--json"]).unwrap();
+        assert!(c.global.hex && c.global.json);
+        let c = Cli::try_parse_from(["pmindex", "--flush", "clflush", "info", "p"]).unwrap();
+        assert_eq!(c.global.flush, Some(FlushKind::Clflush));
+    }
+
+    #[test]
+    fn usage_errors() {
+        for args in [
+            &["pmindex", "create", "p", "--size", "12Q"][..],
+            &["pmindex", "create", "p", "--engine", "nope"],
+            &["pmindex", "scan", "p", "--from-excluded"],
+            &["pmindex", "--flush", "bogus", "info", "p"],
+            &["pmindex", "--pm-latency", "300", "info", "p"],
+            &["pmindex", "bench", "--store-api", "--records", "5"],
+            &["pmindex", "put", "p", "k"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_and_counts_parse() {
+        let c = Cli::try_parse_from(["pmindex", "create", "p", "--size", "64M"]).unwrap();
+        match c.command {
+            Command::Create(a) => assert_eq!((a.size, a.engine.as_str()), (64 << 20, "pmlog")),
+            _ => panic!("not create"),
+        }
+        let c = Cli::try_parse_from(["pmindex", "bench", "--records", "1_000"]).unwrap();
+        match c.command {
+            Command::Bench(a) => assert_eq!((a.records, a.value_size), (1000, 8)),
+            _ => panic!("not bench"),
+        }
+    }
+}
