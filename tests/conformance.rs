@@ -6,3 +6,4 @@ mod common;
 use common::conformance::conformance_suite;
 
 conformance_suite!(pmlog, "pmlog");
+conformance_suite!(hart, "hart");

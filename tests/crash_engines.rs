@@ -65,4 +65,5 @@ macro_rules! crash_suite {
 crash_suite! {
     allocator => pmindex::sim::ALLOC_SUBJECT,
     pmlog => "pmlog",
+    hart => "hart",
 }

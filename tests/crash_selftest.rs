@@ -48,7 +48,17 @@ fn pmlog_missing_delete_flush_is_caught() {
 }
 
 #[test]
+fn hart_missing_leaf_flush_is_caught() {
+    must_catch(Fault::HartSkipLeafFlush, "hart");
+}
+
+#[test]
+fn hart_commit_before_slot_is_caught() {
+    must_catch(Fault::HartCommitBeforeSlot, "hart");
+}
+
+#[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 4);
+    assert_eq!(Fault::ALL.len(), 6);
 }

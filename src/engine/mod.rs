@@ -16,6 +16,7 @@ use parking_lot::RwLock;
 use crate::error::Result;
 use crate::pm::Pool;
 
+pub mod hart;
 pub mod pmlog;
 
 /// Longest key (memcached's limit).
@@ -191,7 +192,7 @@ pub struct EngineInfo {
 }
 
 /// Every engine in this build. One line per engine.
-pub const ENGINES: &[EngineInfo] = &[pmlog::INFO];
+pub const ENGINES: &[EngineInfo] = &[pmlog::INFO, hart::INFO];
 
 /// Looks an engine up by name.
 pub fn find(name: &str) -> crate::Result<&'static EngineInfo> {

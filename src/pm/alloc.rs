@@ -19,11 +19,12 @@
 //!
 //! | offset | field |
 //! |---:|---|
-//! | 0 | `hdr`: `kind << 56 \| crc32(kind, bytes 8..40)`; 0 = empty |
+//! | 0 | `hdr`: `kind << 56 \| crc32(kind, bytes 8..48)`; 0 = empty |
 //! | 8 | `block`: the block being activated or freed |
 //! | 16 | `slot`: the caller's persistent pointer |
 //! | 24 | `old`: the value `slot` held before (for `replace`, the block it frees) |
 //! | 32 | `chunks`: `block`'s chunk count (low 32 bits; 0 = slab), `old`'s (high 32) |
+//! | 40 | `new`: for `free`, what `slot` receives (null, or the next element of a list being unlinked) |
 //!
 //! # Persist order (activate, replace, free)
 //! Under the thread's lane lock:
@@ -493,7 +494,11 @@ impl Heap {
                 ))
             }
         }
-        let value = if rec.kind == KIND_FREE { 0 } else { rec.block };
+        let value = if rec.kind == KIND_FREE {
+            rec.new
+        } else {
+            rec.block
+        };
         self.store_slot(pool, rec.slot, value)
     }
 
@@ -767,6 +772,7 @@ impl Heap {
             old,
             block_chunks: r.chunks,
             old_chunks,
+            new: r.off,
         };
         self.run(pool, &rec)?;
         {
@@ -794,7 +800,7 @@ impl Heap {
         Ok(())
     }
 
-    pub(crate) fn free(&self, pool: &Pool, slot: u64) -> Result<()> {
+    pub(crate) fn free(&self, pool: &Pool, slot: u64, new: u64) -> Result<()> {
         check_slot(pool, slot)?;
         let block = pool.load_u64(slot)?;
         if block == 0 {
@@ -810,6 +816,7 @@ impl Heap {
             old: block,
             block_chunks: chunks,
             old_chunks: 0,
+            new,
         };
         self.run(pool, &rec)?;
         self.release(pool, block, chunks, true)
@@ -1022,6 +1029,8 @@ struct Record {
     old: u64,
     block_chunks: u32,
     old_chunks: u32,
+    /// What `free` stores into the slot (usually null).
+    new: u64,
 }
 
 impl Record {
@@ -1032,7 +1041,13 @@ impl Record {
     fn hdr(&self) -> u64 {
         let mut h = crc32fast::Hasher::new();
         h.update(&[self.kind as u8]);
-        for w in [self.block, self.slot, self.old, self.chunks_word()] {
+        for w in [
+            self.block,
+            self.slot,
+            self.old,
+            self.chunks_word(),
+            self.new,
+        ] {
             h.update(&w.to_le_bytes());
         }
         (self.kind << TAG_SHIFT) | u64::from(h.finalize())
@@ -1045,6 +1060,7 @@ impl Record {
         pool.store_u64(base + 16, self.slot)?;
         pool.store_u64(base + 24, self.old)?;
         pool.store_u64(base + 32, self.chunks_word())?;
+        pool.store_u64(base + 40, self.new)?;
         pool.store_u64(base, self.hdr())
     }
 
@@ -1058,6 +1074,7 @@ impl Record {
             old: pool.load_u64(base + 24)?,
             block_chunks: (chunks & LOW_MASK) as u32,
             old_chunks: (chunks >> 32) as u32,
+            new: pool.load_u64(base + 40)?,
         })
     }
 }

@@ -29,6 +29,12 @@ pub enum Fault {
     /// pmlog: a delete sets `DEAD` without flushing it (an acknowledged
     /// delete can be undone).
     PmlogSkipKillFlush,
+    /// hart: an insert or update flushes the value but not the leaf's line 0
+    /// (an acknowledged insert or update can be lost).
+    HartSkipLeafFlush,
+    /// hart: an update stores the new commit word before the new slot (the
+    /// commit can reach PM pointing at a slot that was never written).
+    HartCommitBeforeSlot,
 }
 
 impl Fault {
@@ -38,6 +44,8 @@ impl Fault {
         Fault::AllocSkipRecordFence,
         Fault::PmlogSkipAppendFence,
         Fault::PmlogSkipKillFlush,
+        Fault::HartSkipLeafFlush,
+        Fault::HartCommitBeforeSlot,
     ];
 
     /// The name used on the command line.
@@ -47,6 +55,8 @@ impl Fault {
             Fault::AllocSkipRecordFence => "alloc-skip-record-fence",
             Fault::PmlogSkipAppendFence => "pmlog-skip-append-fence",
             Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
+            Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
+            Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
         }
     }
 
@@ -55,6 +65,7 @@ impl Fault {
         match self {
             Fault::AllocSkipMarkFlush | Fault::AllocSkipRecordFence => None,
             Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
+            Fault::HartSkipLeafFlush | Fault::HartCommitBeforeSlot => Some("hart"),
         }
     }
 }

@@ -57,7 +57,14 @@ impl Pool {
     /// Frees the block whose offset `slot` holds and sets `slot` to null,
     /// failure-atomically. Durable on return.
     pub fn free(&self, slot: u64) -> Result<()> {
-        self.heap().free(self, slot)
+        self.heap().free(self, slot, 0)
+    }
+
+    /// Frees the block whose offset `slot` holds and stores `value` into
+    /// `slot`, failure-atomically: for unlinking a block from a persistent
+    /// list (`value` is the next element). Durable on return.
+    pub fn free_and_store(&self, slot: u64, value: u64) -> Result<()> {
+        self.heap().free(self, slot, value)
     }
 
     /// Usable size of the allocated block at `off`; an error if `off` is not

@@ -999,6 +999,16 @@ fn run_round(cfg: &CrashConfig) -> Result<CrashReport> {
     }
 }
 
+/// Crash-tests a given operation sequence (one round), for regression tests
+/// of bugs the simulator found.
+pub fn run_ops(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
+    crate::engine::find(&cfg.engine)?;
+    let n = ops.len();
+    let mut r = run_kv(cfg, ops)?;
+    r.ops = n;
+    Ok(r)
+}
+
 fn run_kv(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
     let t0 = Instant::now();
     let (subject, trace, live) = KvSubject::record(cfg, ops)?;
@@ -1016,8 +1026,8 @@ fn run_alloc(cfg: &CrashConfig, ops: Vec<AllocOp>) -> Result<CrashReport> {
 }
 
 /// Shrinks a failing workload: cut it after the failing operation, then drop
-/// operations one at a time while it still fails (at most 60 trials, each
-/// with a quarter of the budget).
+/// operations one at a time while it still fails (at most 60 trials or 20 s,
+/// each trial with a quarter of the budget).
 fn shrink_kv(cfg: &CrashConfig, ops: Vec<Op>, report: &CrashReport) -> Result<Vec<Op>> {
     let last = report
         .failures
@@ -1040,7 +1050,8 @@ fn shrink_kv(cfg: &CrashConfig, ops: Vec<Op>, report: &CrashReport) -> Result<Ve
     }
     let mut trials = 0;
     let mut i = 0;
-    while i < cur.len() && trials < 60 {
+    let t0 = Instant::now();
+    while i < cur.len() && trials < 60 && t0.elapsed().as_secs() < 20 {
         let mut cand = cur.clone();
         cand.remove(i);
         trials += 1;

@@ -14,7 +14,7 @@ pub mod harness;
 pub mod trace;
 pub mod workload;
 
-pub use harness::{run, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT};
+pub use harness::{run, run_ops, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT};
 
 /// A key for messages: printable ASCII as is, anything else in hex.
 pub fn show_key(k: &[u8]) -> String {

@@ -1,0 +1,736 @@
+//! A DRAM adaptive radix tree whose leaves live elsewhere: the per-prefix
+//! index of HART (Leis, Kemper, Neumann, "The Adaptive Radix Tree", ICDE
+//! 2013; HART §III-A "Hash-assisted ARTs", "Selective consistency").
+//!
+//! # Role in HART
+//! HART splits a key into a hash key (its first `k_h` bytes, 2 by default)
+//! and the rest. The hash key selects one [`Art`]; the rest is that tree's
+//! key, so a tree key may be empty, and keys that are prefixes of one
+//! another are normal. Inner nodes live in DRAM and are rebuilt at recovery;
+//! a leaf is only a `V` (in HART the `u64` PM offset of a leaf that stores
+//! the complete key). The tree never stores leaf keys: when a search reaches
+//! a leaf it asks the caller through [`LeafKeys`], which reads the key from
+//! PM.
+//!
+//! # Structure
+//! A child slot holds a `Child`: either `Leaf(v)` or a boxed inner node
+//! of one of four kinds, chosen by fan-out:
+//!
+//! | kind | children | search | bytes (`V = u64`) |
+//! |---|---:|---|---:|
+//! | `Node4` | 1..=4 | linear scan of sorted keys | 120 |
+//! | `Node16` | 4..=16 | 16 bytes compared at once (SWAR) | 320 |
+//! | `Node48` | 13..=48 | 256-byte index, then slot | 1072 |
+//! | `Node256` | 38..=256 | direct | 4144 |
+//!
+//! A kind grows into the next one when a child arrives at a full node, and
+//! shrinks into the previous one at 3 (`Node16`), 12 (`Node48`) or 37
+//! (`Node256`) children. Every node starts with a `Header`: its compressed
+//! path (a `Prefix`), its value slot, and its child count.
+//!
+//! - **Path compression (pessimistic).** A chain of single-child nodes is
+//!   collapsed into one node whose `prefix` holds the chain's bytes in full
+//!   (inline up to 22 bytes, else a heap spill). Searches compare them in
+//!   DRAM; only the final key comparison at a leaf loads a key.
+//! - **Lazy expansion.** A leaf sits directly in the child slot where its
+//!   path becomes unique; the bytes below it are not materialised. Inserting
+//!   a second key there replaces the leaf by a `Node4` whose prefix is the
+//!   two keys' common part (read once through [`LeafKeys`]).
+//! - **Keys that are prefixes of other keys.** A key that ends exactly at an
+//!   inner node (after its prefix) is kept in that node's value slot
+//!   (`Header::value`), not in a child. The empty key at the root, `"a"`
+//!   under `"ab"`, etc. all use it. In key order the value slot comes before
+//!   every child, because a key sorts before all its extensions.
+//! - **Merging on remove.** A `Node4` left with one entry is replaced by
+//!   it: a lone value becomes a `Leaf` in the node's slot, a lone leaf child
+//!   moves up, and a lone inner child takes the node's place with its prefix
+//!   extended to `node prefix ‖ child byte ‖ child prefix`.
+//!
+//! # Invariants
+//! Let the *path* of a node be the bytes consumed to reach it (the prefixes
+//! and child bytes above it), and its *depth* the path's length.
+//! 1. Every key stored below a node starts with `path ‖ prefix`. A value
+//!    slot holds the key equal to `path ‖ prefix`; a leaf reached through
+//!    child byte `b` has a key starting with `path ‖ prefix ‖ b`.
+//! 2. Every inner node has at least one child, and children plus value slot
+//!    count at least 2 (no chains of single-child nodes).
+//! 3. Each kind's child count lies in the range of the table above.
+//! 4. `len` is the number of leaves plus full value slots; `dram` is the sum
+//!    of node sizes and prefix spills ([`Art::dram_bytes`]).
+//!
+//! The tests check all four after every few random operations
+//! (`Art::validate`).
+//!
+//! # Key loads
+//! `get` and `remove` load exactly one key (the leaf's) when they reach a
+//! leaf, none when they stop at an inner node. `insert` loads one when it
+//! reaches a leaf, to either replace it (same key) or split it. `range`
+//! loads the key of every entry it passes to the callback, plus those of
+//! the leaves on the (at most two) root-to-leaf paths where a bound cuts a
+//! node, which it compares with the bounds.
+//!
+//! # Recursion and memory
+//! `get`, `insert` and `remove` are loops. `range` recurses, and dropping
+//! the tree recurses through `Box`: both are bounded by the height, at most
+//! the longest key's length plus one (251 levels for 250-byte keys).
+//!
+//! # Concurrency
+//! `Art` is a plain single-writer structure (`&mut self` for writes); HART
+//! wraps each tree in a reader-writer lock. It holds only `Box`es and `V`s,
+//! so it is `Send + Sync` whenever `V` is (checked below at compile time).
+//! The module contains no `unsafe` code.
+
+#![forbid(unsafe_code)]
+
+/// Runs `$body` with `$n` bound to the boxed node, whatever its kind.
+macro_rules! dispatch {
+    ($inner:expr, $n:ident => $body:expr) => {
+        match $inner {
+            Inner::N4($n) => $body,
+            Inner::N16($n) => $body,
+            Inner::N48($n) => $body,
+            Inner::N256($n) => $body,
+        }
+    };
+}
+
+mod node16;
+mod node256;
+mod node4;
+mod node48;
+mod prefix;
+mod range;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::mem::size_of;
+use std::ops::Bound;
+
+use node16::Node16;
+use node256::Node256;
+use node4::Node4;
+use node48::Node48;
+use prefix::Prefix;
+
+/// Where the tree finds the full key of a leaf.
+///
+/// # Contract
+/// `key(v)` returns the key that `v` was inserted under, for as long as `v`
+/// is in the tree (HART: the key bytes of the PM leaf at offset `v`, after
+/// the hash prefix). The tree calls it only for values it holds; the value
+/// passed to [`Art::insert`] is not looked up during that insert. A `key`
+/// that breaks the contract makes results wrong, and may panic on an index
+/// out of range; it never makes the tree unsound.
+pub trait LeafKeys<V> {
+    /// The full key of the entry whose value is `v`.
+    fn key(&self, v: V) -> &[u8];
+}
+
+/// An adaptive radix tree from byte-string keys to `V`s, keys kept by the
+/// caller (see the module docs).
+pub struct Art<V: Copy> {
+    root: Option<Child<V>>,
+    /// Entries (leaves plus full value slots).
+    len: usize,
+    /// Heap bytes: node sizes plus prefix spills.
+    dram: usize,
+}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn _check<V: Copy + Send + Sync>() {
+        send_sync::<Art<V>>();
+    }
+    send_sync::<Art<u64>>();
+};
+
+impl<V: Copy> Default for Art<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Copy> fmt::Debug for Art<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Art")
+            .field("len", &self.len)
+            .field("dram_bytes", &self.dram)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V: Copy> Art<V> {
+    /// An empty tree. Allocates nothing.
+    pub fn new() -> Self {
+        Art {
+            root: None,
+            len: 0,
+            dram: 0,
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Heap bytes the tree holds: the sum of `size_of` of every inner node
+    /// plus the bytes of prefixes longer than 22 (allocator overhead not
+    /// counted). An empty tree, or one with a single key, holds 0.
+    pub fn dram_bytes(&self) -> usize {
+        self.dram
+    }
+
+    /// How many nodes of each kind the tree holds (a walk of the tree).
+    pub fn node_counts(&self) -> NodeCounts {
+        let mut counts = NodeCounts::default();
+        let mut stack: Vec<&Child<V>> = self.root.iter().collect();
+        while let Some(child) = stack.pop() {
+            let node = match child {
+                Child::Leaf(_) => {
+                    counts.leaves += 1;
+                    continue;
+                }
+                Child::Inner(node) => node,
+            };
+            match node {
+                Inner::N4(_) => counts.node4 += 1,
+                Inner::N16(_) => counts.node16 += 1,
+                Inner::N48(_) => counts.node48 += 1,
+                Inner::N256(_) => counts.node256 += 1,
+            }
+            counts.value_slots += usize::from(node.header().value.is_some());
+            dispatch!(node, n => stack.extend(n.children().map(|(_, c)| c)));
+        }
+        counts
+    }
+
+    /// The value of `key`, if present. Loads at most one key (at a leaf).
+    pub fn get<K: LeafKeys<V> + ?Sized>(&self, key: &[u8], keys: &K) -> Option<V> {
+        let mut cur = self.root.as_ref()?;
+        let mut depth = 0;
+        loop {
+            let node = match cur {
+                Child::Leaf(v) => return (keys.key(*v) == key).then_some(*v),
+                Child::Inner(node) => node,
+            };
+            cur = match dispatch!(node, n => descend(&**n, key, &mut depth)) {
+                Ok(next) => next,
+                Err(found) => return found,
+            };
+        }
+    }
+
+    /// Maps `key` to `value`; returns the value it replaced, if the key was
+    /// present (upsert). `keys.key(value)` need not work until this returns.
+    pub fn insert<K: LeafKeys<V> + ?Sized>(&mut self, key: &[u8], value: V, keys: &K) -> Option<V> {
+        let old = match &mut self.root {
+            None => {
+                self.root = Some(Child::Leaf(value));
+                None
+            }
+            Some(root) => insert_below(root, key, value, keys, &mut self.dram),
+        };
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes `key`; returns its value, if it was present. Shrinks nodes
+    /// and merges paths as described in the module docs.
+    pub fn remove<K: LeafKeys<V> + ?Sized>(&mut self, key: &[u8], keys: &K) -> Option<V> {
+        let removed = match &mut self.root {
+            None => None,
+            Some(Child::Leaf(v)) => {
+                let v = *v;
+                if keys.key(v) != key {
+                    return None;
+                }
+                self.root = None;
+                Some(v)
+            }
+            Some(root) => remove_below(root, key, keys, &mut self.dram),
+        };
+        if removed.is_some() {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    /// Calls `f(key, value)` for every key in `lo..hi`, in byte-wise
+    /// lexicographic order (a key before its extensions), until `f` returns
+    /// `false`. `lo > hi` visits nothing. Subtrees outside the bounds are
+    /// skipped without loading keys; the key passed to `f` comes from
+    /// `keys`.
+    pub fn range<K, F>(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, keys: &K, f: F)
+    where
+        K: LeafKeys<V> + ?Sized,
+        F: FnMut(&[u8], V) -> bool,
+    {
+        if let Some(root) = &self.root {
+            range::RangeWalk::new(lo, hi, keys, f).run(root);
+        }
+    }
+
+    /// The value of the smallest key.
+    pub fn first(&self) -> Option<V> {
+        let mut cur = self.root.as_ref()?;
+        loop {
+            let node = match cur {
+                Child::Leaf(v) => return Some(*v),
+                Child::Inner(node) => node,
+            };
+            if let Some(v) = node.header().value {
+                return Some(v);
+            }
+            cur = dispatch!(node, n => n.first_child())?;
+        }
+    }
+
+    /// The value of the largest key.
+    pub fn last(&self) -> Option<V> {
+        let mut cur = self.root.as_ref()?;
+        loop {
+            let node = match cur {
+                Child::Leaf(v) => return Some(*v),
+                Child::Inner(node) => node,
+            };
+            match dispatch!(node, n => n.last_child()) {
+                Some(child) => cur = child,
+                None => return node.header().value,
+            }
+        }
+    }
+}
+
+/// How many nodes of each kind a tree holds ([`Art::node_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// `Node4`s.
+    pub node4: usize,
+    /// `Node16`s.
+    pub node16: usize,
+    /// `Node48`s.
+    pub node48: usize,
+    /// `Node256`s.
+    pub node256: usize,
+    /// Leaves in child slots (or at the root).
+    pub leaves: usize,
+    /// Inner nodes whose value slot holds a key.
+    pub value_slots: usize,
+}
+
+/// What a child slot (or the root) holds.
+enum Child<V> {
+    /// A key's value; its key is `keys.key(v)`.
+    Leaf(V),
+    /// An inner node.
+    Inner(Inner<V>),
+}
+
+/// An inner node of one of the four kinds.
+enum Inner<V> {
+    N4(Box<Node4<V>>),
+    N16(Box<Node16<V>>),
+    N48(Box<Node48<V>>),
+    N256(Box<Node256<V>>),
+}
+
+const _: () = assert!(size_of::<Child<u64>>() == 16);
+const _: () = assert!(size_of::<Option<Child<u64>>>() == 16);
+
+/// The part every inner node starts with.
+///
+/// | offset (`V = u64`) | size | field |
+/// |---:|---:|---|
+/// | 0 | 24 | `prefix`: the compressed path |
+/// | 24 | 16 | `value`: the key equal to `path ‖ prefix`, if present |
+/// | 40 | 2 | `count`: children in use |
+/// | 42 | 6 | padding |
+#[repr(C)]
+struct Header<V> {
+    prefix: Prefix,
+    value: Option<V>,
+    count: u16,
+}
+
+impl<V> Default for Header<V> {
+    fn default() -> Self {
+        Header {
+            prefix: Prefix::default(),
+            value: None,
+            count: 0,
+        }
+    }
+}
+
+/// What the four node kinds share. Positions (`pos`) are indices into the
+/// kind's child array, valid until the node changes.
+trait InnerNode<V: Copy> {
+    /// Fewest children of a node of this kind (invariant 3).
+    const MIN_CHILDREN: usize;
+    /// Most children of a node of this kind.
+    const MAX_CHILDREN: usize;
+
+    fn header(&self) -> &Header<V>;
+    fn header_mut(&mut self) -> &mut Header<V>;
+    /// Position of the child for `byte`.
+    fn find_pos(&self, byte: u8) -> Option<usize>;
+    /// The child for `byte`.
+    fn find(&self, byte: u8) -> Option<&Child<V>>;
+    /// The child at a position `find_pos` returned.
+    fn child_at(&self, pos: usize) -> Option<&Child<V>>;
+    /// The child at a position `find_pos` returned (there is one).
+    fn child_at_mut(&mut self, pos: usize) -> &mut Child<V>;
+    /// Adds a child for `byte`, which has none; the node is not full.
+    fn add(&mut self, byte: u8, child: Child<V>);
+    /// Removes the child for `byte`.
+    fn take(&mut self, byte: u8) -> Option<Child<V>>;
+    /// The child with the smallest byte.
+    fn first_child(&self) -> Option<&Child<V>>;
+    /// The child with the largest byte.
+    fn last_child(&self) -> Option<&Child<V>>;
+    /// The children with their bytes, in byte order.
+    fn children<'a>(&'a self) -> impl Iterator<Item = (u8, &'a Child<V>)>
+    where
+        V: 'a;
+
+    /// Whether `add` needs a bigger kind first.
+    fn is_full(&self) -> bool {
+        usize::from(self.header().count) >= Self::MAX_CHILDREN
+    }
+
+    /// Whether the node must shrink into a smaller kind (a `Node4` is
+    /// replaced by its last entry instead, see `fix_underfull`).
+    fn is_underfull(&self) -> bool {
+        usize::from(self.header().count) < Self::MIN_CHILDREN
+    }
+}
+
+impl<V: Copy> Inner<V> {
+    #[inline]
+    fn header(&self) -> &Header<V> {
+        dispatch!(self, n => n.header())
+    }
+
+    fn header_mut(&mut self) -> &mut Header<V> {
+        dispatch!(self, n => n.header_mut())
+    }
+
+    /// `size_of` the node (without its prefix spill).
+    fn node_bytes(&self) -> usize {
+        match self {
+            Inner::N4(_) => size_of::<Node4<V>>(),
+            Inner::N16(_) => size_of::<Node16<V>>(),
+            Inner::N48(_) => size_of::<Node48<V>>(),
+            Inner::N256(_) => size_of::<Node256<V>>(),
+        }
+    }
+
+    /// Adds a child for `byte` (which has none), growing the node into the
+    /// next kind first if it is full.
+    fn add(&mut self, byte: u8, child: Child<V>, dram: &mut usize) {
+        let grown = match self {
+            Inner::N4(n) if n.is_full() => Inner::N16(Box::new(Node16::grown(n))),
+            Inner::N16(n) if n.is_full() => Inner::N48(Box::new(Node48::grown(n))),
+            Inner::N48(n) if n.is_full() => Inner::N256(Box::new(Node256::grown(n))),
+            _ => return dispatch!(self, n => n.add(byte, child)),
+        };
+        self.replace_with(grown, dram);
+        dispatch!(self, n => n.add(byte, child));
+    }
+
+    /// Puts `other` (which took over this node's contents) in its place.
+    fn replace_with(&mut self, other: Inner<V>, dram: &mut usize) {
+        *dram -= self.node_bytes();
+        *dram += other.node_bytes();
+        *self = other;
+    }
+}
+
+impl<V: Copy> Child<V> {
+    /// The inner node in a slot the caller has just seen hold one.
+    fn inner(&self) -> &Inner<V> {
+        debug_assert!(matches!(self, Child::Inner(_)));
+        match self {
+            Child::Inner(node) => node,
+            Child::Leaf(_) => unreachable!("the caller saw an inner node in this slot"),
+        }
+    }
+
+    /// See [`Child::inner`].
+    fn inner_mut(&mut self) -> &mut Inner<V> {
+        debug_assert!(matches!(self, Child::Inner(_)));
+        match self {
+            Child::Inner(node) => node,
+            Child::Leaf(_) => unreachable!("the caller saw an inner node in this slot"),
+        }
+    }
+}
+
+/// Length of the common prefix of `a` and `b`.
+#[inline]
+fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// One search step at `n`, `depth` bytes into `key`: the next child (depth
+/// advanced past its byte), or the answer (`Err`).
+#[inline(always)]
+fn descend<'a, V: Copy, N: InnerNode<V>>(
+    n: &'a N,
+    key: &[u8],
+    depth: &mut usize,
+) -> Result<&'a Child<V>, Option<V>> {
+    let h = n.header();
+    let prefix = h.prefix.as_slice();
+    // Most prefixes are empty; skip the `memcmp` call for them.
+    if !prefix.is_empty() && !key[*depth..].starts_with(prefix) {
+        return Err(None);
+    }
+    let at = *depth + prefix.len();
+    let Some(&byte) = key.get(at) else {
+        return Err(h.value);
+    };
+    *depth = at + 1;
+    n.find(byte).ok_or(None)
+}
+
+/// What `insert` does at the node it is looking at.
+enum InsertStep<V> {
+    /// The slot holds a leaf: replace or split it.
+    Leaf(V),
+    /// The key leaves the node's prefix after `matched` bytes.
+    SplitPrefix { matched: usize },
+    /// The key ends at this node.
+    ValueSlot,
+    /// Go down to the child at this position.
+    Descend(usize),
+    /// No child for this byte: add a leaf.
+    AddLeaf(u8),
+}
+
+/// Inserts into the non-empty subtree in `slot` (at depth 0).
+///
+/// Each round inspects the slot through a shared borrow and then acts on
+/// it, so the cursor is only reborrowed mutably where it moves down.
+fn insert_below<V: Copy, K: LeafKeys<V> + ?Sized>(
+    mut slot: &mut Child<V>,
+    key: &[u8],
+    value: V,
+    keys: &K,
+    dram: &mut usize,
+) -> Option<V> {
+    let mut depth = 0;
+    loop {
+        let step = match &*slot {
+            Child::Leaf(old) => InsertStep::Leaf(*old),
+            Child::Inner(node) => {
+                let prefix = node.header().prefix.as_slice();
+                let matched = common_prefix_len(prefix, &key[depth..]);
+                if matched < prefix.len() {
+                    InsertStep::SplitPrefix { matched }
+                } else {
+                    depth += prefix.len();
+                    match key.get(depth) {
+                        None => InsertStep::ValueSlot,
+                        Some(&byte) => match dispatch!(node, n => n.find_pos(byte)) {
+                            Some(pos) => InsertStep::Descend(pos),
+                            None => InsertStep::AddLeaf(byte),
+                        },
+                    }
+                }
+            }
+        };
+        match step {
+            InsertStep::Descend(pos) => {
+                slot = dispatch!(slot.inner_mut(), n => n.child_at_mut(pos));
+                depth += 1;
+            }
+            InsertStep::Leaf(old) => {
+                let old_key = keys.key(old);
+                if old_key == key {
+                    *slot = Child::Leaf(value);
+                    return Some(old);
+                }
+                *slot = split_leaf(old_key, old, key, value, depth, dram);
+                return None;
+            }
+            InsertStep::SplitPrefix { matched } => {
+                split_prefix(slot, depth, matched, key, value, dram);
+                return None;
+            }
+            InsertStep::ValueSlot => return slot.inner_mut().header_mut().value.replace(value),
+            InsertStep::AddLeaf(byte) => {
+                slot.inner_mut().add(byte, Child::Leaf(value), dram);
+                return None;
+            }
+        }
+    }
+}
+
+/// Lazy expansion: the `Node4` that replaces a leaf (`old_key`, `old`) at
+/// `depth` when a different key arrives. Its prefix is the two keys' common
+/// part after `depth`; each key then ends there (value slot) or goes on
+/// (leaf under its next byte).
+fn split_leaf<V: Copy>(
+    old_key: &[u8],
+    old: V,
+    key: &[u8],
+    value: V,
+    depth: usize,
+    dram: &mut usize,
+) -> Child<V> {
+    let common = common_prefix_len(&old_key[depth..], &key[depth..]);
+    let at = depth + common;
+    let mut n = Node4::new(Header {
+        prefix: Prefix::new(&key[depth..at]),
+        ..Header::default()
+    });
+    for (k, v) in [(old_key, old), (key, value)] {
+        match k.get(at) {
+            None => n.header.value = Some(v),
+            Some(&byte) => n.add(byte, Child::Leaf(v)),
+        }
+    }
+    *dram += size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
+    Child::Inner(Inner::N4(Box::new(n)))
+}
+
+/// Puts a `Node4` above the inner node in `slot` (at `depth`) whose prefix
+/// `key` leaves after `matched` bytes. The new node takes the `matched`
+/// common bytes; the old node keeps the bytes after the first difference and
+/// hangs under it; the new key goes beside it.
+fn split_prefix<V: Copy>(
+    slot: &mut Child<V>,
+    depth: usize,
+    matched: usize,
+    key: &[u8],
+    value: V,
+    dram: &mut usize,
+) {
+    let header = slot.inner_mut().header_mut();
+    let old_prefix = header.prefix.as_slice();
+    let upper = Prefix::new(&old_prefix[..matched]);
+    let old_byte = old_prefix[matched];
+    let lower = Prefix::new(&old_prefix[matched + 1..]);
+    *dram -= header.prefix.heap_bytes();
+    *dram += lower.heap_bytes() + upper.heap_bytes() + size_of::<Node4<V>>();
+    header.prefix = lower;
+
+    let mut n = Node4::new(Header {
+        prefix: upper,
+        ..Header::default()
+    });
+    match key.get(depth + matched) {
+        None => n.header.value = Some(value),
+        Some(&byte) => n.add(byte, Child::Leaf(value)),
+    }
+    // `Leaf(value)` only fills the slot until the new node moves in.
+    let old = std::mem::replace(slot, Child::Leaf(value));
+    n.add(old_byte, old);
+    *slot = Child::Inner(Inner::N4(Box::new(n)));
+}
+
+/// Removes `key` from the inner node in `slot` (at depth 0) or below.
+///
+/// Leaves are removed from their parent, whose slot is the cursor, so the
+/// fix-up after a removal ([`fix_underfull`]) always has the slot to
+/// rewrite.
+fn remove_below<V: Copy, K: LeafKeys<V> + ?Sized>(
+    mut slot: &mut Child<V>,
+    key: &[u8],
+    keys: &K,
+    dram: &mut usize,
+) -> Option<V> {
+    let mut depth = 0;
+    loop {
+        let node = slot.inner();
+        let header = node.header();
+        let prefix = header.prefix.as_slice();
+        if !key[depth..].starts_with(prefix) {
+            return None;
+        }
+        depth += prefix.len();
+        let Some(&byte) = key.get(depth) else {
+            header.value?;
+            let old = slot.inner_mut().header_mut().value.take();
+            fix_underfull(slot, dram);
+            return old;
+        };
+        let pos = dispatch!(node, n => n.find_pos(byte))?;
+        match dispatch!(node, n => n.child_at(pos))? {
+            Child::Leaf(v) => {
+                let v = *v;
+                if keys.key(v) != key {
+                    return None;
+                }
+                dispatch!(slot.inner_mut(), n => n.take(byte));
+                fix_underfull(slot, dram);
+                return Some(v);
+            }
+            Child::Inner(_) => {
+                slot = dispatch!(slot.inner_mut(), n => n.child_at_mut(pos));
+                depth += 1;
+            }
+        }
+    }
+}
+
+/// Restores invariants 2 and 3 for the inner node in `slot` after it lost
+/// one entry: shrinks a sparse `Node16`/`Node48`/`Node256`, and replaces a
+/// `Node4` with a single entry by that entry (merging prefixes when the
+/// entry is an inner node).
+fn fix_underfull<V: Copy>(slot: &mut Child<V>, dram: &mut usize) {
+    let node = slot.inner_mut();
+    match node {
+        Inner::N4(n) => {
+            let entries = usize::from(n.header.count) + usize::from(n.header.value.is_some());
+            if entries >= 2 {
+                return;
+            }
+            *dram -= size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
+            let replacement = match n.take_only_child() {
+                None => Child::Leaf(
+                    n.header
+                        .value
+                        .expect("a node with no child keeps its value slot"),
+                ),
+                Some((_, leaf @ Child::Leaf(_))) => leaf,
+                Some((byte, Child::Inner(mut child))) => {
+                    let child_header = child.header_mut();
+                    let merged = Prefix::joined(
+                        n.header.prefix.as_slice(),
+                        Some(byte),
+                        child_header.prefix.as_slice(),
+                    );
+                    *dram -= child_header.prefix.heap_bytes();
+                    *dram += merged.heap_bytes();
+                    child_header.prefix = merged;
+                    Child::Inner(child)
+                }
+            };
+            *slot = replacement;
+        }
+        Inner::N16(n) if n.is_underfull() => {
+            let shrunk = Inner::N4(Box::new(Node4::shrunk(n)));
+            node.replace_with(shrunk, dram);
+        }
+        Inner::N48(n) if n.is_underfull() => {
+            let shrunk = Inner::N16(Box::new(Node16::shrunk(n)));
+            node.replace_with(shrunk, dram);
+        }
+        Inner::N256(n) if n.is_underfull() => {
+            let shrunk = Inner::N48(Box::new(Node48::shrunk(n)));
+            node.replace_with(shrunk, dram);
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,230 @@
+//! `Node16`: 5 to 16 children, keys sorted, searched by a branch-free
+//! compare of all 16 key bytes.
+//!
+//! Layout for `V = u64` (`#[repr(C)]`, 320 bytes):
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 48 | [`Header`]: prefix (24), value slot (16), `count` (2), padding (6) |
+//! | 48 | 16 | `keys`: child bytes, ascending; `keys[..count]` in use |
+//! | 64 | 256 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
+//!
+//! # Search
+//! `find_pos` compares all 16 key bytes at once without SIMD intrinsics (so
+//! without `unsafe`): each 8-byte half is XORed with the searched byte
+//! broadcast to every lane, and [`zero_bytes`] marks the lanes that became
+//! zero. The first marked lane is the child, if it lies below `count`. The
+//! search has one data-dependent branch (which half), against up to 16 for
+//! a byte-by-byte loop.
+//!
+//! # Growth and shrink
+//! A `Node4` receiving its 5th child becomes a `Node16`; a `Node16` falling
+//! to 3 children becomes a `Node4` again; a full `Node16` receiving a 17th
+//! child becomes a `Node48`.
+
+use std::mem::size_of;
+
+use super::node4::Node4;
+use super::node48::Node48;
+use super::{Child, Header, InnerNode};
+
+/// An inner node with up to 16 children.
+#[repr(C)]
+pub(super) struct Node16<V> {
+    pub(super) header: Header<V>,
+    keys: [u8; 16],
+    children: [Option<Child<V>>; 16],
+}
+
+const _: () = assert!(size_of::<Node16<u64>>() == 320);
+
+/// `0x80` in every byte of `x` that is zero, `0x00` in the others (exact: no
+/// false positives from borrows, unlike the shorter `(x - 0x01..) & !x`).
+#[inline]
+fn zero_bytes(x: u64) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
+}
+
+/// A `Node16` with this many children or fewer becomes a `Node4`.
+const SHRINK_AT: usize = 3;
+
+impl<V: Copy> Node16<V> {
+    fn empty() -> Self {
+        Node16 {
+            header: Header::default(),
+            keys: [0; 16],
+            children: [const { None }; 16],
+        }
+    }
+
+    /// Moves the contents of a full `Node4` into a new `Node16`.
+    pub(super) fn grown(from: &mut Node4<V>) -> Self {
+        let mut n = Self::empty();
+        let mut count = 0;
+        for (byte, child) in from.drain() {
+            n.keys[count] = byte;
+            n.children[count] = Some(child);
+            count += 1;
+        }
+        n.header = std::mem::take(&mut from.header);
+        debug_assert_eq!(usize::from(n.header.count), count);
+        n
+    }
+
+    /// Moves the contents of a `Node48` with at most 16 children into a new
+    /// `Node16`.
+    pub(super) fn shrunk(from: &mut Node48<V>) -> Self {
+        debug_assert!(from.header.count <= 16);
+        let mut n = Self::empty();
+        let mut count = 0;
+        for (byte, child) in from.drain() {
+            n.keys[count] = byte;
+            n.children[count] = Some(child);
+            count += 1;
+        }
+        n.header = std::mem::take(&mut from.header);
+        debug_assert_eq!(usize::from(n.header.count), count);
+        n
+    }
+
+    /// Removes every child, in key order. The header, count included, is
+    /// left for the caller to take.
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = (u8, Child<V>)> + '_ {
+        let count = self.count();
+        self.keys[..count]
+            .iter()
+            .copied()
+            .zip(self.children[..count].iter_mut().filter_map(Option::take))
+    }
+
+    fn count(&self) -> usize {
+        usize::from(self.header.count)
+    }
+}
+
+impl<V: Copy> InnerNode<V> for Node16<V> {
+    const MIN_CHILDREN: usize = SHRINK_AT + 1;
+    const MAX_CHILDREN: usize = 16;
+
+    #[inline]
+    fn header(&self) -> &Header<V> {
+        &self.header
+    }
+
+    #[inline]
+    fn header_mut(&mut self) -> &mut Header<V> {
+        &mut self.header
+    }
+
+    #[inline]
+    fn find_pos(&self, byte: u8) -> Option<usize> {
+        let [lo, hi] = [&self.keys[..8], &self.keys[8..]]
+            .map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
+        let pattern = u64::from(byte) * 0x0101_0101_0101_0101;
+        let (lo, hi) = (zero_bytes(lo ^ pattern), zero_bytes(hi ^ pattern));
+        // The first equal byte; 16 if none. Keys are unique, and bytes past
+        // `count` are stale, so the match counts only below `count`.
+        let pos = if lo != 0 {
+            lo.trailing_zeros() / 8
+        } else {
+            8 + hi.trailing_zeros() / 8
+        } as usize;
+        (pos < self.count()).then_some(pos)
+    }
+
+    #[inline]
+    fn find(&self, byte: u8) -> Option<&Child<V>> {
+        self.find_pos(byte).and_then(|i| self.children[i].as_ref())
+    }
+
+    #[inline]
+    fn child_at(&self, pos: usize) -> Option<&Child<V>> {
+        self.children.get(pos)?.as_ref()
+    }
+
+    fn child_at_mut(&mut self, pos: usize) -> &mut Child<V> {
+        self.children[pos]
+            .as_mut()
+            .expect("positions below count hold a child")
+    }
+
+    fn add(&mut self, byte: u8, child: Child<V>) {
+        let count = self.count();
+        debug_assert!(count < 16 && self.find_pos(byte).is_none());
+        let at = self.keys[..count]
+            .iter()
+            .position(|&k| k > byte)
+            .unwrap_or(count);
+        self.keys.copy_within(at..count, at + 1);
+        self.children[at..=count].rotate_right(1);
+        self.keys[at] = byte;
+        self.children[at] = Some(child);
+        self.header.count += 1;
+    }
+
+    fn take(&mut self, byte: u8) -> Option<Child<V>> {
+        let at = self.find_pos(byte)?;
+        let count = self.count();
+        let child = self.children[at].take();
+        self.keys.copy_within(at + 1..count, at);
+        self.children[at..count].rotate_left(1);
+        self.header.count -= 1;
+        child
+    }
+
+    fn first_child(&self) -> Option<&Child<V>> {
+        self.children[0].as_ref()
+    }
+
+    fn last_child(&self) -> Option<&Child<V>> {
+        self.children[..self.count()].last()?.as_ref()
+    }
+
+    fn children<'a>(&'a self) -> impl Iterator<Item = (u8, &'a Child<V>)>
+    where
+        V: 'a,
+    {
+        let count = self.count();
+        self.keys[..count]
+            .iter()
+            .copied()
+            .zip(self.children[..count].iter().flatten())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_bytes_marks_exactly_the_zero_lanes() {
+        assert_eq!(zero_bytes(0), 0x8080_8080_8080_8080);
+        assert_eq!(zero_bytes(u64::MAX), 0);
+        assert_eq!(zero_bytes(0x0100_FF80_0001_7F00), 0x0080_0000_8000_0080);
+        // A zero lane next to 0x01 lanes (the borrow case of the short form).
+        assert_eq!(zero_bytes(0x0101_0101_0101_0100), 0x80);
+    }
+
+    #[test]
+    fn find_pos_ignores_stale_bytes_past_count() {
+        let mut n = Node16::<u32>::empty();
+        for b in [1u8, 3, 5, 7, 9, 11] {
+            n.add(b, Child::Leaf(u32::from(b)));
+        }
+        assert_eq!(n.find_pos(1), Some(0));
+        assert_eq!(n.find_pos(11), Some(5));
+        assert_eq!(n.find_pos(4), None);
+        // Leave a stale 11 in keys[5]: it must not be found.
+        n.take(11);
+        assert_eq!(n.find_pos(11), None);
+        for b in 20..30 {
+            n.add(b, Child::Leaf(u32::from(b)));
+        }
+        assert_eq!(n.find_pos(29), Some(14));
+        assert_eq!(n.find_pos(0), None);
+        n.add(0, Child::Leaf(0));
+        assert_eq!(n.find_pos(0), Some(0));
+        assert_eq!(n.find_pos(29), Some(15));
+    }
+}

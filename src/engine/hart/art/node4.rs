@@ -1,0 +1,160 @@
+//! `Node4`: up to 4 children, keys sorted, searched by a linear scan.
+//!
+//! Layout for `V = u64` (`#[repr(C)]`, 120 bytes):
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 48 | [`Header`]: prefix (24), value slot (16), `count` (2), padding (6) |
+//! | 48 | 4 | `keys`: child bytes, ascending; `keys[..count]` in use |
+//! | 52 | 4 | padding |
+//! | 56 | 64 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
+//!
+//! A `Node4` is the only node that may hold a single child, and then only
+//! next to a value slot: with one entry left it is replaced by that entry
+//! (see `Art::remove`), which is ART's path-compression merge.
+
+use std::mem::size_of;
+
+use super::node16::Node16;
+use super::{Child, Header, InnerNode};
+
+/// An inner node with up to 4 children.
+#[repr(C)]
+pub(super) struct Node4<V> {
+    pub(super) header: Header<V>,
+    keys: [u8; 4],
+    children: [Option<Child<V>>; 4],
+}
+
+const _: () = assert!(size_of::<Header<u64>>() == 48);
+const _: () = assert!(size_of::<Node4<u64>>() == 120);
+
+impl<V: Copy> Node4<V> {
+    /// An empty node with `header` (count 0).
+    pub(super) fn new(header: Header<V>) -> Self {
+        debug_assert_eq!(header.count, 0);
+        Node4 {
+            header,
+            keys: [0; 4],
+            children: [const { None }; 4],
+        }
+    }
+
+    /// Moves the contents of a `Node16` with at most 4 children into a new
+    /// `Node4`, leaving `from` empty.
+    pub(super) fn shrunk(from: &mut Node16<V>) -> Self {
+        debug_assert!(from.header.count <= 4);
+        let mut n = Node4::new(Header::default());
+        let mut count = 0;
+        for (byte, child) in from.drain() {
+            n.keys[count] = byte;
+            n.children[count] = Some(child);
+            count += 1;
+        }
+        n.header = std::mem::take(&mut from.header);
+        debug_assert_eq!(usize::from(n.header.count), count);
+        n
+    }
+
+    /// Removes every child, in key order. The header, count included, is
+    /// left for the caller to take.
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = (u8, Child<V>)> + '_ {
+        let count = self.count();
+        self.keys[..count]
+            .iter()
+            .copied()
+            .zip(self.children[..count].iter_mut().filter_map(Option::take))
+    }
+
+    /// Removes and returns the single child of a node that has one.
+    pub(super) fn take_only_child(&mut self) -> Option<(u8, Child<V>)> {
+        if self.header.count != 1 {
+            return None;
+        }
+        self.header.count = 0;
+        self.children[0].take().map(|c| (self.keys[0], c))
+    }
+
+    fn count(&self) -> usize {
+        usize::from(self.header.count)
+    }
+}
+
+impl<V: Copy> InnerNode<V> for Node4<V> {
+    const MIN_CHILDREN: usize = 1;
+    const MAX_CHILDREN: usize = 4;
+
+    #[inline]
+    fn header(&self) -> &Header<V> {
+        &self.header
+    }
+
+    #[inline]
+    fn header_mut(&mut self) -> &mut Header<V> {
+        &mut self.header
+    }
+
+    #[inline]
+    fn find_pos(&self, byte: u8) -> Option<usize> {
+        self.keys[..self.count()].iter().position(|&k| k == byte)
+    }
+
+    #[inline]
+    fn find(&self, byte: u8) -> Option<&Child<V>> {
+        self.find_pos(byte).and_then(|i| self.children[i].as_ref())
+    }
+
+    #[inline]
+    fn child_at(&self, pos: usize) -> Option<&Child<V>> {
+        self.children.get(pos)?.as_ref()
+    }
+
+    fn child_at_mut(&mut self, pos: usize) -> &mut Child<V> {
+        self.children[pos]
+            .as_mut()
+            .expect("positions below count hold a child")
+    }
+
+    fn add(&mut self, byte: u8, child: Child<V>) {
+        let count = self.count();
+        debug_assert!(count < 4 && self.find_pos(byte).is_none());
+        let at = self.keys[..count]
+            .iter()
+            .position(|&k| k > byte)
+            .unwrap_or(count);
+        self.keys.copy_within(at..count, at + 1);
+        self.children[at..=count].rotate_right(1);
+        self.keys[at] = byte;
+        self.children[at] = Some(child);
+        self.header.count += 1;
+    }
+
+    fn take(&mut self, byte: u8) -> Option<Child<V>> {
+        let at = self.find_pos(byte)?;
+        let count = self.count();
+        let child = self.children[at].take();
+        self.keys.copy_within(at + 1..count, at);
+        self.children[at..count].rotate_left(1);
+        self.header.count -= 1;
+        child
+    }
+
+    fn first_child(&self) -> Option<&Child<V>> {
+        self.children[0].as_ref()
+    }
+
+    fn last_child(&self) -> Option<&Child<V>> {
+        self.children[..self.count()].last()?.as_ref()
+    }
+
+    fn children<'a>(&'a self) -> impl Iterator<Item = (u8, &'a Child<V>)>
+    where
+        V: 'a,
+    {
+        let count = self.count();
+        self.keys[..count]
+            .iter()
+            .copied()
+            .zip(self.children[..count].iter().flatten())
+    }
+}

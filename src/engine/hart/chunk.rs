@@ -1,0 +1,286 @@
+//! EPallocator memory chunks (§III-A.4, Fig. 2 and Fig. 3): 56 objects of
+//! one size, in a persistent singly linked list per object size.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | header: used bitmap (bits 0..56), next free index (bits 56..62), full indicator (bits 62..64: `00` has room, `01` full) |
+//! | 8 | 8 | `PNext`: the next chunk of the list, or 0 |
+//! | 16 | 48 | zero |
+//! | 64 + i × size | size | object `i` (leaf or value object) |
+//!
+//! Objects start on a cache line, so a 64-byte leaf is exactly one line.
+//!
+//! A chunk is one allocator block. It joins its list at the head: its
+//! `PNext` is set to the current head and flushed, then the block is
+//! activated into the list's head slot (one failure-atomic step). It leaves
+//! the list (EPRecycle, Algorithm 6) when it holds no used object: the
+//! allocator frees it and stores its `PNext` into the slot that pointed to it
+//! (the head slot or the previous chunk's `PNext`), again in one
+//! failure-atomic step, so the paper's two-pointer recycle log is the
+//! allocator's lane record.
+//!
+//! In the `tight` persist order the header is a hint, stored without a flush:
+//! whether an object is used is decided at recovery from the leaves' commit
+//! words (see [`super::leaf`]), and the header is rewritten from that.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// Objects per chunk.
+pub const OBJECTS: u64 = 56;
+/// Bytes before object 0.
+pub const CHUNK_HEADER: u64 = 64;
+const ALL: u64 = (1 << OBJECTS) - 1;
+
+/// Bytes of a chunk of objects of `size` bytes.
+pub fn chunk_size(size: u64) -> u64 {
+    CHUNK_HEADER + OBJECTS * size
+}
+
+/// The header word for a used bitmap.
+pub fn header_word(used: u64) -> u64 {
+    let next_free = u64::from((!used & ALL).trailing_zeros().min(63));
+    let full = u64::from(used == ALL);
+    used | (next_free << 56) | (full << 62)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ChunkState {
+    /// Objects in use or reserved.
+    taken: u64,
+    prev: u64,
+    next: u64,
+}
+
+/// The DRAM view of one chunk list: which objects are taken, and the list
+/// order (to find a chunk's predecessor when it is recycled).
+#[derive(Debug)]
+pub struct ChunkList {
+    obj_size: u64,
+    head_slot: u64,
+    head: u64,
+    chunks: BTreeMap<u64, ChunkState>,
+    /// Chunks that may have a free object.
+    open: Vec<u64>,
+}
+
+impl ChunkList {
+    /// An empty list whose head lives at `head_slot`.
+    pub fn new(obj_size: u64, head_slot: u64) -> Self {
+        ChunkList {
+            obj_size,
+            head_slot,
+            head: 0,
+            chunks: BTreeMap::new(),
+            open: Vec::new(),
+        }
+    }
+
+    /// Walks the persistent list (recovery), checking that every chunk is an
+    /// allocated block of the right size and that the list has no cycle.
+    /// Every object starts out free; recovery marks the used ones.
+    pub fn load(pool: &Pool, obj_size: u64, head_slot: u64) -> Result<Self> {
+        let mut l = ChunkList::new(obj_size, head_slot);
+        let mut seen = HashSet::new();
+        let mut prev = 0;
+        let mut cur = pool.load_u64(head_slot)?;
+        l.head = cur;
+        while cur != 0 {
+            if !seen.insert(cur) {
+                return Err(Error::corrupt(cur, "hart: chunk list has a cycle"));
+            }
+            let size = pool.block_size(cur).map_err(|_| {
+                Error::corrupt(cur, "hart: chunk list points to no allocated block")
+            })?;
+            if size < chunk_size(obj_size) {
+                return Err(Error::corrupt(
+                    cur,
+                    "hart: chunk block too small for its list",
+                ));
+            }
+            let next = pool.load_u64(cur + 8)?;
+            l.chunks.insert(
+                cur,
+                ChunkState {
+                    taken: 0,
+                    prev,
+                    next,
+                },
+            );
+            l.open.push(cur);
+            prev = cur;
+            cur = next;
+        }
+        Ok(l)
+    }
+
+    /// Every object of every chunk, for recovery.
+    pub fn objects(&self) -> Vec<u64> {
+        self.chunks
+            .keys()
+            .flat_map(|&c| (0..OBJECTS).map(move |i| c + CHUNK_HEADER + i * self.obj_size))
+            .collect()
+    }
+
+    /// Chunk offsets (for the leak check).
+    pub fn chunk_offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.keys().copied()
+    }
+
+    /// The chunk and index of an object, if `obj` is an object of this list.
+    pub fn locate(&self, obj: u64) -> Option<(u64, u64)> {
+        let (&c, _) = self.chunks.range(..=obj).next_back()?;
+        let rel = obj.checked_sub(c + CHUNK_HEADER)?;
+        let i = rel / self.obj_size;
+        (rel % self.obj_size == 0 && i < OBJECTS).then_some((c, i))
+    }
+
+    /// Marks an object used (recovery). Fails if it already was.
+    pub fn mark_taken(&mut self, obj: u64) -> Result<()> {
+        let (c, i) = self
+            .locate(obj)
+            .ok_or_else(|| Error::corrupt(obj, "hart: object is not in its chunk list"))?;
+        let st = self.chunks.get_mut(&c).expect("located");
+        if st.taken & (1 << i) != 0 {
+            return Err(Error::corrupt(obj, "hart: object referenced twice"));
+        }
+        st.taken |= 1 << i;
+        Ok(())
+    }
+
+    /// Takes a free object (DRAM only), adding a chunk if every chunk is full.
+    pub fn alloc(&mut self, pool: &Pool) -> Result<u64> {
+        loop {
+            match self.open.last().copied() {
+                Some(c) => {
+                    let st = self.chunks.get_mut(&c).expect("open chunks exist");
+                    if st.taken == ALL {
+                        self.open.pop();
+                        continue;
+                    }
+                    let i = u64::from((!st.taken & ALL).trailing_zeros());
+                    st.taken |= 1 << i;
+                    let taken = st.taken;
+                    // Hint only (see the module doc): no flush.
+                    pool.store_u64(c, header_word(taken))?;
+                    return Ok(c + CHUNK_HEADER + i * self.obj_size);
+                }
+                None => self.add_chunk(pool)?,
+            }
+        }
+    }
+
+    /// Persist order: zero the header line and the first 40 bytes of every
+    /// object (a leaf's commit word and slots: stale leaves from an earlier
+    /// use of the memory must not look valid), set `PNext` to the current
+    /// head, flush; then `activate` the block into the head slot (whose
+    /// first fence orders those flushes).
+    fn add_chunk(&mut self, pool: &Pool) -> Result<()> {
+        let r = pool.reserve(chunk_size(self.obj_size))?;
+        let c = r.offset();
+        let mut line = [0u8; 64];
+        line[8..16].copy_from_slice(&self.head.to_le_bytes());
+        // SAFETY: the block is reserved by us and not yet published.
+        unsafe {
+            pool.write_bytes(c, &line)?;
+            for i in 0..OBJECTS {
+                pool.write_bytes(c + CHUNK_HEADER + i * self.obj_size, &line[16..56])?;
+            }
+        }
+        pool.flush(c, chunk_size(self.obj_size));
+        pool.activate(r, self.head_slot)?;
+        if let Some(h) = self.chunks.get_mut(&self.head) {
+            h.prev = c;
+        }
+        self.chunks.insert(
+            c,
+            ChunkState {
+                taken: 0,
+                prev: 0,
+                next: self.head,
+            },
+        );
+        self.head = c;
+        self.open.push(c);
+        Ok(())
+    }
+
+    /// Returns an object to the free pool (its removal is durable already).
+    /// A chunk left with no object in use is recycled if another chunk of
+    /// the list has room.
+    pub fn release(&mut self, pool: &Pool, obj: u64) -> Result<()> {
+        let Some((c, i)) = self.locate(obj) else {
+            return Err(Error::corrupt(
+                obj,
+                "hart: released object is not in its chunk list",
+            ));
+        };
+        let st = self.chunks.get_mut(&c).expect("located");
+        st.taken &= !(1 << i);
+        let taken = st.taken;
+        pool.store_u64(c, header_word(taken))?;
+        if taken == 0 && self.open.iter().any(|&o| o != c) {
+            return self.recycle(pool, c);
+        }
+        if !self.open.contains(&c) {
+            self.open.push(c);
+        }
+        Ok(())
+    }
+
+    /// EPRecycle (Algorithm 6): unlink and free an empty chunk in one
+    /// failure-atomic allocator step.
+    fn recycle(&mut self, pool: &Pool, c: u64) -> Result<()> {
+        let st = self.chunks[&c];
+        let slot = if st.prev == 0 {
+            self.head_slot
+        } else {
+            st.prev + 8
+        };
+        pool.free_and_store(slot, st.next)?;
+        if st.prev == 0 {
+            self.head = st.next;
+        } else if let Some(p) = self.chunks.get_mut(&st.prev) {
+            p.next = st.next;
+        }
+        if let Some(n) = self.chunks.get_mut(&st.next) {
+            n.prev = st.prev;
+        }
+        self.chunks.remove(&c);
+        self.open.retain(|&o| o != c);
+        Ok(())
+    }
+
+    /// After recovery: rewrite header hints and recycle empty chunks (all
+    /// but one per list).
+    pub fn settle(&mut self, pool: &Pool) -> Result<()> {
+        let cs: Vec<u64> = self.chunks.keys().copied().collect();
+        let mut kept_empty = false;
+        for c in cs {
+            let taken = self.chunks[&c].taken;
+            if taken == 0 {
+                if kept_empty {
+                    self.recycle(pool, c)?;
+                    continue;
+                }
+                kept_empty = true;
+            }
+            pool.store_u64(c, header_word(taken))?;
+        }
+        self.open = self
+            .chunks
+            .iter()
+            .filter(|(_, s)| s.taken != ALL)
+            .map(|(&c, _)| c)
+            .collect();
+        Ok(())
+    }
+
+    /// DRAM bytes of this view.
+    pub fn dram_bytes(&self) -> u64 {
+        (self.chunks.len() * (std::mem::size_of::<ChunkState>() + 8 + 16)
+            + self.open.capacity() * 8) as u64
+    }
+}

@@ -1,0 +1,178 @@
+//! A HART leaf in PM (§III-A "Selective consistency": the leaf holds the
+//! complete key, so that everything else can be rebuilt from leaves).
+//!
+//! Cache line 0 of a leaf:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | `commit`: 0 = free; else [`COMMIT_TAG`] (bits 48..64), key length (bits 8..16), active slot (bit 0) |
+//! | 8 | 8 | slot 0 `p_value`: offset of the value object or large block (0 for an empty value) |
+//! | 16 | 8 | slot 0 `meta`: CRC-32 of key ‖ value (bits 0..32), value length (bits 32..53), [`WRITTEN`] (bit 61), [`LARGE`] (bit 62) |
+//! | 24 | 8 | slot 1 `p_value` |
+//! | 32 | 8 | slot 1 `meta` |
+//! | 40 | key length | the complete key |
+//!
+//! The leaf is 64, 128, 256 or 320 bytes, by key length ([`LEAF_SIZES`]).
+//!
+//! # Commit protocol (`tight` persist order)
+//! `commit` is the leaf's commit word. It is stored *last*, in the same
+//! cache line as both slots, so (same-line persist order) a durable `commit`
+//! implies that the slot it names is durable too. The value object (another
+//! line) and long keys (lines after the first) are covered by the slot's
+//! CRC instead of a fence: a leaf whose active slot fails its CRC was torn by
+//! a crash before its fence, and recovery falls back to the other slot (an
+//! update in flight) or drops the leaf (an insert in flight). An update
+//! writes the *inactive* slot and then flips `commit`; the old value stays
+//! intact until the flip is durable. So insert, update and delete each need
+//! one fence (values above [`MAX_OBJECT`] bytes add the allocator's).
+
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// Tag in the high 16 bits of a valid `commit` word.
+pub const COMMIT_TAG: u64 = 0xC0DE;
+/// `meta` bit: `p_value` is a whole allocator block (a value above
+/// [`MAX_OBJECT`] bytes), activated into this slot.
+pub const LARGE: u64 = 1 << 62;
+/// `meta` bit: the slot was written (a zeroed slot is never valid, whatever
+/// the CRC of its key).
+pub const WRITTEN: u64 = 1 << 61;
+/// Bytes before the key.
+pub const HEADER: u64 = 40;
+/// Leaf sizes, one chunk list each.
+pub const LEAF_SIZES: [u64; 4] = [64, 128, 256, 320];
+/// Largest value kept in value-object chunks; larger values get a block.
+pub const MAX_OBJECT: usize = 4096;
+
+const _: () = assert!(HEADER + 250 <= LEAF_SIZES[3]);
+
+/// The leaf class for a key of `len` bytes.
+pub fn class_for_key(len: usize) -> usize {
+    LEAF_SIZES
+        .iter()
+        .position(|&s| HEADER + len as u64 <= s)
+        .expect("keys are at most 250 bytes")
+}
+
+/// Offset of slot `i`'s `p_value`.
+pub fn slot_off(leaf: u64, i: u64) -> u64 {
+    leaf + 8 + 16 * i
+}
+
+/// A decoded `commit` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// Key length.
+    pub key_len: usize,
+    /// The slot holding the current value.
+    pub active: u64,
+}
+
+impl Commit {
+    /// Encodes the word.
+    pub fn encode(self) -> u64 {
+        (COMMIT_TAG << 48) | ((self.key_len as u64) << 8) | self.active
+    }
+
+    /// Decodes a word; `None` for a free leaf or garbage.
+    pub fn decode(w: u64) -> Option<Commit> {
+        if w >> 48 != COMMIT_TAG || w & 0x0000_FFFF_FFFF_00FE != 0 {
+            return None;
+        }
+        let key_len = ((w >> 8) & 0xFF) as usize;
+        (key_len <= 250).then_some(Commit {
+            key_len,
+            active: w & 1,
+        })
+    }
+}
+
+/// A decoded slot `meta` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// CRC-32 of key ‖ value.
+    pub crc: u32,
+    /// Value length.
+    pub value_len: usize,
+    /// The value is a whole allocator block.
+    pub large: bool,
+}
+
+impl Meta {
+    /// Encodes the word.
+    pub fn encode(self) -> u64 {
+        u64::from(self.crc)
+            | ((self.value_len as u64) << 32)
+            | WRITTEN
+            | if self.large { LARGE } else { 0 }
+    }
+
+    /// Decodes a word; `None` for a slot that was never written.
+    pub fn decode(w: u64) -> Option<Meta> {
+        (w & WRITTEN != 0).then_some(Meta {
+            crc: w as u32,
+            value_len: ((w >> 32) & ((1 << 21) - 1)) as usize,
+            large: w & LARGE != 0,
+        })
+    }
+}
+
+/// CRC-32 of key ‖ value.
+pub fn crc(key: &[u8], value: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(key);
+    h.update(value);
+    h.finalize()
+}
+
+/// The key of the leaf at `leaf` (whose commit word decodes to `c`).
+///
+/// # Safety
+/// No thread may write the leaf's key while the slice lives (the leaf is
+/// live and reachable only under its ART's lock, or recovery is running
+/// alone).
+pub unsafe fn key(pool: &Pool, leaf: u64, c: Commit) -> Result<&[u8]> {
+    // SAFETY: forwarded from the caller.
+    unsafe { pool.bytes(leaf + HEADER, c.key_len as u64) }
+}
+
+/// Reads the commit word of the leaf at `leaf`.
+pub fn commit(pool: &Pool, leaf: u64) -> Result<Option<Commit>> {
+    Ok(Commit::decode(pool.load_u64(leaf)?))
+}
+
+/// The corrupt-leaf error.
+pub fn corrupt(leaf: u64, why: &str) -> Error {
+    Error::corrupt(leaf, format!("hart leaf: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip() {
+        let c = Commit {
+            key_len: 250,
+            active: 1,
+        };
+        assert_eq!(Commit::decode(c.encode()), Some(c));
+        assert_eq!(Commit::decode(0), None);
+        assert_eq!(Commit::decode(u64::MAX), None);
+        let m = Meta {
+            crc: 0xDEAD_BEEF,
+            value_len: 1 << 20,
+            large: true,
+        };
+        assert_eq!(Meta::decode(m.encode()), Some(m));
+        assert_eq!(Meta::decode(0), None);
+    }
+
+    #[test]
+    fn classes_fit_keys() {
+        assert_eq!(class_for_key(1), 0);
+        assert_eq!(class_for_key(24), 0);
+        assert_eq!(class_for_key(25), 1);
+        assert_eq!(class_for_key(250), 3);
+    }
+}

@@ -1,0 +1,876 @@
+//! `hart`: the hash-assisted adaptive radix tree of Pan, Xie and Song
+//! (`papers/hart-hash-assisted-art.txt`).
+//!
+//! # Structure (§III-A)
+//! - The first `k_h` bytes of a key (default 2) are the *hash key*; a hash
+//!   table in DRAM maps each hash key to one ART. The rest of the key is the
+//!   ART key. A key shorter than `k_h` is its own hash key with an empty ART
+//!   key. The hash keys are also kept in an ordered set, so scans visit the
+//!   ARTs in key order (beyond the paper, whose range query searches key by
+//!   key).
+//! - ART internal nodes are in DRAM ([`art`]); leaves are in PM and hold the
+//!   complete key ([`leaf`]); values are in PM value objects ([`chunk`]) or,
+//!   above 4 KiB, in allocator blocks.
+//! - EPallocator: leaves and value objects come from chunks of 56 objects in
+//!   one persistent list per size ([`chunk`]); the DRAM free state is rebuilt
+//!   at recovery.
+//! - Concurrency (§III-A.3): a reader-writer lock per ART; the hash table is
+//!   sharded, each shard behind its own reader-writer lock. Readers and
+//!   writers of different ARTs do not contend except briefly on a shard or an
+//!   object-size list.
+//!
+//! # Persist order (`tight`; see [`leaf`] for the commit word)
+//! - **insert** (Algorithm 1): take a free leaf and value object (DRAM);
+//!   write the value, flush it; write slot 0 (`p_value`, `meta` with the
+//!   CRC of key ‖ value), zero slot 1, write the key, store the commit word
+//!   last; flush the leaf; **one fence**. The commit word is the commit
+//!   point. Then insert into the ART. The paper's six `persistent()` calls
+//!   become one fence: the chunk bitmaps are hints rebuilt at recovery, and
+//!   the CRC replaces the fences between value, key and bitmap.
+//! - **update** (Algorithm 3): write the new value into a new object, write
+//!   it into the *inactive* slot, flush; store the commit word with the
+//!   active slot flipped; flush; **one fence**. The old object is freed in
+//!   DRAM afterwards. The two slots replace the paper's three-pointer update
+//!   log: a crash before the fence leaves either the old commit word (old
+//!   value) or the new one; if the new slot was torn, recovery falls back to
+//!   the old slot, which is intact because nothing reuses the old object
+//!   before the fence.
+//! - **delete** (Algorithm 5): store 0 into the commit word, flush, **one
+//!   fence**; then remove from the ART and free the objects in DRAM.
+//! - A value above 4 KiB is an allocator block activated into its slot
+//!   (three more fences), after the slot's `meta` (with `LARGE`) is flushed;
+//!   it is freed through the slot when it is replaced or deleted. Recovery
+//!   frees any large block that a slot still points to but that is not a
+//!   live value (a crash between the two steps).
+//! - EPRecycle (Algorithm 6): see [`chunk`].
+//!
+//! # Recovery (Algorithm 7)
+//! Walk every chunk list; a leaf is live if its commit word is valid and its
+//! active slot's CRC matches key ‖ value (else the other slot's, and the
+//! commit word is repaired). Live leaves go back into the ARTs, their value
+//! objects are marked used, leftover large blocks are freed, and empty chunks
+//! are recycled.
+
+pub mod art;
+mod chunk;
+mod leaf;
+mod superblock;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use self::art::{Art, LeafKeys};
+use self::chunk::ChunkList;
+use self::leaf::{Commit, Meta, LEAF_SIZES, MAX_OBJECT};
+use self::superblock::{value_class, VALUE_SIZES};
+use super::{
+    Capabilities, CheckReport, Engine, EngineInfo, PutMode, PutOutcome, ScanFn, MAX_KEY_LEN,
+    MAX_VALUE_LEN,
+};
+use crate::error::{Error, Result};
+use crate::pm::{Fault, Pool};
+
+/// The engine's entry in [`super::ENGINES`].
+pub const INFO: EngineInfo = EngineInfo {
+    name: "hart",
+    paper: "Pan, Xie, Song: HART, a hash-assisted adaptive radix tree for PM",
+    create,
+    open,
+};
+
+/// Default hash key length (the paper's setting, §IV-A).
+pub const DEFAULT_HASH_KEY_LEN: usize = 2;
+const SHARDS: usize = 64;
+
+fn create(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Hart::create(pool, DEFAULT_HASH_KEY_LEN)?))
+}
+
+fn open(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(Hart::open(pool)?))
+}
+
+/// One ART and whether it has been removed from the hash table.
+struct Tree {
+    art: Art<u64>,
+    dead: bool,
+}
+
+type TreeCell = Arc<RwLock<Tree>>;
+
+/// Reads leaf keys from PM for the ART (the ART key: the key without its
+/// first `k_h` bytes).
+struct PmKeys<'a> {
+    pool: &'a Pool,
+    k_h: usize,
+}
+
+impl LeafKeys<u64> for PmKeys<'_> {
+    fn key(&self, leaf: u64) -> &[u8] {
+        let full = self.full_key(leaf);
+        &full[self.k_h.min(full.len())..]
+    }
+}
+
+impl PmKeys<'_> {
+    fn full_key(&self, leaf: u64) -> &[u8] {
+        let w = self.pool.load_u64(leaf).unwrap_or(0);
+        let Some(c) = Commit::decode(w) else {
+            return &[];
+        };
+        self.pool.touch(leaf, leaf::HEADER + c.key_len as u64);
+        // SAFETY: the ART only holds live leaves, whose keys are never
+        // written while they are reachable (writers of a leaf hold its ART's
+        // write lock; the caller holds at least the read lock).
+        unsafe { leaf::key(self.pool, leaf, c) }.unwrap_or(&[])
+    }
+}
+
+/// The HART engine.
+pub struct Hart {
+    pool: Arc<Pool>,
+    sb: u64,
+    k_h: usize,
+    shards: Vec<RwLock<HashMap<Box<[u8]>, TreeCell>>>,
+    prefixes: RwLock<BTreeSet<Box<[u8]>>>,
+    leaves: Vec<Mutex<ChunkList>>,
+    values: Vec<Mutex<ChunkList>>,
+    len: AtomicU64,
+}
+
+fn shard_of(hk: &[u8]) -> usize {
+    let mut h = DefaultHasher::new();
+    hk.hash(&mut h);
+    (h.finish() as usize) % SHARDS
+}
+
+/// Where a value lives, read from a slot.
+#[derive(Debug, Clone, Copy)]
+struct ValueRef {
+    p: u64,
+    meta: Meta,
+    written: bool,
+}
+
+impl Hart {
+    fn empty(pool: Arc<Pool>, sb: u64, k_h: usize) -> Hart {
+        Hart {
+            leaves: LEAF_SIZES
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    Mutex::new(ChunkList::new(
+                        s,
+                        sb + superblock::LEAF_HEADS + 8 * i as u64,
+                    ))
+                })
+                .collect(),
+            values: VALUE_SIZES
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    Mutex::new(ChunkList::new(
+                        s,
+                        sb + superblock::VALUE_HEADS + 8 * i as u64,
+                    ))
+                })
+                .collect(),
+            pool,
+            sb,
+            k_h,
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            prefixes: RwLock::new(BTreeSet::new()),
+            len: AtomicU64::new(0),
+        }
+    }
+
+    /// Creates an empty HART in a new pool, with hash keys of `k_h` bytes.
+    pub fn create(pool: Arc<Pool>, k_h: usize) -> Result<Hart> {
+        if !(1..=8).contains(&k_h) {
+            return Err(Error::InvalidArgument(format!(
+                "hart: hash key length {k_h} is not in 1..=8"
+            )));
+        }
+        let sb = Self::make_superblock(&pool, k_h)?;
+        Ok(Self::empty(pool, sb, k_h))
+    }
+
+    /// Persist order: zero the block, write magic and `k_h`, flush; activate
+    /// it into root slot 0.
+    fn make_superblock(pool: &Pool, k_h: usize) -> Result<u64> {
+        let r = pool.reserve(superblock::SIZE)?;
+        let sb = r.offset();
+        // SAFETY: the block is reserved by us and not yet published.
+        unsafe { pool.zero_bytes(sb, superblock::SIZE)? };
+        pool.store_u64(sb, superblock::MAGIC)?;
+        pool.store_u64(sb + superblock::K_H, k_h as u64)?;
+        pool.store_u64(sb + superblock::ORDER, 0)?;
+        pool.flush(sb, superblock::SIZE);
+        pool.activate(r, pool.root_slot(0)?)?;
+        Ok(sb)
+    }
+
+    fn split<'k>(&self, key: &'k [u8]) -> (&'k [u8], &'k [u8]) {
+        key.split_at(self.k_h.min(key.len()))
+    }
+
+    fn keys(&self) -> PmKeys<'_> {
+        PmKeys {
+            pool: &self.pool,
+            k_h: self.k_h,
+        }
+    }
+
+    fn find_tree(&self, hk: &[u8]) -> Option<TreeCell> {
+        self.shards[shard_of(hk)].read().get(hk).cloned()
+    }
+
+    fn tree_for_insert(&self, hk: &[u8]) -> TreeCell {
+        if let Some(t) = self.find_tree(hk) {
+            return t;
+        }
+        let mut shard = self.shards[shard_of(hk)].write();
+        if let Some(t) = shard.get(hk) {
+            return Arc::clone(t);
+        }
+        let t = Arc::new(RwLock::new(Tree {
+            art: Art::new(),
+            dead: false,
+        }));
+        shard.insert(hk.into(), Arc::clone(&t));
+        self.prefixes.write().insert(hk.into());
+        t
+    }
+
+    /// Removes an empty tree from the hash table; the caller holds its write
+    /// lock.
+    fn retire(&self, hk: &[u8], tree: &mut Tree) {
+        tree.dead = true;
+        self.shards[shard_of(hk)].write().remove(hk);
+        self.prefixes.write().remove(hk);
+    }
+
+    /// Reads slot `s`; a never-written slot reads as an empty value with
+    /// `written == false`.
+    fn slot(&self, leaf: u64, s: u64) -> Result<ValueRef> {
+        let so = leaf::slot_off(leaf, s);
+        let meta = Meta::decode(self.pool.load_u64(so + 8)?);
+        Ok(ValueRef {
+            p: self.pool.load_u64(so)?,
+            written: meta.is_some(),
+            meta: meta.unwrap_or(Meta {
+                crc: 0,
+                value_len: 0,
+                large: false,
+            }),
+        })
+    }
+
+    /// The current value of a live leaf.
+    fn value_ref(&self, leaf: u64) -> Result<ValueRef> {
+        let c = leaf::commit(&self.pool, leaf)?
+            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
+        self.slot(leaf, c.active)
+    }
+
+    fn value_bytes(&self, v: ValueRef) -> Result<&[u8]> {
+        let len = v.meta.value_len as u64;
+        if len == 0 {
+            return Ok(&[]);
+        }
+        self.pool.touch(v.p, len);
+        // SAFETY: a live value object or block is never written while it is
+        // the current value of a leaf reachable under the caller's ART lock.
+        unsafe { self.pool.bytes(v.p, len) }
+    }
+
+    /// Writes `value` into a fresh value object (or reserves a large block
+    /// and writes it there) and flushes it. Returns the pointer for the slot
+    /// (0 for a large value, which is activated later) and the reservation.
+    fn write_value(&self, value: &[u8]) -> Result<(u64, Option<crate::pm::Reservation>)> {
+        if value.is_empty() {
+            return Ok((0, None));
+        }
+        if value.len() > MAX_OBJECT {
+            let r = self.pool.reserve(value.len() as u64)?;
+            // SAFETY: the block is reserved by us and not yet published.
+            if let Err(e) = unsafe { self.pool.write_bytes(r.offset(), value) } {
+                self.pool.cancel(r)?;
+                return Err(e);
+            }
+            self.pool.flush(r.offset(), value.len() as u64);
+            return Ok((0, Some(r)));
+        }
+        let obj = self.values[value_class(value.len())]
+            .lock()
+            .alloc(&self.pool)?;
+        // SAFETY: the object was free (nothing references it) and is now
+        // taken by us in DRAM, so no other thread writes or reads it.
+        unsafe { self.pool.write_bytes(obj, value)? };
+        self.pool.flush(obj, value.len() as u64);
+        Ok((obj, None))
+    }
+
+    /// Frees a value that is no longer current (its replacement or removal
+    /// is durable). `slot_off` is the slot that points to it.
+    fn drop_value(&self, v: ValueRef, slot_off: u64) -> Result<()> {
+        if v.meta.value_len == 0 {
+            return Ok(());
+        }
+        if v.meta.large {
+            return self.pool.free(slot_off);
+        }
+        self.values[value_class(v.meta.value_len)]
+            .lock()
+            .release(&self.pool, v.p)
+    }
+
+    /// Writes slot `s` of `leaf`, in this order within its cache line:
+    /// `meta = 0`, `p_value`, `meta`. So at every crash point a slot that
+    /// says `LARGE` with a non-null pointer points to a block activated into
+    /// it (the bug the crash simulator found: storing `p_value` first let an
+    /// old `LARGE` meet a new small-object pointer, and recovery "freed" it).
+    /// For a large value `p_value` is null until the block is activated into
+    /// the slot, after `meta` is flushed. Does not fence for small values.
+    fn fill_slot(&self, leaf: u64, s: u64, key: &[u8], value: &[u8]) -> Result<()> {
+        let (p, res) = self.write_value(value)?;
+        let so = leaf::slot_off(leaf, s);
+        let meta = Meta {
+            crc: leaf::crc(key, value),
+            value_len: value.len(),
+            large: res.is_some(),
+        };
+        self.pool.store_u64(so + 8, 0)?;
+        self.pool.store_u64(so, p)?;
+        self.pool.store_u64(so + 8, meta.encode())?;
+        if let Some(r) = res {
+            self.pool.flush(so, 16);
+            self.pool.activate(r, so)?;
+        }
+        Ok(())
+    }
+
+    /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
+    fn insert_leaf(&self, key: &[u8], value: &[u8]) -> Result<u64> {
+        let lc = leaf::class_for_key(key.len());
+        let leaf = self.leaves[lc].lock().alloc(&self.pool)?;
+        let filled = (|| {
+            self.fill_slot(leaf, 0, key, value)?;
+            self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
+            self.pool.store_u64(leaf::slot_off(leaf, 1) + 8, 0)?;
+            // SAFETY: the leaf was free and is taken by us in DRAM.
+            unsafe { self.pool.write_bytes(leaf + leaf::HEADER, key)? };
+            let c = Commit {
+                key_len: key.len(),
+                active: 0,
+            };
+            self.pool.store_u64(leaf, c.encode())?;
+            if self.pool.fault(Fault::HartSkipLeafFlush) {
+                self.pool.flush(
+                    leaf + 64,
+                    (leaf::HEADER + key.len() as u64).saturating_sub(64),
+                );
+            } else {
+                self.pool.flush(leaf, leaf::HEADER + key.len() as u64);
+            }
+            self.pool.fence();
+            Ok(())
+        })();
+        if let Err(e) = filled {
+            // Nothing was committed: give the leaf back (its value object, if
+            // any, was written but is unreferenced and free at recovery; in
+            // DRAM it stays taken until reopen).
+            self.leaves[lc].lock().release(&self.pool, leaf)?;
+            return Err(e);
+        }
+        Ok(leaf)
+    }
+
+    /// Algorithm 3 in the tight order: one fence, then the old value is freed.
+    fn update_leaf(&self, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
+        let c = leaf::commit(&self.pool, leaf)?
+            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
+        let old = self.slot(leaf, c.active)?;
+        let s = 1 - c.active;
+        if self.pool.fault(Fault::HartCommitBeforeSlot) {
+            self.pool
+                .store_u64(leaf, Commit { active: s, ..c }.encode())?;
+            self.pool.flush(leaf, 8);
+        }
+        self.fill_slot(leaf, s, key, value)?;
+        // The slot and the commit word share line 0, and the commit word is
+        // stored last: one flush of the line covers both.
+        self.pool
+            .store_u64(leaf, Commit { active: s, ..c }.encode())?;
+        if !self.pool.fault(Fault::HartSkipLeafFlush) {
+            self.pool.flush(leaf, 8);
+        }
+        self.pool.fence();
+        self.drop_value(old, leaf::slot_off(leaf, c.active))
+    }
+
+    /// Algorithm 5, lines 10-14, in the tight order: one fence.
+    fn delete_leaf(&self, leaf: u64) -> Result<()> {
+        let c = leaf::commit(&self.pool, leaf)?
+            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
+        let v = self.slot(leaf, c.active)?;
+        self.pool.store_u64(leaf, 0)?;
+        self.pool.persist(leaf, 8);
+        self.drop_value(v, leaf::slot_off(leaf, c.active))?;
+        self.leaves[leaf::class_for_key(c.key_len)]
+            .lock()
+            .release(&self.pool, leaf)
+    }
+
+    // ----- recovery ------------------------------------------------------
+
+    /// Recovers a HART from its pool (Algorithm 7).
+    pub fn open(pool: Arc<Pool>) -> Result<Hart> {
+        let root = pool.root_slot(0)?;
+        let sb = pool.load_u64(root)?;
+        if sb == 0 {
+            // Creation crashed before the superblock was published.
+            return Self::create(pool, DEFAULT_HASH_KEY_LEN);
+        }
+        if pool.block_size(sb).ok() != Some(superblock::SIZE)
+            || pool.load_u64(sb)? != superblock::MAGIC
+        {
+            return Err(Error::corrupt(
+                sb,
+                "hart: root slot 0 does not point to a superblock",
+            ));
+        }
+        let k_h = pool.load_u64(sb + superblock::K_H)? as usize;
+        if !(1..=8).contains(&k_h) {
+            return Err(Error::corrupt(
+                sb + superblock::K_H,
+                format!("hart: hash key length {k_h}"),
+            ));
+        }
+        let mut h = Self::empty(Arc::clone(&pool), sb, k_h);
+        for (i, l) in h.leaves.iter_mut().enumerate() {
+            *l.get_mut() = ChunkList::load(
+                &pool,
+                LEAF_SIZES[i],
+                sb + superblock::LEAF_HEADS + 8 * i as u64,
+            )?;
+        }
+        for (i, l) in h.values.iter_mut().enumerate() {
+            *l.get_mut() = ChunkList::load(
+                &pool,
+                VALUE_SIZES[i],
+                sb + superblock::VALUE_HEADS + 8 * i as u64,
+            )?;
+        }
+        let mut live = Vec::new();
+        let mut leftovers = Vec::new();
+        let mut repaired = false;
+        for lc in 0..LEAF_SIZES.len() {
+            let objs = h.leaves[lc].get_mut().objects();
+            for leaf in objs {
+                if let Some(key) = h.recover_leaf(leaf, lc, &mut leftovers, &mut repaired)? {
+                    live.push((leaf, lc, key));
+                }
+            }
+        }
+        if repaired {
+            pool.fence();
+        }
+        for slot in leftovers {
+            pool.free(slot)?;
+        }
+        for (leaf, lc, key) in live {
+            h.leaves[lc].get_mut().mark_taken(leaf)?;
+            let c = leaf::commit(&pool, leaf)?.expect("live leaf");
+            let v = h.slot(leaf, c.active)?;
+            if v.meta.value_len > 0 && !v.meta.large {
+                h.values[value_class(v.meta.value_len)]
+                    .get_mut()
+                    .mark_taken(v.p)?;
+            }
+            let (hk, ak) = h.split(&key);
+            let tree = h.tree_for_insert(hk);
+            let keys = h.keys();
+            if tree.write().art.insert(ak, leaf, &keys).is_some() {
+                return Err(leaf::corrupt(leaf, "two live leaves hold the same key"));
+            }
+            h.len.fetch_add(1, Ordering::Relaxed);
+        }
+        for l in h.leaves.iter_mut().chain(h.values.iter_mut()) {
+            l.get_mut().settle(&pool)?;
+        }
+        Ok(h)
+    }
+
+    /// Decides whether a leaf is live; returns its key if so. Collects the
+    /// slots that point to large blocks which are not a live value.
+    fn recover_leaf(
+        &self,
+        leaf: u64,
+        lc: usize,
+        leftovers: &mut Vec<u64>,
+        repaired: &mut bool,
+    ) -> Result<Option<Vec<u8>>> {
+        let pool = &*self.pool;
+        let commit = leaf::commit(pool, leaf)?
+            .filter(|c| leaf::class_for_key(c.key_len.max(1)) == lc && c.key_len > 0);
+        let mut live_slot = None;
+        let mut key = Vec::new();
+        if let Some(c) = commit {
+            // SAFETY: recovery runs before the engine is shared.
+            key = unsafe { leaf::key(pool, leaf, c)? }.to_vec();
+            for s in [c.active, 1 - c.active] {
+                if self.slot_is_valid(leaf, s, &key)? {
+                    live_slot = Some(s);
+                    break;
+                }
+            }
+            if let Some(s) = live_slot {
+                if s != c.active {
+                    pool.store_u64(leaf, Commit { active: s, ..c }.encode())?;
+                    pool.flush(leaf, 8);
+                    *repaired = true;
+                }
+            }
+        }
+        for s in 0..2 {
+            if Some(s) == live_slot {
+                continue;
+            }
+            let v = self.slot(leaf, s)?;
+            if v.meta.large && v.p != 0 {
+                leftovers.push(leaf::slot_off(leaf, s));
+            }
+        }
+        Ok(live_slot.map(|_| key))
+    }
+
+    fn slot_is_valid(&self, leaf: u64, s: u64, key: &[u8]) -> Result<bool> {
+        let v = self.slot(leaf, s)?;
+        let len = v.meta.value_len;
+        if !v.written || len > MAX_VALUE_LEN {
+            return Ok(false);
+        }
+        let value: &[u8] = if len == 0 {
+            if v.p != 0 {
+                return Ok(false);
+            }
+            &[]
+        } else if v.meta.large {
+            if len <= MAX_OBJECT || self.pool.block_size(v.p).map_or(true, |b| b < len as u64) {
+                return Ok(false);
+            }
+            // SAFETY: recovery runs alone.
+            unsafe { self.pool.bytes(v.p, len as u64)? }
+        } else {
+            if len > MAX_OBJECT {
+                return Ok(false);
+            }
+            let list = self.values[value_class(len)].lock();
+            if list.locate(v.p).is_none() {
+                return Ok(false);
+            }
+            drop(list);
+            // SAFETY: recovery runs alone.
+            unsafe { self.pool.bytes(v.p, len as u64)? }
+        };
+        Ok(leaf::crc(key, value) == v.meta.crc)
+    }
+}
+
+impl Engine for Hart {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ordered_scan: true,
+            concurrent: true,
+            max_key_len: MAX_KEY_LEN,
+            max_value_len: MAX_VALUE_LEN,
+        }
+    }
+
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Algorithm 4. The paper checks the leaf bit in the chunk bitmap; here a
+    /// leaf is in the ART only while it is committed, which the DRAM state
+    /// guarantees under the ART lock.
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        let (hk, ak) = self.split(key);
+        let Some(tree) = self.find_tree(hk) else {
+            return Ok(false);
+        };
+        let t = tree.read();
+        let Some(leaf) = t.art.get(ak, &self.keys()) else {
+            return Ok(false);
+        };
+        let v = self.value_ref(leaf)?;
+        f(self.value_bytes(v)?);
+        Ok(true)
+    }
+
+    /// Algorithm 1 (insert) and Algorithm 3 (update).
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        let (hk, ak) = self.split(key);
+        loop {
+            let tree = if mode == PutMode::Update {
+                match self.find_tree(hk) {
+                    Some(t) => t,
+                    None => return Ok(PutOutcome::Unchanged),
+                }
+            } else {
+                self.tree_for_insert(hk)
+            };
+            let mut t = tree.write();
+            if t.dead {
+                continue; // Emptied and retired meanwhile: look again.
+            }
+            let keys = self.keys();
+            return match t.art.get(ak, &keys) {
+                Some(leaf) => {
+                    if mode == PutMode::Insert {
+                        return Ok(PutOutcome::Unchanged);
+                    }
+                    self.update_leaf(leaf, key, value)?;
+                    Ok(PutOutcome::Replaced)
+                }
+                None => {
+                    if mode == PutMode::Update {
+                        return Ok(PutOutcome::Unchanged);
+                    }
+                    let leaf = match self.insert_leaf(key, value) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            if t.art.is_empty() {
+                                self.retire(hk, &mut t);
+                            }
+                            return Err(e);
+                        }
+                    };
+                    t.art.insert(ak, leaf, &keys);
+                    self.len.fetch_add(1, Ordering::Relaxed);
+                    Ok(PutOutcome::Inserted)
+                }
+            };
+        }
+    }
+
+    /// Algorithm 5, with the empty ART freed (lines 15-16).
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        let (hk, ak) = self.split(key);
+        let Some(tree) = self.find_tree(hk) else {
+            return Ok(false);
+        };
+        let mut t = tree.write();
+        if t.dead {
+            return Ok(false);
+        }
+        let keys = self.keys();
+        let Some(leaf) = t.art.get(ak, &keys) else {
+            return Ok(false);
+        };
+        // Out of the ART first: the ART compares keys through the leaf,
+        // which reads as keyless once its commit word is cleared.
+        t.art.remove(ak, &keys);
+        if let Err(e) = self.delete_leaf(leaf) {
+            t.art.insert(ak, leaf, &keys);
+            return Err(e);
+        }
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        if t.art.is_empty() {
+            self.retire(hk, &mut t);
+        }
+        Ok(true)
+    }
+
+    /// Ordered scan: hash keys in order from the ordered set, then each ART
+    /// in order.
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        let start: Bound<Box<[u8]>> = match lo {
+            Bound::Included(k) | Bound::Excluded(k) => Bound::Included(self.split(k).0.into()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let hks: Vec<Box<[u8]>> = self
+            .prefixes
+            .read()
+            .range::<Box<[u8]>, _>((start, Bound::Unbounded))
+            .cloned()
+            .collect();
+        let keys = self.keys();
+        for hk in hks {
+            let past_hi = match hi {
+                Bound::Included(h) => &hk[..] > h,
+                Bound::Excluded(h) => &hk[..] >= h,
+                Bound::Unbounded => false,
+            };
+            if past_hi {
+                break;
+            }
+            let Some(tree) = self.find_tree(&hk) else {
+                continue;
+            };
+            let t = tree.read();
+            let sub = |b: Bound<&[u8]>| -> Bound<Vec<u8>> {
+                match b {
+                    Bound::Included(k) if k.len() >= self.k_h && k[..self.k_h] == hk[..] => {
+                        Bound::Included(k[self.k_h..].to_vec())
+                    }
+                    Bound::Excluded(k) if k.len() >= self.k_h && k[..self.k_h] == hk[..] => {
+                        Bound::Excluded(k[self.k_h..].to_vec())
+                    }
+                    _ => Bound::Unbounded,
+                }
+            };
+            let (alo, ahi) = (sub(lo), sub(hi));
+            let mut stop = false;
+            let mut err = None;
+            t.art.range(
+                alo.as_ref().map(Vec::as_slice),
+                ahi.as_ref().map(Vec::as_slice),
+                &keys,
+                |_, leaf| {
+                    let full = keys.full_key(leaf);
+                    let in_lo = match lo {
+                        Bound::Included(l) => full >= l,
+                        Bound::Excluded(l) => full > l,
+                        Bound::Unbounded => true,
+                    };
+                    let in_hi = match hi {
+                        Bound::Included(h) => full <= h,
+                        Bound::Excluded(h) => full < h,
+                        Bound::Unbounded => true,
+                    };
+                    if !in_hi {
+                        stop = true;
+                        return false;
+                    }
+                    if !in_lo {
+                        return true;
+                    }
+                    let v = match self.value_ref(leaf).and_then(|v| self.value_bytes(v)) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            err = Some(e);
+                            return false;
+                        }
+                    };
+                    if !f(full, v) {
+                        stop = true;
+                        return false;
+                    }
+                    true
+                },
+            );
+            if let Some(e) = err {
+                return Err(e);
+            }
+            if stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        let keys = self.keys();
+        let mut blocks = vec![self.sb];
+        for l in self.leaves.iter().chain(self.values.iter()) {
+            blocks.extend(l.lock().chunk_offsets());
+        }
+        let mut n = 0u64;
+        let hks: Vec<Box<[u8]>> = self.prefixes.read().iter().cloned().collect();
+        for hk in hks {
+            let Some(tree) = self.find_tree(&hk) else {
+                return Err(Error::CheckFailed(format!(
+                    "hash key {hk:?} is ordered but not in the hash table"
+                )));
+            };
+            let t = tree.read();
+            if t.art.is_empty() {
+                return Err(Error::CheckFailed(format!(
+                    "the ART of hash key {hk:?} is empty"
+                )));
+            }
+            let mut err = None;
+            t.art
+                .range(Bound::Unbounded, Bound::Unbounded, &keys, |ak, leaf| {
+                    n += 1;
+                    let r = (|| -> Result<()> {
+                        let c = leaf::commit(&self.pool, leaf)?.ok_or_else(|| {
+                            Error::CheckFailed(format!(
+                                "leaf {leaf:#x} in the ART is not committed"
+                            ))
+                        })?;
+                        let full = keys.full_key(leaf);
+                        let (fhk, fak) = self.split(full);
+                        if full.len() != c.key_len || fhk != &hk[..] || fak != ak {
+                            return Err(Error::CheckFailed(format!(
+                                "leaf {leaf:#x} holds another key"
+                            )));
+                        }
+                        if !self.slot_is_valid(leaf, c.active, full)? {
+                            return Err(Error::CheckFailed(format!(
+                                "leaf {leaf:#x}: value fails its CRC"
+                            )));
+                        }
+                        let v = self.slot(leaf, c.active)?;
+                        if v.meta.large {
+                            blocks.push(v.p);
+                        }
+                        Ok(())
+                    })();
+                    if let Err(e) = r {
+                        err = Some(e);
+                        return false;
+                    }
+                    true
+                });
+            if let Some(e) = err {
+                return Err(e);
+            }
+        }
+        if n != self.len() {
+            return Err(Error::CheckFailed(format!(
+                "the ARTs hold {n} keys, the engine counts {}",
+                self.len()
+            )));
+        }
+        Ok(CheckReport {
+            keys: n,
+            referenced_blocks: blocks,
+        })
+    }
+
+    fn dram_bytes(&self) -> u64 {
+        let mut b = 0;
+        for shard in &self.shards {
+            for (k, t) in shard.read().iter() {
+                b += k.len() as u64 + 64 + t.read().art.dram_bytes() as u64;
+            }
+        }
+        b += self
+            .prefixes
+            .read()
+            .iter()
+            .map(|k| k.len() as u64 + 40)
+            .sum::<u64>();
+        for l in self.leaves.iter().chain(self.values.iter()) {
+            b += l.lock().dram_bytes();
+        }
+        b
+    }
+}
