@@ -52,6 +52,8 @@ struct ChunkState {
     taken: u64,
     prev: u64,
     next: u64,
+    /// Whether the chunk is on the `open` stack.
+    in_open: bool,
 }
 
 /// The DRAM view of one chunk list: which objects are taken, and the list
@@ -59,6 +61,9 @@ struct ChunkState {
 #[derive(Debug)]
 pub struct ChunkList {
     obj_size: u64,
+    /// Bytes zeroed at the start of each object of a new chunk (40 for
+    /// leaves: commit word and slots; 0 for value objects).
+    zero_prefix: u64,
     head_slot: u64,
     head: u64,
     chunks: BTreeMap<u64, ChunkState>,
@@ -67,10 +72,13 @@ pub struct ChunkList {
 }
 
 impl ChunkList {
-    /// An empty list whose head lives at `head_slot`.
-    pub fn new(obj_size: u64, head_slot: u64) -> Self {
+    /// An empty list whose head lives at `head_slot`; new chunks get the
+    /// first `zero_prefix` bytes of every object zeroed.
+    pub fn new(obj_size: u64, head_slot: u64, zero_prefix: u64) -> Self {
+        assert!(zero_prefix <= obj_size, "zeroing stays inside each object");
         ChunkList {
             obj_size,
+            zero_prefix,
             head_slot,
             head: 0,
             chunks: BTreeMap::new(),
@@ -81,8 +89,8 @@ impl ChunkList {
     /// Walks the persistent list (recovery), checking that every chunk is an
     /// allocated block of the right size and that the list has no cycle.
     /// Every object starts out free; recovery marks the used ones.
-    pub fn load(pool: &Pool, obj_size: u64, head_slot: u64) -> Result<Self> {
-        let mut l = ChunkList::new(obj_size, head_slot);
+    pub fn load(pool: &Pool, obj_size: u64, head_slot: u64, zero_prefix: u64) -> Result<Self> {
+        let mut l = ChunkList::new(obj_size, head_slot, zero_prefix);
         let mut seen = HashSet::new();
         let mut prev = 0;
         let mut cur = pool.load_u64(head_slot)?;
@@ -107,9 +115,9 @@ impl ChunkList {
                     taken: 0,
                     prev,
                     next,
+                    in_open: false,
                 },
             );
-            l.open.push(cur);
             prev = cur;
             cur = next;
         }
@@ -155,8 +163,12 @@ impl ChunkList {
         loop {
             match self.open.last().copied() {
                 Some(c) => {
-                    let st = self.chunks.get_mut(&c).expect("open chunks exist");
+                    let Some(st) = self.chunks.get_mut(&c) else {
+                        self.open.pop(); // recycled meanwhile
+                        continue;
+                    };
                     if st.taken == ALL {
+                        st.in_open = false;
                         self.open.pop();
                         continue;
                     }
@@ -172,24 +184,32 @@ impl ChunkList {
         }
     }
 
-    /// Persist order: zero the header line and the first 40 bytes of every
-    /// object (a leaf's commit word and slots: stale leaves from an earlier
-    /// use of the memory must not look valid), set `PNext` to the current
-    /// head, flush; then `activate` the block into the head slot (whose
-    /// first fence orders those flushes).
+    /// Persist order: zero the header line and the first `zero_prefix`
+    /// bytes of every object (a leaf's commit word and slots: stale leaves
+    /// from an earlier use of the memory must not look valid), set `PNext`
+    /// to the current head, flush; then `activate` the block into the head
+    /// slot (whose first fence orders those flushes).
     fn add_chunk(&mut self, pool: &Pool) -> Result<()> {
-        let r = pool.reserve(chunk_size(self.obj_size))?;
+        let size = chunk_size(self.obj_size);
+        let r = pool.reserve(size)?;
         let c = r.offset();
+        debug_assert!(r.size() >= size);
         let mut line = [0u8; 64];
         line[8..16].copy_from_slice(&self.head.to_le_bytes());
-        // SAFETY: the block is reserved by us and not yet published.
+        let zeros = [0u8; 64];
+        // SAFETY: the block is reserved by us and not yet published; every
+        // write stays inside it (object i ends at 64 + (i + 1) × size).
         unsafe {
             pool.write_bytes(c, &line)?;
-            for i in 0..OBJECTS {
-                pool.write_bytes(c + CHUNK_HEADER + i * self.obj_size, &line[16..56])?;
+            if self.zero_prefix > 0 {
+                for i in 0..OBJECTS {
+                    let o = c + CHUNK_HEADER + i * self.obj_size;
+                    pool.write_bytes(o, &zeros[..self.zero_prefix as usize])?;
+                    pool.flush(o, self.zero_prefix);
+                }
             }
         }
-        pool.flush(c, chunk_size(self.obj_size));
+        pool.flush(c, CHUNK_HEADER);
         pool.activate(r, self.head_slot)?;
         if let Some(h) = self.chunks.get_mut(&self.head) {
             h.prev = c;
@@ -200,6 +220,7 @@ impl ChunkList {
                 taken: 0,
                 prev: 0,
                 next: self.head,
+                in_open: true,
             },
         );
         self.head = c;
@@ -220,11 +241,13 @@ impl ChunkList {
         let st = self.chunks.get_mut(&c).expect("located");
         st.taken &= !(1 << i);
         let taken = st.taken;
-        pool.store_u64(c, header_word(taken))?;
-        if taken == 0 && self.open.iter().any(|&o| o != c) {
+        if taken == 0 && self.chunks.len() > 1 {
             return self.recycle(pool, c);
         }
-        if !self.open.contains(&c) {
+        pool.store_u64(c, header_word(taken))?;
+        let st = self.chunks.get_mut(&c).expect("located");
+        if !st.in_open {
+            st.in_open = true;
             self.open.push(c);
         }
         Ok(())
@@ -248,8 +271,8 @@ impl ChunkList {
         if let Some(n) = self.chunks.get_mut(&st.next) {
             n.prev = st.prev;
         }
+        // A stale entry on `open` is skipped by `alloc`.
         self.chunks.remove(&c);
-        self.open.retain(|&o| o != c);
         Ok(())
     }
 
@@ -269,12 +292,13 @@ impl ChunkList {
             }
             pool.store_u64(c, header_word(taken))?;
         }
-        self.open = self
-            .chunks
-            .iter()
-            .filter(|(_, s)| s.taken != ALL)
-            .map(|(&c, _)| c)
-            .collect();
+        self.open.clear();
+        for (&c, st) in self.chunks.iter_mut() {
+            st.in_open = st.taken != ALL;
+            if st.in_open {
+                self.open.push(c);
+            }
+        }
         Ok(())
     }
 

@@ -168,6 +168,7 @@ impl Hart {
                     Mutex::new(ChunkList::new(
                         s,
                         sb + superblock::LEAF_HEADS + 8 * i as u64,
+                        leaf::HEADER,
                     ))
                 })
                 .collect(),
@@ -178,6 +179,7 @@ impl Hart {
                     Mutex::new(ChunkList::new(
                         s,
                         sb + superblock::VALUE_HEADS + 8 * i as u64,
+                        0,
                     ))
                 })
                 .collect(),
@@ -459,6 +461,7 @@ impl Hart {
                 &pool,
                 LEAF_SIZES[i],
                 sb + superblock::LEAF_HEADS + 8 * i as u64,
+                leaf::HEADER,
             )?;
         }
         for (i, l) in h.values.iter_mut().enumerate() {
@@ -466,6 +469,7 @@ impl Hart {
                 &pool,
                 VALUE_SIZES[i],
                 sb + superblock::VALUE_HEADS + 8 * i as u64,
+                0,
             )?;
         }
         let mut live = Vec::new();
