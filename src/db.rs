@@ -18,7 +18,9 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::engine::{self, CheckReport, Engine, PutMode, PutOutcome, MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::engine::{
+    self, CheckReport, Engine, EngineConfig, PutMode, PutOutcome, MAX_KEY_LEN, MAX_VALUE_LEN,
+};
 use crate::error::{Error, Result};
 use crate::pm::{
     self, Fault, MappingMode, PersistConfig, PmCounters, PmObserver, Pool, PoolConfig, Usage,
@@ -44,6 +46,8 @@ pub struct Options {
     pub observer: Option<Arc<dyn PmObserver>>,
     /// A persist to drop on purpose (the crash harness's self-test only).
     pub fault: Option<Fault>,
+    /// Engine settings such as `hart.persist_order = paper`.
+    pub engine_config: EngineConfig,
 }
 
 impl Default for Options {
@@ -54,6 +58,7 @@ impl Default for Options {
             persist: PersistConfig::default(),
             observer: None,
             fault: None,
+            engine_config: EngineConfig::new(),
         }
     }
 }
@@ -173,7 +178,7 @@ impl Db {
             info.name,
             &opts.pool_config(),
         )?;
-        Self::wrap((info.create)(Arc::new(pool))?)
+        Self::wrap((info.create)(Arc::new(pool), &opts.engine_config)?)
     }
 
     /// Opens the pool at `path` and recovers its index.
@@ -182,7 +187,7 @@ impl Db {
             engine::find(e)?;
         }
         let pool = Pool::open(path.as_ref(), opts.engine.as_deref(), &opts.pool_config())?;
-        Self::recover(pool)
+        Self::recover(pool, &opts.engine_config)
     }
 
     /// Creates a database in anonymous memory (tests, simulation, benchmarks
@@ -190,14 +195,14 @@ impl Db {
     pub fn create_anonymous(opts: &Options) -> Result<Db> {
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
         let pool = Pool::create_anonymous(opts.pool_size, info.name, &opts.pool_config())?;
-        Self::wrap((info.create)(Arc::new(pool))?)
+        Self::wrap((info.create)(Arc::new(pool), &opts.engine_config)?)
     }
 
     /// Opens a pool image (for example a crash image) in anonymous memory and
     /// recovers its index.
     pub fn open_image(image: &[u8], opts: &Options) -> Result<Db> {
         let pool = Pool::open_image(image, opts.engine.as_deref(), &opts.pool_config())?;
-        Self::recover(pool)
+        Self::recover(pool, &opts.engine_config)
     }
 
     fn wrap(engine: Box<dyn Engine>) -> Result<Db> {
@@ -211,9 +216,9 @@ impl Db {
         })
     }
 
-    fn recover(pool: Pool) -> Result<Db> {
+    fn recover(pool: Pool, config: &EngineConfig) -> Result<Db> {
         let info = engine::find(&pool.engine_id())?;
-        Self::wrap((info.open)(Arc::new(pool))?)
+        Self::wrap((info.open)(Arc::new(pool), config)?)
     }
 
     /// Validates a key against the API limit (1..=250 bytes) and the

@@ -6,6 +6,11 @@
 
 mod cli;
 
+/// Counts heap bytes, so that `pmindex bench` can report the DRAM an index
+/// holds (see `pmindex::bench::alloc`).
+#[global_allocator]
+static ALLOC: pmindex::bench::alloc::CountingAlloc = pmindex::bench::alloc::CountingAlloc::new();
+
 fn main() -> std::process::ExitCode {
     cli::main()
 }

@@ -13,7 +13,14 @@ fn budget() -> usize {
 }
 
 fn crash_test(engine: &str, eadr: bool) {
+    crash_test_with(engine, eadr, &[]);
+}
+
+fn crash_test_with(engine: &str, eadr: bool, settings: &[(&str, &str)]) {
     let mut cfg = CrashConfig::new(engine);
+    for (k, v) in settings {
+        cfg.engine_config.insert(k.to_string(), v.to_string());
+    }
     cfg.states = budget();
     cfg.eadr = eadr;
     let r = run(&cfg).expect("crash test runs");
@@ -66,4 +73,10 @@ crash_suite! {
     allocator => pmindex::sim::ALLOC_SUBJECT,
     pmlog => "pmlog",
     hart => "hart",
+}
+
+/// HART in the paper's persist order (same recovery, more fences).
+#[test]
+fn hart_paper_order() {
+    crash_test_with("hart", false, &[("hart.persist_order", "paper")]);
 }

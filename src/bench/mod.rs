@@ -1,29 +1,51 @@
 //! Benchmarks, as library code; the `pmindex bench` commands are thin
-//! wrappers around them.
+//! wrappers around them. docs/bench.md is the user's guide.
 //!
-//! - [`quick`]: the first benchmark: insert, get and delete N keys on every
-//!   engine, each in a temporary pool file.
+//! # The benchmark (`pmindex bench`)
+//! A run is a [`suite::Suite`] of [`experiment::Experiment`]s: each one a
+//! key set ([`keys`]), a record count, a value size, a thread count, a PM
+//! latency and a sequence of phases (load, recovery, the basic operations,
+//! mixes of [`mix`] with the request distributions of [`dist`], range
+//! scans). [`runner`] runs every experiment on every engine in alternating
+//! rounds in one process, each engine in a temporary pool ([`temp_pool`]);
+//! [`summary`] takes medians over rounds and ratios against a baseline
+//! engine and formats the tables and the CSV; [`plot`] draws the charts.
+//! [`preset`] builds the suites that reproduce the papers' evaluations,
+//! with the claims that [`verdict`] judges. [`alloc`] is the counting global
+//! allocator behind the DRAM figures.
+//!
+//! Adding an engine to [`crate::engine::ENGINES`] adds it to every run: no
+//! change here is needed.
+//!
+//! # Other benchmarks
 //! - [`store_api`]: what the pool's store API costs over raw stores to DRAM.
-//! - [`report`]: the report types and text tables, shared by the benchmarks.
-//! - [`workload`]: keys, values and orders, reproducible from a seed.
-//! - [`temp_pool`]: a pool file that is removed when the benchmark ends.
 //!
 //! # Measuring
-//! A phase is timed as a whole (one [`std::time::Instant`] before, one
-//! after), so a figure is the mean over its operations, not a percentile.
-//! PM counters ([`crate::pm::counters`]) are process-wide: a snapshot is taken
-//! before and after each phase and subtracted, so nothing else in the process
-//! may touch a pool while a benchmark runs.
+//! See [`runner`]: phases are timed as a whole, latencies sampled; PM
+//! counters ([`crate::pm::counters()`]) are process-wide, so a snapshot is
+//! taken before and after each phase and subtracted, and nothing else in
+//! the process may touch a pool while a benchmark runs.
 //!
 //! # Progress
-//! Benchmarks report progress through [`Progress`] in batches of
-//! [`PROGRESS_BATCH`] operations, so that a progress bar costs nothing
-//! measurable; library callers that want none pass [`NoProgress`].
+//! Benchmarks report progress through [`Progress`]; worker threads count
+//! operations in batches of at most [`PROGRESS_BATCH`], so that a progress
+//! bar costs nothing measurable; library callers that want none pass
+//! [`NoProgress`].
 
-pub mod quick;
+pub mod alloc;
+pub mod dist;
+pub mod experiment;
+pub mod keys;
+pub mod mix;
+pub mod plot;
+pub mod preset;
 pub mod report;
+pub mod runner;
 pub mod store_api;
+pub mod suite;
+pub mod summary;
 pub mod temp_pool;
+pub mod verdict;
 pub mod workload;
 
 use crate::error::Error;
@@ -33,6 +55,9 @@ pub const PROGRESS_BATCH: u64 = 4096;
 
 /// Receives the progress of a benchmark (the CLI draws progress bars).
 pub trait Progress {
+    /// Step `step` of `steps` (one engine in one round of one experiment)
+    /// starts; `what` says which.
+    fn begin(&mut self, _step: usize, _steps: usize, _what: &str) {}
     /// A phase of `total` operations starts on `engine`.
     fn start(&mut self, engine: &str, phase: &str, total: u64);
     /// `n` more operations of the current phase are done.

@@ -2,15 +2,97 @@
 //!
 //! [`TempPool`] picks a fresh name in a directory, creates the database there,
 //! and removes the file when it is dropped: after a normal run, after an error,
-//! and while a panic unwinds. (A process killed by a signal leaves the file
-//! behind; its name starts with `pmindex-bench-`.)
+//! and while a panic unwinds.
+//!
+//! # Signals
+//! A signal does not unwind. A program that wants the files removed when it
+//! is interrupted (the `pmindex` command line does) calls
+//! [`remove_on_signal`]: on SIGINT, SIGTERM or SIGHUP the handler unlinks
+//! every live temporary pool, then dies of the signal as it would have. The
+//! paths live in a fixed table of atomic pointers ([`SIGNAL_SLOTS`]), so the
+//! handler only does async-signal-safe things (atomic swaps, `unlink`,
+//! `signal`, `raise`). Each slot's path is owned by whichever side swaps it
+//! out first: the handler (which never frees it; the process is ending) or
+//! the pool's `drop` (which frees it). A process killed by SIGKILL still
+//! leaves the file behind; its name starts with `pmindex-bench-`.
 
+use std::ffi::{c_char, c_int, CString};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use super::{BenchError, BenchResult};
 use crate::db::{Db, Options};
 use crate::error::Error;
+
+/// Live temporary pools that a signal handler can remove.
+pub const SIGNAL_SLOTS: usize = 64;
+
+/// The paths (leaked `CString`s) of live temporary pools; null when free.
+static LIVE_PATHS: [AtomicPtr<c_char>; SIGNAL_SLOTS] =
+    [const { AtomicPtr::new(null_mut()) }; SIGNAL_SLOTS];
+
+/// Puts `path` in a free slot; `None` if it cannot (no slot, or a NUL byte).
+fn register(path: &Path) -> Option<usize> {
+    use std::os::unix::ffi::OsStrExt;
+    let raw = CString::new(path.as_os_str().as_bytes()).ok()?.into_raw();
+    for (i, slot) in LIVE_PATHS.iter().enumerate() {
+        if slot
+            .compare_exchange(null_mut(), raw, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return Some(i);
+        }
+    }
+    // SAFETY: `raw` came from `CString::into_raw` above and was not stored.
+    drop(unsafe { CString::from_raw(raw) });
+    None
+}
+
+/// Takes the path out of `slot` and frees it, unless a signal handler took
+/// it first.
+fn unregister(slot: usize) {
+    let raw = LIVE_PATHS[slot].swap(null_mut(), Ordering::SeqCst);
+    if !raw.is_null() {
+        // SAFETY: a non-null slot holds a pointer from `CString::into_raw`
+        // (see `register`), and the swap made this call its only owner.
+        drop(unsafe { CString::from_raw(raw) });
+    }
+}
+
+extern "C" fn remove_and_die(sig: c_int) {
+    for slot in &LIVE_PATHS {
+        let raw = slot.swap(null_mut(), Ordering::SeqCst);
+        if !raw.is_null() {
+            // SAFETY: `raw` is a NUL-terminated path from `CString::into_raw`
+            // that nothing frees any more (the swap took it); `unlink` is
+            // async-signal-safe.
+            unsafe { libc::unlink(raw) };
+        }
+    }
+    // SAFETY: `signal` and `raise` are async-signal-safe; restoring the
+    // default action and raising the signal again ends the process the way
+    // the signal would have.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every live
+/// temporary pool file and then let the signal end the process (see the
+/// [module docs](self)). For programs, not libraries: it replaces the
+/// process's handlers for those signals.
+pub fn remove_on_signal() {
+    let handler = remove_and_die as extern "C" fn(c_int);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `handler` is an `extern "C" fn(c_int)` that only does
+        // async-signal-safe work; installing it has no other effect.
+        unsafe {
+            libc::signal(sig, handler as libc::sighandler_t);
+        }
+    }
+}
 
 /// A database in a pool file that is deleted on drop.
 #[derive(Debug)]
@@ -19,6 +101,8 @@ pub struct TempPool {
     // unmaps the pool and releases its lock) before it removes the file.
     db: Option<Db>,
     path: PathBuf,
+    /// The slot of `path` in the signal handler's table.
+    slot: Option<usize>,
 }
 
 impl TempPool {
@@ -28,11 +112,21 @@ impl TempPool {
     pub fn create(dir: &Path, tag: &str, opts: &Options) -> BenchResult<TempPool> {
         check_free_space(dir, opts.pool_size)?;
         let path = fresh_path(dir, tag);
+        // Registered before the file exists: creating a large pool takes a
+        // while, and a signal meanwhile must remove the file too.
+        let slot = register(&path);
         match Db::create(&path, opts) {
-            Ok(db) => Ok(TempPool { db: Some(db), path }),
+            Ok(db) => Ok(TempPool {
+                db: Some(db),
+                slot,
+                path,
+            }),
             // The name was taken after we looked: the file is not ours, so
             // leave it alone.
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                if let Some(slot) = slot {
+                    unregister(slot);
+                }
                 Err(BenchError::Config(format!(
                     "{}: a file of that name appeared while the benchmark was starting",
                     path.display()
@@ -41,16 +135,37 @@ impl TempPool {
             Err(e) => {
                 // The creation may have left a partial file behind.
                 let _ = std::fs::remove_file(&path);
+                if let Some(slot) = slot {
+                    unregister(slot);
+                }
                 Err(BenchError::failed(format!("create {}", path.display()), e))
             }
         }
     }
 
     /// The database.
+    ///
+    /// # Panics
+    /// After a [`TempPool::reopen`] that failed (the caller is expected to
+    /// drop the pool then).
     pub fn db(&self) -> &Db {
         self.db
             .as_ref()
-            .expect("the database is only taken out in drop")
+            .expect("the database is present except in drop and after a failed reopen")
+    }
+
+    /// Closes the database and opens it again with `opts` (recovery).
+    /// Returns how long the open took (closing is not timed: it unmaps the
+    /// pool and writes a page-cache mapping back to its file). On error the
+    /// pool holds no database; drop it.
+    pub fn reopen(&mut self, opts: &Options) -> BenchResult<std::time::Duration> {
+        drop(self.db.take());
+        let t0 = std::time::Instant::now();
+        let db = Db::open(&self.path, opts)
+            .map_err(|e| BenchError::failed(format!("reopen {}", self.path.display()), e))?;
+        let elapsed = t0.elapsed();
+        self.db = Some(db);
+        Ok(elapsed)
     }
 
     /// The pool file.
@@ -63,6 +178,10 @@ impl Drop for TempPool {
     fn drop(&mut self) {
         drop(self.db.take());
         let _ = std::fs::remove_file(&self.path);
+        // After the removal, so that a signal in between still finds it.
+        if let Some(slot) = self.slot.take() {
+            unregister(slot);
+        }
     }
 }
 
@@ -120,7 +239,7 @@ fn check_free_space(dir: &Path, needed: u64) -> BenchResult<()> {
 
 /// Bytes available to unprivileged users on the file system of `dir`, or
 /// `None` if it cannot be told.
-fn free_bytes(dir: &Path) -> Option<u64> {
+pub fn free_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -161,6 +280,44 @@ mod tests {
             .unwrap()
             .contains("unit_test"));
         t.db().put(b"k", b"v").unwrap();
+        drop(t);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn reopen_recovers_the_keys() {
+        let opts = Options {
+            pool_size: 1 << 20,
+            ..Options::default()
+        };
+        let mut t = TempPool::create(&std::env::temp_dir(), "reopen", &opts).unwrap();
+        t.db().put(b"k", b"v").unwrap();
+        let took = t.reopen(&Options::default()).unwrap();
+        assert!(took.as_nanos() > 0);
+        assert_eq!(t.db().get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        let path = t.path().to_path_buf();
+        drop(t);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn live_pools_are_registered_for_the_signal_handler() {
+        let t = TempPool::create(
+            &std::env::temp_dir(),
+            "signal",
+            &Options {
+                pool_size: 1 << 20,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let slot = t.slot.expect("a free slot");
+        let raw = LIVE_PATHS[slot].load(Ordering::SeqCst);
+        assert!(!raw.is_null());
+        // SAFETY: the slot holds a live CString until `t` is dropped.
+        let registered = unsafe { std::ffi::CStr::from_ptr(raw) };
+        assert_eq!(registered.to_str().unwrap(), t.path().to_str().unwrap());
+        let path = t.path().to_path_buf();
         drop(t);
         assert!(!path.exists());
     }

@@ -134,14 +134,17 @@ enum Command {
     /// is allocated. Prints the keys and blocks checked; exits with status 1
     /// on the first broken invariant.
     Check(PoolArg),
-    /// Benchmark insert, get and delete on each engine, in temporary pools.
+    /// Benchmark every engine side by side, or reproduce a paper's evaluation.
     ///
-    /// For each engine: create a pool file in the temporary directory (sized
-    /// from --records and --value-size, removed afterwards), insert the keys
-    /// (8-byte big-endian, random), get them all in another random order and
-    /// check each value, then delete them all. Prints ns/op, Mops/s and PM
-    /// flushes, fences and lines read per operation for each phase.
-    Bench(BenchArgs),
+    /// Without options: 200,000 random 8-byte keys on every engine, each in
+    /// a temporary pool file (removed afterwards): load, recovery, search,
+    /// update, range scans and delete, then YCSB A; three rounds with the
+    /// engines alternating. Prints medians of ns/op, Mops/s, sampled latency
+    /// percentiles, PM flushes, fences and lines read per operation, DRAM
+    /// and PM bytes per record, build against recovery time, and ratios
+    /// against the baseline engine. --preset runs a paper's experiments and
+    /// judges its claims; --json, --csv and --plot write the results.
+    Bench(Box<BenchArgs>),
     /// Benchmark the pool's store API against raw DRAM stores.
     ///
     /// On an anonymous pool: Pool::store_u64 against write_volatile, and
@@ -271,33 +274,140 @@ struct ScanArgs {
     limit: Option<usize>,
 }
 
+const BENCH_AFTER_HELP: &str = "\
+Examples:
+  pmindex bench                                   # the default comparison, under a minute
+  pmindex bench --preset hart                     # the HART paper's evaluation, quick scale
+  pmindex bench --preset dptree --full --plot /tmp/plots
+  pmindex bench --keys dense,clustered --mix ycsb-a,ycsb-e --threads 1,2 --csv
+  pmindex bench --mix read=90,update=10 --dist zipfian:0.8 --value-size 8,256,4096
+  pmindex bench --pm-latencies none,300/100,600/300 --flush eadr --json
+
+Key sets: dictionary, seq-string, rand-string, dense, sparse, clustered, random-u64.
+Mixes: basic (load, recovery, search, update, scan, delete), hart-read-intensive,
+hart-rmw, hart-write-intensive, dptree-insert-only, dptree-read-only,
+dptree-read-update, dptree-scan-insert, dptree-mixed, ycsb-a .. ycsb-f, or
+weights such as read=90,update=10 (insert, read, update, delete, scan, rmw).
+See docs/bench.md.";
+
 #[derive(Debug, Args)]
+#[command(after_help = BENCH_AFTER_HELP)]
 struct BenchArgs {
-    /// Keys per engine.
-    #[arg(long, value_name = "N", default_value = "200000", value_parser = parse::parse_count)]
-    records: u64,
+    /// Reproduce a paper's evaluation: hart, wort, dptree or art-bplus.
+    /// Runs the paper's engines that this build has (plus pmlog) and ends
+    /// with a verdict on each of the paper's claims.
+    #[arg(long, value_name = "PAPER", value_parser = parse_preset,
+          conflicts_with_all = ["keys", "records", "ops", "value_size", "mix", "dist",
+                                "scan_len", "threads", "pm_latencies"])]
+    preset: Option<pmindex::bench::preset::Preset>,
 
-    /// Bytes per value (K/M suffixes allowed; at most 1M).
-    #[arg(long, value_name = "BYTES", default_value = "8", value_parser = parse::parse_size)]
-    value_size: u64,
-
-    /// Seed of the keys, values and access orders.
-    #[arg(long, value_name = "N", default_value_t = 42)]
-    seed: u64,
+    /// With --preset: the paper's record counts (capped to what this
+    /// machine holds) instead of the quick scale.
+    #[arg(long, requires = "preset")]
+    full: bool,
 
     /// Engines to run, comma separated, or `all`.
     #[arg(long, value_name = "LIST", default_value = "all")]
     engines: String,
+
+    /// The engine the others are compared with [default: pmlog].
+    #[arg(long, value_name = "ENGINE")]
+    baseline: Option<String>,
+
+    /// Key sets, comma separated (a sweep).
+    #[arg(long, value_name = "LIST", default_value = "sparse")]
+    keys: String,
+
+    /// Word list of the `dictionary` key set (Debian: wamerican-insane).
+    #[arg(long, value_name = "FILE", default_value = pmindex::bench::keys::DEFAULT_DICTIONARY)]
+    dict: PathBuf,
+
+    /// Keys loaded per experiment.
+    #[arg(long, value_name = "N", default_value = "200000", value_parser = parse::parse_count)]
+    records: u64,
+
+    /// Operations per mix, and records read by the scans of `basic`
+    /// [default: RECORDS].
+    #[arg(long, value_name = "N", value_parser = parse::parse_count)]
+    ops: Option<u64>,
+
+    /// Bytes per value, comma separated for a sweep (K/M suffixes; at most 1M).
+    #[arg(long, value_name = "LIST", default_value = "8")]
+    value_size: String,
+
+    /// Workloads: names, comma separated, or one custom mix such as
+    /// read=90,update=10; repeat the option for more.
+    #[arg(long, value_name = "LIST", default_value = "basic,ycsb-a")]
+    mix: Vec<String>,
+
+    /// Request distribution of every mix: uniform, zipfian[:SKEW] or
+    /// latest[:SKEW], SKEW in (0, 1) [default: each mix's own].
+    #[arg(long, value_name = "DIST", value_parser = parse_dist)]
+    dist: Option<pmindex::bench::dist::Distribution>,
+
+    /// Records per range scan (YCSB E: up to this many).
+    #[arg(long, value_name = "N", default_value = "100", value_parser = parse::parse_count)]
+    scan_len: u64,
+
+    /// Thread counts, comma separated (1,2,4 for a scaling sweep).
+    #[arg(long, value_name = "LIST", default_value = "1")]
+    threads: String,
+
+    /// PM latencies to sweep, comma separated: none or WRITE/READ ns (e.g.
+    /// none,300/100,300/300,600/300). The global --pm-latency sets one.
+    #[arg(long, value_name = "LIST")]
+    pm_latencies: Option<String>,
+
+    /// Rounds per experiment (engines alternate; medians are reported)
+    /// [default: 3; 1 with --full].
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
+
+    /// Seed of the keys, values and operation streams.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    seed: u64,
 
     /// Directory for the temporary pool files (a DAX mount to measure real
     /// PM) [default: the system's temporary directory].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 
+    /// Pool size per engine: SIZE (e.g. 4G) or auto (from the records,
+    /// keys and values).
+    #[arg(long, value_name = "SIZE", default_value = "auto")]
+    pool_size: String,
+
+    /// Time every N-th operation for the latency percentiles.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    sample: u32,
+
+    /// Stop a range-scan phase (or a mix with scans) after this many
+    /// seconds and report the operations done; 0 for no limit
+    /// [default: 5; none with --full].
+    #[arg(long, value_name = "SECS")]
+    scan_time_limit: Option<u64>,
+
+    /// Print the results as CSV (one row per experiment, engine and phase).
+    #[arg(long)]
+    csv: bool,
+
+    /// Write PNG and SVG charts in the style of the papers' figures into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+
     /// Run the store-API benchmark instead (like `pmindex bench-store-api`
     /// with its defaults and this --seed).
-    #[arg(long, conflicts_with_all = ["records", "value_size", "engines", "dir"])]
+    #[arg(long, conflicts_with_all = ["records", "value_size", "engines", "dir", "preset",
+                                      "keys", "mix", "threads", "plot", "csv", "baseline"])]
     store_api: bool,
+}
+
+fn parse_preset(s: &str) -> Result<pmindex::bench::preset::Preset, String> {
+    s.parse()
+}
+
+fn parse_dist(s: &str) -> Result<pmindex::bench::dist::Distribution, String> {
+    s.parse()
 }
 
 #[derive(Debug, Args)]
@@ -364,6 +474,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Info(a) => kv::info(out, g.persist()?, &a.pool),
         Command::Check(a) => kv::check(out, g.persist()?, &a.pool),
         Command::Bench(a) => {
+            let a = *a;
             if a.store_api {
                 let cfg = pmindex::bench::store_api::StoreApiConfig {
                     seed: a.seed,
@@ -371,15 +482,33 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 };
                 return bench::store_api(out, &cfg);
             }
-            bench::quick(
+            bench::run(
                 out,
-                g.persist()?,
-                &bench::QuickArgs {
-                    records: a.records,
-                    value_size: a.value_size,
-                    seed: a.seed,
+                g.flush,
+                g.pm_latency,
+                &bench::BenchOpts {
+                    preset: a.preset,
+                    full: a.full,
                     engines: &a.engines,
+                    baseline: a.baseline,
+                    keys: &a.keys,
+                    dict: a.dict,
+                    records: a.records,
+                    ops: a.ops,
+                    value_sizes: &a.value_size,
+                    mixes: &a.mix,
+                    dist: a.dist,
+                    scan_len: a.scan_len,
+                    threads: &a.threads,
+                    pm_latencies: a.pm_latencies.as_deref(),
+                    rounds: a.rounds,
+                    seed: a.seed,
                     dir: a.dir,
+                    pool_size: &a.pool_size,
+                    sample: a.sample,
+                    scan_time_limit: a.scan_time_limit,
+                    csv: a.csv,
+                    plot: a.plot,
                 },
             )
         }
@@ -444,6 +573,10 @@ mod tests {
             &["pmindex", "--flush", "bogus", "info", "p"],
             &["pmindex", "--pm-latency", "300", "info", "p"],
             &["pmindex", "bench", "--store-api", "--records", "5"],
+            &["pmindex", "bench", "--preset", "nope"],
+            &["pmindex", "bench", "--preset", "hart", "--records", "5"],
+            &["pmindex", "bench", "--full"],
+            &["pmindex", "bench", "--dist", "zipfian:2"],
             &["pmindex", "put", "p", "k"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
@@ -459,7 +592,29 @@ mod tests {
         }
         let c = Cli::try_parse_from(["pmindex", "bench", "--records", "1_000"]).unwrap();
         match c.command {
-            Command::Bench(a) => assert_eq!((a.records, a.value_size), (1000, 8)),
+            Command::Bench(a) => {
+                assert_eq!((a.records, a.value_size.as_str()), (1000, "8"));
+                assert_eq!(a.mix, ["basic,ycsb-a"]);
+            }
+            _ => panic!("not bench"),
+        }
+        let c = Cli::try_parse_from([
+            "pmindex",
+            "bench",
+            "--mix",
+            "ycsb-a",
+            "--mix",
+            "read=9,scan=1",
+        ])
+        .unwrap();
+        match c.command {
+            Command::Bench(a) => assert_eq!(a.mix, ["ycsb-a", "read=9,scan=1"]),
+            _ => panic!("not bench"),
+        }
+        let c =
+            Cli::try_parse_from(["pmindex", "bench", "--preset", "art-bplus", "--full"]).unwrap();
+        match c.command {
+            Command::Bench(a) => assert!(a.full && a.preset.is_some()),
             _ => panic!("not bench"),
         }
     }

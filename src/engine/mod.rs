@@ -179,6 +179,41 @@ impl<E: SerialEngine> Engine for Locked<E> {
     }
 }
 
+/// Engine settings, `engine.key = value` (for example
+/// `hart.persist_order = paper`). Each engine reads the keys with its own
+/// prefix and rejects unknown ones; keys of other engines are ignored.
+pub type EngineConfig = std::collections::BTreeMap<String, String>;
+
+/// The settings in `config` for engine `name`, without the prefix. Fails on a
+/// key with this prefix that is not in `known`.
+pub fn settings<'c>(
+    config: &'c EngineConfig,
+    name: &str,
+    known: &[&str],
+) -> crate::Result<Vec<(&'c str, &'c str)>> {
+    let mut out = Vec::new();
+    for (k, v) in config {
+        let Some(rest) = k.strip_prefix(name).and_then(|r| r.strip_prefix('.')) else {
+            continue;
+        };
+        if !known.contains(&rest) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "unknown setting `{k}` for engine {name} (known: {})",
+                known
+                    .iter()
+                    .map(|s| format!("{name}.{s}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        out.push((rest, v.as_str()));
+    }
+    Ok(out)
+}
+
+/// Makes (or recovers) an engine in a pool, with its settings.
+pub type EngineCtor = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
+
 /// How an engine is made and reopened.
 pub struct EngineInfo {
     /// The id stored in pool headers and used on the command line.
@@ -186,9 +221,9 @@ pub struct EngineInfo {
     /// The design it implements.
     pub paper: &'static str,
     /// Builds a new, empty index in a freshly created pool.
-    pub create: fn(Arc<Pool>) -> Result<Box<dyn Engine>>,
+    pub create: EngineCtor,
     /// Recovers the index from an existing pool.
-    pub open: fn(Arc<Pool>) -> Result<Box<dyn Engine>>,
+    pub open: EngineCtor,
 }
 
 /// Every engine in this build. One line per engine.

@@ -73,6 +73,8 @@ pub struct CrashConfig {
     pub shrink: bool,
     /// Progress callback.
     pub progress: Option<Progress>,
+    /// Engine settings (for example `hart.persist_order = paper`).
+    pub engine_config: crate::engine::EngineConfig,
 }
 
 impl std::fmt::Debug for CrashConfig {
@@ -108,6 +110,7 @@ impl CrashConfig {
                 .min(4),
             shrink: true,
             progress: None,
+            engine_config: Default::default(),
         }
     }
 }
@@ -190,6 +193,7 @@ type Model = BTreeMap<Vec<u8>, Arc<[u8]>>;
 
 struct KvSubject {
     engine: String,
+    engine_config: crate::engine::EngineConfig,
     fault: Option<Fault>,
     ops: Vec<Op>,
     /// Event positions (start, end) of each op.
@@ -206,6 +210,7 @@ impl KvSubject {
             persist: sim_persist(),
             observer: observer.map(|r| r as Arc<dyn crate::pm::PmObserver>),
             fault: self.fault,
+            engine_config: self.engine_config.clone(),
             ..Options::default()
         }
     }
@@ -215,6 +220,7 @@ impl KvSubject {
         let rec = Arc::new(Recorder::new());
         let mut s = KvSubject {
             engine: cfg.engine.clone(),
+            engine_config: cfg.engine_config.clone(),
             fault: cfg.fault,
             ops: Vec::new(),
             spans: Vec::new(),
@@ -912,7 +918,7 @@ fn report_from(
         failures: live,
         shrunk: None,
         reproduce: format!(
-            "pmindex crashtest --engine {} --ops {} --states {} --seed {}{}{}",
+            "pmindex crashtest --engine {} --ops {} --states {} --seed {}{}{}{}",
             cfg.engine,
             cfg.ops,
             cfg.states,
@@ -920,7 +926,11 @@ fn report_from(
             if cfg.eadr { " --eadr" } else { "" },
             cfg.fault
                 .map(|f| format!(" --fault {f}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            cfg.engine_config
+                .iter()
+                .map(|(k, v)| format!(" --engine-opt {k}={v}"))
+                .collect::<String>()
         ),
     }
 }

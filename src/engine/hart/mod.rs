@@ -70,8 +70,8 @@ use self::chunk::ChunkList;
 use self::leaf::{Commit, Meta, LEAF_SIZES, MAX_OBJECT};
 use self::superblock::{value_class, VALUE_SIZES};
 use super::{
-    Capabilities, CheckReport, Engine, EngineInfo, PutMode, PutOutcome, ScanFn, MAX_KEY_LEN,
-    MAX_VALUE_LEN,
+    Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, PutMode, PutOutcome, ScanFn,
+    MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
 use crate::pm::{Fault, Pool};
@@ -88,12 +88,66 @@ pub const INFO: EngineInfo = EngineInfo {
 pub const DEFAULT_HASH_KEY_LEN: usize = 2;
 const SHARDS: usize = 64;
 
-fn create(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(Hart::create(pool, DEFAULT_HASH_KEY_LEN)?))
+fn create(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+    let (k_h, order) = parse_config(config)?;
+    let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
+    h.order = order;
+    Ok(Box::new(h))
 }
 
-fn open(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
-    Ok(Box::new(Hart::open(pool)?))
+fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+    let (k_h, order) = parse_config(config)?;
+    let mut h = Hart::open(pool)?;
+    if let Some(k) = k_h.filter(|&k| k != h.k_h) {
+        return Err(Error::InvalidArgument(format!(
+            "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
+            h.k_h
+        )));
+    }
+    h.order = order;
+    Ok(Box::new(h))
+}
+
+/// The order in which HART makes its PM writes durable
+/// (`hart.persist_order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistOrder {
+    /// One fence per insert, update and delete (see the module doc).
+    Tight,
+    /// The paper's `persistent()` calls in the paper's order (Algorithms 1,
+    /// 3 and 5), on the same layout: value; value pointer; value bit; key;
+    /// key length (the commit word); leaf bit. Updates also write the
+    /// three-pointer update log. Recovery is the same as for `Tight` (every
+    /// state this order can leave is one the tight order can leave too, plus
+    /// persisted bitmap hints and log lines that recovery does not need), so
+    /// this mode exists to measure what the tighter order buys.
+    Paper,
+}
+
+fn parse_config(config: &EngineConfig) -> Result<(Option<usize>, PersistOrder)> {
+    let mut k_h = None;
+    let mut order = PersistOrder::Tight;
+    for (k, v) in super::settings(config, INFO.name, &["persist_order", "hash_key_len"])? {
+        match k {
+            "persist_order" => {
+                order = match v {
+                    "tight" => PersistOrder::Tight,
+                    "paper" => PersistOrder::Paper,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "hart.persist_order `{v}`: expected paper or tight"
+                        )))
+                    }
+                }
+            }
+            _ => {
+                k_h = Some(v.parse::<usize>().map_err(|_| {
+                    Error::InvalidArgument(format!("hart.hash_key_len `{v}`: expected 1..=8"))
+                })?)
+            }
+        }
+    }
+    Ok((k_h, order))
 }
 
 /// One ART and whether it has been removed from the hash table.
@@ -142,6 +196,7 @@ pub struct Hart {
     leaves: Vec<Mutex<ChunkList>>,
     values: Vec<Mutex<ChunkList>>,
     len: AtomicU64,
+    order: PersistOrder,
 }
 
 fn shard_of(hk: &[u8]) -> usize {
@@ -189,6 +244,7 @@ impl Hart {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             prefixes: RwLock::new(BTreeSet::new()),
             len: AtomicU64::new(0),
+            order: PersistOrder::Tight,
         }
     }
 
@@ -340,8 +396,28 @@ impl Hart {
     /// old `LARGE` meet a new small-object pointer, and recovery "freed" it).
     /// For a large value `p_value` is null until the block is activated into
     /// the slot, after `meta` is flushed. Does not fence for small values.
-    fn fill_slot(&self, leaf: u64, s: u64, key: &[u8], value: &[u8]) -> Result<()> {
+    ///
+    /// In the `paper` order it adds the paper's persists: the value
+    /// (Algorithm 1 line 12 / Algorithm 3 line 5), `PNewV` in the update log
+    /// if `log` is given (Algorithm 3 line 6), the value pointer (Algorithm 1
+    /// line 13) and the value bit (Algorithm 1 line 14 / Algorithm 3 line 7).
+    fn fill_slot(
+        &self,
+        leaf: u64,
+        s: u64,
+        key: &[u8],
+        value: &[u8],
+        log: Option<u64>,
+    ) -> Result<()> {
+        let paper = self.order == PersistOrder::Paper;
         let (p, res) = self.write_value(value)?;
+        if paper {
+            self.pool.fence();
+            if let Some(log) = log {
+                self.pool.store_u64(log + 16, p)?;
+                self.pool.persist(log + 16, 8);
+            }
+        }
         let so = leaf::slot_off(leaf, s);
         let meta = Meta {
             crc: leaf::crc(key, value),
@@ -354,8 +430,40 @@ impl Hart {
         if let Some(r) = res {
             self.pool.flush(so, 16);
             self.pool.activate(r, so)?;
+        } else if paper {
+            self.pool.persist(so, 16);
+            self.persist_value_bit(p, value.len());
         }
         Ok(())
+    }
+
+    /// `paper` order: persist the chunk header that holds a value object's
+    /// bit (the header word itself is kept current by the chunk list).
+    fn persist_value_bit(&self, p: u64, len: usize) {
+        if self.order != PersistOrder::Paper || len == 0 || len > MAX_OBJECT {
+            return;
+        }
+        if let Some((c, _)) = self.values[value_class(len)].lock().locate(p) {
+            self.pool.persist(c, 8);
+        }
+    }
+
+    /// `paper` order: persist the chunk header that holds a leaf's bit.
+    fn persist_leaf_bit(&self, leaf: u64, key_len: usize) {
+        if self.order != PersistOrder::Paper {
+            return;
+        }
+        if let Some((c, _)) = self.leaves[leaf::class_for_key(key_len)]
+            .lock()
+            .locate(leaf)
+        {
+            self.pool.persist(c, 8);
+        }
+    }
+
+    /// The update-log line used for `leaf` in the `paper` order.
+    fn log_line(&self, leaf: u64) -> u64 {
+        self.sb + superblock::UPDATE_LOGS + 64 * ((leaf / 64) % superblock::UPDATE_LOG_LANES)
     }
 
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
@@ -363,11 +471,15 @@ impl Hart {
         let lc = leaf::class_for_key(key.len());
         let leaf = self.leaves[lc].lock().alloc(&self.pool)?;
         let filled = (|| {
-            self.fill_slot(leaf, 0, key, value)?;
+            self.fill_slot(leaf, 0, key, value, None)?;
             self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
             self.pool.store_u64(leaf::slot_off(leaf, 1) + 8, 0)?;
             // SAFETY: the leaf was free and is taken by us in DRAM.
             unsafe { self.pool.write_bytes(leaf + leaf::HEADER, key)? };
+            if self.order == PersistOrder::Paper {
+                // Algorithm 1 line 15: leaf.key = K; persistent(leaf.key).
+                self.pool.persist(leaf + leaf::HEADER, key.len() as u64);
+            }
             let c = Commit {
                 key_len: key.len(),
                 active: 0,
@@ -382,6 +494,8 @@ impl Hart {
                 self.pool.flush(leaf, leaf::HEADER + key.len() as u64);
             }
             self.pool.fence();
+            // Algorithm 1 line 18 (paper order): persist the leaf bit.
+            self.persist_leaf_bit(leaf, key.len());
             Ok(())
         })();
         if let Err(e) = filled {
@@ -400,12 +514,20 @@ impl Hart {
             .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
         let old = self.slot(leaf, c.active)?;
         let s = 1 - c.active;
+        let log = (self.order == PersistOrder::Paper).then(|| self.log_line(leaf));
+        if let Some(log) = log {
+            // Algorithm 3 lines 2-3: PLeaf, then POldV, each persisted.
+            self.pool.store_u64(log, leaf)?;
+            self.pool.persist(log, 8);
+            self.pool.store_u64(log + 8, old.p)?;
+            self.pool.persist(log + 8, 8);
+        }
         if self.pool.fault(Fault::HartCommitBeforeSlot) {
             self.pool
                 .store_u64(leaf, Commit { active: s, ..c }.encode())?;
             self.pool.flush(leaf, 8);
         }
-        self.fill_slot(leaf, s, key, value)?;
+        self.fill_slot(leaf, s, key, value, log)?;
         // The slot and the commit word share line 0, and the commit word is
         // stored last: one flush of the line covers both.
         self.pool
@@ -414,7 +536,15 @@ impl Hart {
             self.pool.flush(leaf, 8);
         }
         self.pool.fence();
-        self.drop_value(old, leaf::slot_off(leaf, c.active))
+        self.drop_value(old, leaf::slot_off(leaf, c.active))?;
+        if let Some(log) = log {
+            // Algorithm 3 line 9 (reset the old value bit) and line 11
+            // (reclaim the log).
+            self.persist_value_bit(old.p, old.meta.value_len);
+            self.pool.store_u64(log, 0)?;
+            self.pool.persist(log, 8);
+        }
+        Ok(())
     }
 
     /// Algorithm 5, lines 10-14, in the tight order: one fence.
@@ -425,6 +555,8 @@ impl Hart {
         self.pool.store_u64(leaf, 0)?;
         self.pool.persist(leaf, 8);
         self.drop_value(v, leaf::slot_off(leaf, c.active))?;
+        // Algorithm 5 line 12 (paper order): persist the reset value bit.
+        self.persist_value_bit(v.p, v.meta.value_len);
         self.leaves[leaf::class_for_key(c.key_len)]
             .lock()
             .release(&self.pool, leaf)
@@ -700,18 +832,37 @@ impl Engine for Hart {
     /// Ordered scan: hash keys in order from the ordered set, then each ART
     /// in order.
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
-        let start: Bound<Box<[u8]>> = match lo {
+        let mut next: Bound<Box<[u8]>> = match lo {
             Bound::Included(k) | Bound::Excluded(k) => Bound::Included(self.split(k).0.into()),
             Bound::Unbounded => Bound::Unbounded,
         };
-        let hks: Vec<Box<[u8]>> = self
-            .prefixes
-            .read()
-            .range::<Box<[u8]>, _>((start, Bound::Unbounded))
-            .cloned()
-            .collect();
         let keys = self.keys();
-        for hk in hks {
+        // Hash keys are fetched a few at a time: the ordered set's lock is
+        // not held while an ART is read (writers take an ART's lock before
+        // the set's), and a short scan must not copy the whole set.
+        const BATCH: usize = 8;
+        let mut batch: Vec<Box<[u8]>> = Vec::with_capacity(BATCH);
+        let mut hks = batch.drain(..);
+        loop {
+            let hk = match hks.next() {
+                Some(hk) => hk,
+                None => {
+                    drop(hks);
+                    batch.extend(
+                        self.prefixes
+                            .read()
+                            .range::<Box<[u8]>, _>((next.clone(), Bound::Unbounded))
+                            .take(BATCH)
+                            .cloned(),
+                    );
+                    let Some(last) = batch.last() else {
+                        break;
+                    };
+                    next = Bound::Excluded(last.clone());
+                    hks = batch.drain(..);
+                    continue;
+                }
+            };
             let past_hi = match hi {
                 Bound::Included(h) => &hk[..] > h,
                 Bound::Excluded(h) => &hk[..] >= h,

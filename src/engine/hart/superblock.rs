@@ -7,6 +7,7 @@
 //! | 16 | 8 | persist order (0 = `tight`) |
 //! | 64 + 8 i | 8 | head of leaf chunk list `i` ([`super::leaf::LEAF_SIZES`]) |
 //! | 128 + 8 i | 8 | head of value chunk list `i` ([`VALUE_SIZES`]) |
+//! | 1024 + 64 j | 24 | update log line `j` (`paper` order only): `PLeaf`, `POldV`, `PNewV` |
 //!
 //! The list heads are the activation slots of the first chunk of each list.
 
@@ -22,11 +23,17 @@ pub const ORDER: u64 = 16;
 pub const LEAF_HEADS: u64 = 64;
 /// Offset of the value list heads.
 pub const VALUE_HEADS: u64 = 128;
+/// Offset of the update-log lines (`paper` persist order only; Algorithm 3's
+/// `PLeaf`, `POldV`, `PNewV` at +0, +8, +16 of a line).
+pub const UPDATE_LOGS: u64 = 1024;
+/// Number of update-log lines.
+pub const UPDATE_LOG_LANES: u64 = 16;
 /// Value object sizes, one chunk list each (Fig. 3; the paper has 8 and 16).
 pub const VALUE_SIZES: [u64; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 
 const _: () = assert!(LEAF_HEADS + 8 * super::leaf::LEAF_SIZES.len() as u64 <= VALUE_HEADS);
-const _: () = assert!(VALUE_HEADS + 8 * VALUE_SIZES.len() as u64 <= SIZE);
+const _: () = assert!(VALUE_HEADS + 8 * VALUE_SIZES.len() as u64 <= UPDATE_LOGS);
+const _: () = assert!(UPDATE_LOGS + 64 * UPDATE_LOG_LANES <= SIZE);
 const _: () = assert!(VALUE_SIZES[VALUE_SIZES.len() - 1] as usize == super::leaf::MAX_OBJECT);
 
 /// The value list for a value of `len` bytes (1..=MAX_OBJECT).

@@ -42,8 +42,8 @@ use std::sync::Arc;
 use rand::Rng;
 
 use super::{
-    Capabilities, CheckReport, Engine, EngineInfo, Locked, PutMode, PutOutcome, ScanFn,
-    SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
+    Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, Locked, PutMode, PutOutcome,
+    ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
 use crate::pm::{Fault, Pool};
@@ -58,12 +58,14 @@ pub const INFO: EngineInfo = EngineInfo {
     open,
 };
 
-fn create(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
+fn create(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+    super::settings(config, INFO.name, &[])?;
     let log = PmLog::create(Arc::clone(&pool))?;
     Ok(Box::new(Locked::new(pool, log)))
 }
 
-fn open(pool: Arc<Pool>) -> Result<Box<dyn Engine>> {
+fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+    super::settings(config, INFO.name, &[])?;
     let log = PmLog::open(Arc::clone(&pool))?;
     Ok(Box::new(Locked::new(pool, log)))
 }

@@ -1,0 +1,901 @@
+//! Runs experiments on engines: one pool per engine and round, phases in
+//! order, each timed on its own.
+//!
+//! # Fair comparison
+//! Every engine runs in this one process, on the same key set and the same
+//! operation streams. An experiment runs in rounds; in each round every
+//! engine runs once, in the listed order in even rounds and in reverse order
+//! in odd rounds, so that machine drift (other load, thermal throttling,
+//! page-cache state) falls on all engines alike. The report gives medians
+//! over the rounds ([`super::summary`]).
+//!
+//! # Timing a phase
+//! A phase's operations are split over its threads (each thread a
+//! contiguous share). The threads wait at a barrier, then each notes its
+//! start; the phase's wall time runs from the earliest start to the latest
+//! end. Nothing else is timed: key sets, random orders and pools are made
+//! before, and PM counters are read before the threads start and after
+//! they have all ended ([`crate::pm::counters()`] are process-wide, so nothing
+//! else may touch a pool meanwhile).
+//!
+//! # Latency sampling
+//! Every [`RunConfig::sample_every`]-th operation of each thread is timed
+//! on its own (two `Instant::now` calls, about 40 ns) and recorded in an
+//! HDR histogram (3 significant digits) per kind of operation; the
+//! percentiles come from those samples. The sampled operations run inside
+//! the timed phase, so sampling costs every engine the same few ns per
+//! operation on average.
+//!
+//! # Checking results
+//! A read checks the value's length and its key tag
+//! ([`super::workload::value_matches`]); so does every record a scan
+//! returns. A missing key is an *error* when the key must be present (no
+//! delete has run, and the key was inserted before the phase or by the same
+//! thread), and a *miss* otherwise. An insert that finds its key present is
+//! an error (the keys are distinct).
+//!
+//! # Time limit
+//! A range-scan phase, or a mix with scans, stops after
+//! [`RunConfig::scan_time_limit`] (each thread checks its own clock between
+//! batches) and reports the operations done, marked `stopped_early`: an
+//! engine without ordered scans answers each one by sorting the whole index
+//! ([`crate::Db::scan_with`]), which must not hold a run up for minutes.
+//! Stopping such a phase early leaves the database consistent with what the
+//! later phases expect (scans change nothing; a mix's inserts are counted as
+//! they happen).
+//!
+//! # Progress
+//! Worker threads add their operations to a shared counter every
+//! [`super::PROGRESS_BATCH`] operations (or fewer for short phases); the
+//! calling thread reports the counter to [`Progress`] while it waits, so the
+//! progress bar costs the workers nothing measurable.
+
+use std::ops::Bound;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::alloc::dram_in_use;
+use super::dist::{Distribution, KeyChooser, ScanLen};
+use super::experiment::{op_stream_seed, thread_share, Experiment, PhaseSpec};
+use super::keys::KeySet;
+use super::mix::{OpKind, OpPicker};
+use super::report::{
+    EngineRun, LatencySummary, MemoryReport, OpResult, PhaseResult, RecoveryReport,
+};
+use super::temp_pool::TempPool;
+use super::workload::{mix64, pool_size_for, shuffled_order, value_matches, ValueGen};
+use super::{BenchError, BenchResult, Progress, PROGRESS_BATCH};
+use crate::db::{Db, Options};
+use crate::error::{Error, Result};
+use crate::pm::{self, FlushKind, PersistConfig};
+
+/// Lowest and highest latency the histograms hold, in ns (1 ns to 100 s).
+const HIST_BOUNDS: (u64, u64) = (1, 100_000_000_000);
+/// Significant digits of the histograms.
+const HIST_DIGITS: u8 = 3;
+
+/// How to run experiments (what is the same for all of them).
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The engines, in the order of even rounds.
+    pub engines: Vec<&'static str>,
+    /// The engine ratios are taken against (one of `engines`).
+    pub baseline: &'static str,
+    /// Rounds per experiment.
+    pub rounds: u32,
+    /// Seed of key sets, values and operation streams.
+    pub seed: u64,
+    /// Where pool files go.
+    pub dir: PathBuf,
+    /// Pool size; `None` sizes each pool from its experiment.
+    pub pool_size: Option<u64>,
+    /// The flush instruction (the latency comes from each experiment).
+    pub flush: FlushKind,
+    /// The word list of the `dictionary` key set.
+    pub dictionary: PathBuf,
+    /// Time every N-th operation of each thread.
+    pub sample_every: u32,
+    /// Stop range-scan phases (and mixes with scans) after this long; the
+    /// figures are then over the operations done. `None`: no limit.
+    pub scan_time_limit: Option<Duration>,
+}
+
+/// What an experiment needs before any engine runs it.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The keys (loaded and to insert).
+    pub keys: KeySet,
+    /// The pool size each engine gets.
+    pub pool_size: u64,
+    /// Flush instruction and latency.
+    pub persist: PersistConfig,
+}
+
+/// Generates the key set and sizes the pool of `exp`.
+pub fn prepare(cfg: &RunConfig, exp: &Experiment) -> BenchResult<Prepared> {
+    exp.check()?;
+    let persist = PersistConfig::new(cfg.flush, exp.latency)
+        .map_err(|e| BenchError::Config(e.to_string()))?;
+    let extra = exp.planned_inserts(cfg.seed);
+    let keys = KeySet::generate(exp.keys, exp.records, extra, cfg.seed, &cfg.dictionary)?;
+    let pool_size = match cfg.pool_size {
+        Some(s) => s,
+        None => pool_size_for(keys.len() as u64, keys.max_len() as u64, exp.value_size)?,
+    };
+    Ok(Prepared {
+        keys,
+        pool_size,
+        persist,
+    })
+}
+
+/// Runs every phase of `exp` on `engine` in a fresh temporary pool.
+pub fn run_engine(
+    cfg: &RunConfig,
+    exp: &Experiment,
+    prep: &Prepared,
+    engine: &str,
+    round: u32,
+    progress: &mut dyn Progress,
+) -> BenchResult<EngineRun> {
+    let started = Instant::now();
+    let dram_before = dram_in_use();
+    let opts = Options {
+        engine: Some(engine.to_string()),
+        pool_size: prep.pool_size,
+        persist: prep.persist,
+        ..Options::default()
+    };
+    let mut pool = TempPool::create(&cfg.dir, engine, &opts)?;
+    let mapping = pool.db().pool().mapping_mode();
+    let mut count = 0u64; // keys 0..count have been inserted
+    let mut deleted = false; // some key may have been deleted
+    let mut phases: Vec<PhaseResult> = Vec::new();
+    let mut memory = None;
+    let mut recovery = None;
+    for (pi, spec) in exp.phases.iter().enumerate() {
+        let context = || {
+            format!(
+                "engine `{engine}`, experiment `{}`, phase `{}`",
+                exp.id,
+                spec.name()
+            )
+        };
+        let seed = mix64(cfg.seed ^ mix64(pi as u64 + 1));
+        let limit = match spec {
+            PhaseSpec::Scan { .. } => cfg.scan_time_limit,
+            PhaseSpec::Mix { mix, .. } if mix.has(OpKind::Scan) => cfg.scan_time_limit,
+            _ => None,
+        };
+        let run = |work: Work<'_>, count: u64, deleted: bool, progress: &mut dyn Progress| {
+            run_phase(
+                &PhaseArgs {
+                    db: pool.db(),
+                    keys: &prep.keys,
+                    value_size: exp.value_size as usize,
+                    threads: exp.threads,
+                    sample_every: u64::from(cfg.sample_every.max(1)),
+                    seed,
+                    stream: (cfg.seed, pi),
+                    count,
+                    deleted,
+                    engine,
+                    name: spec.name(),
+                    limit,
+                },
+                work,
+                progress,
+            )
+            .map_err(|e| BenchError::failed(context(), e))
+        };
+        let result = match spec {
+            PhaseSpec::Load => {
+                let r = run(Work::Load, 0, deleted, progress)?;
+                count = exp.records;
+                let stats = pool.db().stats();
+                memory = Some(MemoryReport {
+                    records: exp.records,
+                    dram_bytes: dram_in_use()
+                        .zip(dram_before)
+                        .map(|(now, before)| now.saturating_sub(before)),
+                    engine_dram_bytes: stats.dram_bytes,
+                    pm_bytes: stats.pm_bytes,
+                });
+                r
+            }
+            PhaseSpec::Recover => {
+                let keys_before = pool.db().len();
+                progress.start(engine, "recovery", keys_before);
+                let before = pm::counters();
+                let open = Options {
+                    engine: Some(engine.to_string()),
+                    persist: prep.persist,
+                    ..Options::default()
+                };
+                let took = pool.reopen(&open);
+                let counters = pm::counters() - before;
+                progress.advance(keys_before);
+                progress.finish();
+                let took = took?;
+                let keys_after = pool.db().len();
+                let mut r = PhaseResult::new("recovery", 1, keys_after, took, counters);
+                r.errors = keys_before.abs_diff(keys_after);
+                let build_secs = phases
+                    .iter()
+                    .find(|p| p.phase == PhaseSpec::Load.name())
+                    .map_or(0.0, |p| p.secs);
+                recovery = Some(RecoveryReport {
+                    records: keys_before,
+                    build_secs,
+                    recovery_secs: took.as_secs_f64(),
+                    dram_bytes_after: dram_in_use()
+                        .zip(dram_before)
+                        .map(|(now, before)| now.saturating_sub(before)),
+                });
+                r
+            }
+            PhaseSpec::Search | PhaseSpec::Update | PhaseSpec::Delete => {
+                let op = match spec {
+                    PhaseSpec::Search => OpKind::Read,
+                    PhaseSpec::Update => OpKind::Update,
+                    _ => OpKind::Delete,
+                };
+                let order = shuffled_order(seed, 1, count as usize);
+                let mut r = run(Work::Each { op, order: &order }, count, deleted, progress)?;
+                if op == OpKind::Delete {
+                    deleted = true;
+                    // Every key ever inserted was deleted: none may remain.
+                    r.errors += pool.db().len();
+                }
+                r
+            }
+            PhaseSpec::Mix {
+                mix,
+                ops,
+                dist,
+                scan,
+            } => {
+                deleted |= mix.has(OpKind::Delete);
+                let work = Work::Mix {
+                    picker: mix.picker(),
+                    chooser: KeyChooser::new(*dist, count, seed),
+                    ops: *ops,
+                    scan: *scan,
+                    wrap: false,
+                };
+                let r = run(work, count, deleted, progress)?;
+                count += r
+                    .by_op
+                    .iter()
+                    .find(|o| o.op == OpKind::Insert)
+                    .map_or(0, |o| o.ops);
+                r
+            }
+            PhaseSpec::Scan { count: n, len, .. } => {
+                let work = Work::Mix {
+                    picker: super::mix::Mix::parse("scan=1")
+                        .expect("`scan=1` is a valid mix")
+                        .picker(),
+                    chooser: KeyChooser::new(Distribution::Uniform, count, seed),
+                    ops: *n,
+                    scan: *len,
+                    wrap: true,
+                };
+                run(work, count, deleted, progress)?
+            }
+        };
+        phases.push(result);
+    }
+    drop(pool);
+    Ok(EngineRun {
+        engine: engine.to_string(),
+        round,
+        phases,
+        memory,
+        recovery,
+        pool_size: prep.pool_size,
+        mapping,
+        secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What a phase's threads do.
+enum Work<'a> {
+    /// Insert keys `0..records` (thread `t` a contiguous share).
+    Load,
+    /// `op` on every key of `order` (thread `t` a contiguous share).
+    Each { op: OpKind, order: &'a [u32] },
+    /// `ops` operations drawn from `picker`, keys from `chooser`.
+    Mix {
+        picker: OpPicker,
+        chooser: KeyChooser,
+        ops: u64,
+        scan: ScanLen,
+        /// Scans that reach the last key go on from the first, so that each
+        /// returns its full length (range-query phases).
+        wrap: bool,
+    },
+}
+
+impl Work<'_> {
+    fn total(&self, records: u64) -> u64 {
+        match self {
+            Work::Load => records,
+            Work::Each { order, .. } => order.len() as u64,
+            Work::Mix { ops, .. } => *ops,
+        }
+    }
+}
+
+/// Everything a phase's threads share (read-only).
+struct PhaseArgs<'a> {
+    db: &'a Db,
+    keys: &'a KeySet,
+    value_size: usize,
+    threads: usize,
+    sample_every: u64,
+    /// Seed of the key choice.
+    seed: u64,
+    /// Seed and phase index of the operation-kind streams (the same as
+    /// [`Experiment::planned_inserts`] draws).
+    stream: (u64, usize),
+    /// Keys `0..count` were inserted before the phase.
+    count: u64,
+    /// Some key may be missing (a delete ran before or runs in this phase).
+    deleted: bool,
+    engine: &'a str,
+    name: &'a str,
+    /// Stop after this long (scan phases).
+    limit: Option<Duration>,
+}
+
+/// Shared counters of a running phase.
+struct Live {
+    /// Keys claimed so far (inserted, or being inserted).
+    next_key: AtomicU64,
+    /// Set when a thread fails: the others stop at their next batch.
+    stop: AtomicBool,
+    /// Operations done (updated in batches).
+    done: AtomicU64,
+    /// Threads finished.
+    finished: AtomicUsize,
+}
+
+/// What one thread measured.
+struct ThreadOut {
+    start: Instant,
+    end: Instant,
+    ops: [u64; 6],
+    misses: [u64; 6],
+    errors: u64,
+    scans: u64,
+    scanned: u64,
+    hist: [Option<Histogram<u64>>; 6],
+    failure: Option<Error>,
+    /// Stopped at the time limit.
+    stopped: bool,
+}
+
+struct ThreadState {
+    values: ValueGen,
+    updates: ValueGen,
+    ops: [u64; 6],
+    misses: [u64; 6],
+    errors: u64,
+    scans: u64,
+    scanned: u64,
+    hist: [Option<Histogram<u64>>; 6],
+}
+
+impl ThreadState {
+    fn new(args: &PhaseArgs<'_>) -> Self {
+        ThreadState {
+            values: ValueGen::new(args.stream.0, args.value_size),
+            updates: ValueGen::updated(args.stream.0, args.value_size),
+            ops: [0; 6],
+            misses: [0; 6],
+            errors: 0,
+            scans: 0,
+            scanned: 0,
+            hist: Default::default(),
+        }
+    }
+
+    fn record(&mut self, kind: OpKind, ns: u64) {
+        self.hist[kind.index()]
+            .get_or_insert_with(|| {
+                Histogram::new_with_bounds(HIST_BOUNDS.0, HIST_BOUNDS.1, HIST_DIGITS)
+                    .expect("the histogram bounds are constants that hdrhistogram accepts")
+            })
+            .saturating_record(ns.max(1));
+    }
+
+    fn missed(&mut self, kind: OpKind, must_exist: bool) {
+        if must_exist {
+            self.errors += 1;
+        } else {
+            self.misses[kind.index()] += 1;
+        }
+    }
+}
+
+impl PhaseArgs<'_> {
+    /// Runs one operation on key `idx`.
+    fn exec(
+        &self,
+        st: &mut ThreadState,
+        kind: OpKind,
+        idx: u64,
+        must_exist: bool,
+        scan: (u64, bool),
+    ) -> Result<()> {
+        let (scan_len, wrap) = scan;
+        st.ops[kind.index()] += 1;
+        if idx >= self.keys.len() as u64 {
+            // The key set was sized for the planned inserts; running past
+            // it would be a bug in the planning, reported as an error.
+            st.errors += 1;
+            return Ok(());
+        }
+        let key = self.keys.get(idx as usize);
+        let vs = self.value_size;
+        let db = self.db;
+        match kind {
+            OpKind::Insert => match db.insert(key, st.values.value_of(key)) {
+                Ok(()) => {}
+                Err(Error::KeyExists) => st.errors += 1,
+                Err(e) => return Err(e),
+            },
+            OpKind::Read => match db.get_with(key, |v| value_matches(v, key, vs))? {
+                Some(true) => {}
+                Some(false) => st.errors += 1,
+                None => st.missed(kind, must_exist),
+            },
+            OpKind::Update => match db.update(key, st.updates.value_of(key)) {
+                Ok(()) => {}
+                Err(Error::KeyNotFound) => st.missed(kind, must_exist),
+                Err(e) => return Err(e),
+            },
+            OpKind::Delete => {
+                if !db.delete(key)? {
+                    st.missed(kind, must_exist);
+                }
+            }
+            OpKind::Scan => {
+                let (mut got, mut bad) = (0u64, 0u64);
+                db.scan_with(Bound::Included(key), Bound::Unbounded, |k, v| {
+                    count_record(k, v, vs, scan_len, &mut got, &mut bad)
+                })?;
+                if wrap && got < scan_len {
+                    db.scan_with(Bound::Unbounded, Bound::Excluded(key), |k, v| {
+                        count_record(k, v, vs, scan_len, &mut got, &mut bad)
+                    })?;
+                }
+                st.errors += bad;
+                st.scans += 1;
+                st.scanned += got;
+            }
+            OpKind::ReadModifyWrite => match db.get_with(key, |v| value_matches(v, key, vs))? {
+                None => st.missed(kind, must_exist),
+                Some(ok) => {
+                    if !ok {
+                        st.errors += 1;
+                    }
+                    match db.update(key, st.updates.value_of(key)) {
+                        Ok(()) => {}
+                        Err(Error::KeyNotFound) => st.missed(kind, must_exist),
+                        Err(e) => return Err(e),
+                    }
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Whether key `idx` must be present (so that a miss is an error).
+    fn must_exist(&self, idx: u64) -> bool {
+        !self.deleted && (self.threads == 1 || idx < self.count)
+    }
+}
+
+/// Counts one record a scan returned (and whether its value is wrong);
+/// returns whether the scan wants more.
+#[inline]
+fn count_record(k: &[u8], v: &[u8], vs: usize, len: u64, got: &mut u64, bad: &mut u64) -> bool {
+    if !value_matches(v, k, vs) {
+        *bad += 1;
+    }
+    *got += 1;
+    *got < len
+}
+
+/// Runs thread `t`'s share of `work`.
+fn run_thread(
+    args: &PhaseArgs<'_>,
+    live: &Live,
+    barrier: &Barrier,
+    work: &Work<'_>,
+    t: usize,
+    batch: u64,
+) -> ThreadOut {
+    let mut st = ThreadState::new(args);
+    let total = work.total(args.keys.records() as u64);
+    let n = thread_share(total, args.threads, t);
+    // First item of this thread's share (for Load and Each).
+    let first: u64 = (0..t).map(|u| thread_share(total, args.threads, u)).sum();
+    let (mut op_rng, mut key_rng, mut chooser, picker, scan) = match work {
+        Work::Mix {
+            picker,
+            chooser,
+            scan,
+            ..
+        } => {
+            let s = op_stream_seed(args.stream.0, args.stream.1, t);
+            (
+                Some(SmallRng::seed_from_u64(s)),
+                Some(SmallRng::seed_from_u64(mix64(s ^ args.seed))),
+                Some(chooser.clone()),
+                Some(picker),
+                Some(*scan),
+            )
+        }
+        _ => (None, None, None, None, None),
+    };
+    let mut failure = None;
+    let mut stopped = false;
+    barrier.wait();
+    let start = Instant::now();
+    let mut reported = 0;
+    for i in 0..n {
+        if i > 0 && i % batch == 0 {
+            live.done.fetch_add(i - reported, Ordering::Relaxed);
+            reported = i;
+            if live.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if args.limit.is_some_and(|l| start.elapsed() >= l) {
+                stopped = true;
+                break;
+            }
+        }
+        let t0 = (i % args.sample_every == 0).then(Instant::now);
+        let (kind, outcome) = match (work, &mut op_rng) {
+            (Work::Load, _) => {
+                let idx = first + i;
+                (
+                    OpKind::Insert,
+                    args.exec(&mut st, OpKind::Insert, idx, false, (0, false)),
+                )
+            }
+            (Work::Each { op, order }, _) => {
+                let idx = u64::from(order[(first + i) as usize]);
+                (
+                    *op,
+                    args.exec(&mut st, *op, idx, args.must_exist(idx), (0, false)),
+                )
+            }
+            (Work::Mix { wrap, .. }, Some(op_rng)) => {
+                let (Some(key_rng), Some(chooser), Some(picker), Some(scan)) =
+                    (&mut key_rng, &mut chooser, picker, &scan)
+                else {
+                    unreachable!("a mix sets up every generator")
+                };
+                let kind = picker.pick(op_rng);
+                let idx = if kind == OpKind::Insert {
+                    live.next_key.fetch_add(1, Ordering::Relaxed)
+                } else {
+                    chooser.next(key_rng, live.next_key.load(Ordering::Relaxed))
+                };
+                let len = if kind == OpKind::Scan {
+                    scan.sample(key_rng)
+                } else {
+                    0
+                };
+                let must = kind != OpKind::Insert && args.must_exist(idx);
+                (kind, args.exec(&mut st, kind, idx, must, (len, *wrap)))
+            }
+            (Work::Mix { .. }, None) => unreachable!("a mix sets up every generator"),
+        };
+        if let Err(e) = outcome {
+            failure = Some(e);
+            live.stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        if let Some(t0) = t0 {
+            st.record(kind, t0.elapsed().as_nanos() as u64);
+        }
+    }
+    let end = Instant::now();
+    // Report the whole share, so that the progress bar ends full.
+    live.done.fetch_add(n - reported, Ordering::Relaxed);
+    ThreadOut {
+        start,
+        end,
+        ops: st.ops,
+        misses: st.misses,
+        errors: st.errors,
+        scans: st.scans,
+        scanned: st.scanned,
+        hist: st.hist,
+        failure,
+        stopped,
+    }
+}
+
+/// Runs one phase on `args.threads` threads and merges what they measured.
+fn run_phase(
+    args: &PhaseArgs<'_>,
+    work: Work<'_>,
+    progress: &mut dyn Progress,
+) -> Result<PhaseResult> {
+    let total = work.total(args.keys.records() as u64);
+    let threads = args.threads.max(1);
+    let batch = (total / threads as u64 / 64).clamp(1, PROGRESS_BATCH);
+    let live = Live {
+        next_key: AtomicU64::new(args.count),
+        stop: AtomicBool::new(false),
+        done: AtomicU64::new(0),
+        finished: AtomicUsize::new(0),
+    };
+    let barrier = Barrier::new(threads);
+    progress.start(args.engine, args.name, total);
+    let before = pm::counters();
+    let main = std::thread::current();
+    let outs: Vec<ThreadOut> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (live, barrier, work, main) = (&live, &barrier, &work, main.clone());
+                s.spawn(move || {
+                    let out = run_thread(args, live, barrier, work, t, batch);
+                    live.finished.fetch_add(1, Ordering::Release);
+                    main.unpark();
+                    out
+                })
+            })
+            .collect();
+        let mut reported = 0;
+        loop {
+            let done = live.done.load(Ordering::Relaxed);
+            if done > reported {
+                progress.advance(done - reported);
+                reported = done;
+            }
+            if live.finished.load(Ordering::Acquire) == threads {
+                break;
+            }
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let counters = pm::counters() - before;
+    progress.finish();
+
+    let mut outs = outs;
+    if let Some(e) = outs.iter_mut().find_map(|o| o.failure.take()) {
+        return Err(e);
+    }
+    let start = outs
+        .iter()
+        .map(|o| o.start)
+        .min()
+        .expect("at least one thread");
+    let end = outs
+        .iter()
+        .map(|o| o.end)
+        .max()
+        .expect("at least one thread");
+    let elapsed = end.saturating_duration_since(start);
+    let ops: u64 = outs.iter().map(|o| o.ops.iter().sum::<u64>()).sum();
+    let mut r = PhaseResult::new(args.name, threads, ops, elapsed, counters);
+    r.errors = outs.iter().map(|o| o.errors).sum();
+    r.stopped_early = outs.iter().any(|o| o.stopped);
+    r.misses = outs.iter().map(|o| o.misses.iter().sum::<u64>()).sum();
+    let scans: u64 = outs.iter().map(|o| o.scans).sum();
+    if scans > 0 {
+        r.records_per_scan =
+            Some(outs.iter().map(|o| o.scanned).sum::<u64>() as f64 / scans as f64);
+    }
+    let secs = elapsed.as_secs_f64();
+    let mut all: Option<Histogram<u64>> = None;
+    for kind in OpKind::ALL {
+        let k = kind.index();
+        let n: u64 = outs.iter().map(|o| o.ops[k]).sum();
+        if n == 0 {
+            continue;
+        }
+        let mut merged: Option<Histogram<u64>> = None;
+        for o in &mut outs {
+            if let Some(h) = o.hist[k].take() {
+                match &mut merged {
+                    None => merged = Some(h),
+                    Some(m) => m.add(&h).expect("the histograms share their bounds"),
+                }
+            }
+        }
+        if let Some(m) = &merged {
+            match &mut all {
+                None => all = Some(m.clone()),
+                Some(a) => a.add(m).expect("the histograms share their bounds"),
+            }
+        }
+        r.by_op.push(OpResult {
+            op: kind,
+            ops: n,
+            misses: outs.iter().map(|o| o.misses[k]).sum(),
+            mops_per_sec: if secs > 0.0 {
+                n as f64 / secs / 1e6
+            } else {
+                0.0
+            },
+            latency: merged.as_ref().and_then(LatencySummary::of),
+        });
+    }
+    r.latency = all.as_ref().and_then(LatencySummary::of);
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::keys::KeyKind;
+    use crate::bench::mix::Mix;
+    use crate::bench::NoProgress;
+
+    fn cfg(dir: &std::path::Path) -> RunConfig {
+        RunConfig {
+            engines: vec!["pmlog"],
+            baseline: "pmlog",
+            rounds: 1,
+            seed: 7,
+            dir: dir.to_path_buf(),
+            pool_size: None,
+            flush: FlushKind::Eadr,
+            dictionary: "/nonexistent".into(),
+            sample_every: 1,
+            scan_time_limit: None,
+        }
+    }
+
+    fn exp(threads: usize, phases: Vec<PhaseSpec>) -> Experiment {
+        Experiment {
+            id: "t".into(),
+            title: "t".into(),
+            keys: KeyKind::RandString,
+            records: 3000,
+            value_size: 16,
+            threads,
+            latency: None,
+            phases,
+        }
+    }
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pmindex-runner-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn every_phase_kind_runs_clean_on_one_and_two_threads() {
+        let dir = tmpdir("phases");
+        for threads in [1, 2] {
+            let e = exp(
+                threads,
+                vec![
+                    PhaseSpec::Load,
+                    PhaseSpec::Recover,
+                    PhaseSpec::Search,
+                    PhaseSpec::Update,
+                    PhaseSpec::mix(Mix::named("ycsb-d").unwrap(), 2000, None, 10),
+                    PhaseSpec::mix(Mix::named("ycsb-f").unwrap(), 2000, None, 10),
+                    PhaseSpec::Scan {
+                        name: "scan".into(),
+                        count: 50,
+                        len: ScanLen::Fixed { len: 20 },
+                    },
+                    PhaseSpec::mix(Mix::named("hart-read-intensive").unwrap(), 2000, None, 10),
+                    PhaseSpec::Delete,
+                ],
+            );
+            let c = cfg(&dir);
+            let prep = prepare(&c, &e).unwrap();
+            let run = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap();
+            let names: Vec<_> = run.phases.iter().map(|p| p.phase.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "insert",
+                    "recovery",
+                    "search",
+                    "update",
+                    "ycsb-d",
+                    "ycsb-f",
+                    "scan",
+                    "hart-read-intensive",
+                    "delete"
+                ]
+            );
+            for p in &run.phases {
+                assert_eq!(p.errors, 0, "{threads} threads, {}: {p:?}", p.phase);
+                // Recovery is one `Db::open`, on one thread.
+                let want = if p.phase == "recovery" { 1 } else { threads };
+                assert_eq!(p.threads, want);
+            }
+            let search = &run.phases[2];
+            assert_eq!((search.ops, search.misses), (3000, 0));
+            assert_eq!(search.latency.unwrap().samples, 3000);
+            let ycsb_d = &run.phases[4];
+            assert_eq!(ycsb_d.ops, 2000);
+            let kinds: Vec<_> = ycsb_d.by_op.iter().map(|o| o.op).collect();
+            assert_eq!(kinds, [OpKind::Insert, OpKind::Read]);
+            // Range-query phases wrap around the end of the key space, so
+            // every query returns its full length.
+            assert!((run.phases[6].records_per_scan.unwrap() - 20.0).abs() < 1e-9);
+            // The read-intensive mix deletes keys, so the final delete finds some gone.
+            assert!(run.phases[8].misses > 0);
+            let rec = run.recovery.unwrap();
+            assert_eq!(rec.records, 3000);
+            assert!(rec.build_secs > 0.0 && rec.recovery_secs > 0.0);
+            let mem = run.memory.unwrap();
+            assert!(mem.pm_bytes > 3000 * 16);
+            // The counting allocator is not the unit tests' global allocator.
+            assert_eq!(mem.dram_bytes, None);
+        }
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "pool left behind"
+        );
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn scan_phases_stop_at_the_time_limit() {
+        let dir = tmpdir("limit");
+        let mut c = cfg(&dir);
+        c.scan_time_limit = Some(Duration::from_millis(30));
+        let e = exp(
+            1,
+            vec![
+                PhaseSpec::Load,
+                PhaseSpec::Scan {
+                    name: "scan".into(),
+                    count: 10_000_000,
+                    len: ScanLen::Fixed { len: 3000 },
+                },
+            ],
+        );
+        let prep = prepare(&c, &e).unwrap();
+        let run = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap();
+        let scan = &run.phases[1];
+        assert!(scan.stopped_early);
+        assert!(scan.ops < 10_000_000 && scan.ops > 0);
+        assert!(scan.secs < 5.0);
+        assert!(!run.phases[0].stopped_early);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_full_pool_is_an_error_and_the_pool_is_removed() {
+        let dir = tmpdir("full");
+        let mut c = cfg(&dir);
+        c.pool_size = Some(1 << 20);
+        let mut e = exp(1, vec![PhaseSpec::Load]);
+        e.records = 100_000;
+        e.value_size = 100;
+        let prep = prepare(&c, &e).unwrap();
+        let err = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap_err();
+        assert!(err.to_string().contains("phase `insert`"), "{err}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+}

@@ -1,0 +1,216 @@
+//! `pmindex bench` as a command: clear errors on bad input (no panic),
+//! and the machine-readable outputs.
+
+use std::process::{Command, Output};
+
+fn pmindex(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmindex"))
+        .args(args)
+        .output()
+        .expect("run pmindex")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    for (args, code, needle) in [
+        (
+            &["bench", "--records", "0"][..],
+            1,
+            "--records must be at least 1",
+        ),
+        (&["bench", "--keys", "nope"], 2, "unknown key set"),
+        (&["bench", "--mix", "nope"], 2, "unknown mix"),
+        (&["bench", "--mix", "read=x"], 2, "weight"),
+        (
+            &["bench", "--threads", "0", "--records", "10"],
+            1,
+            "threads",
+        ),
+        (
+            &["bench", "--value-size", "2M", "--records", "10"],
+            1,
+            "largest value",
+        ),
+        (&["bench", "--engines", "nope"], 1, "unknown engine"),
+        (
+            &["bench", "--baseline", "nope", "--records", "10"],
+            1,
+            "unknown engine",
+        ),
+        (&["bench", "--dist", "zipfian:7"], 2, "out of range"),
+        (&["bench", "--pool-size", "12Q"], 2, "--pool-size"),
+        (&["bench", "--pm-latencies", "300"], 2, "--pm-latencies"),
+        (&["bench", "--preset", "nope"], 2, "unknown preset"),
+        (
+            &["bench", "--preset", "hart", "--keys", "dense"],
+            2,
+            "cannot be used with",
+        ),
+        (
+            &["--pm-latency", "300/100", "bench", "--preset", "hart"],
+            2,
+            "--pm-latency",
+        ),
+        (&["--json", "bench", "--csv"], 2, "choose one"),
+        (
+            &[
+                "bench",
+                "--dir",
+                "/nonexistent-pmindex-dir",
+                "--records",
+                "10",
+            ],
+            1,
+            "nonexistent-pmindex-dir",
+        ),
+        (
+            &[
+                "bench",
+                "--keys",
+                "dictionary",
+                "--dict",
+                "/nonexistent/words",
+                "--records",
+                "10",
+            ],
+            1,
+            "wamerican-insane",
+        ),
+        (
+            &[
+                "bench",
+                "--records",
+                "100000",
+                "--value-size",
+                "1000",
+                "--pool-size",
+                "4M",
+                "--rounds",
+                "1",
+                "--mix",
+                "basic",
+            ],
+            1,
+            "pool",
+        ),
+    ] {
+        let o = pmindex(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn csv_and_json_come_out_whole() {
+    let base = [
+        "bench",
+        "--records",
+        "500",
+        "--rounds",
+        "1",
+        "--flush",
+        "eadr",
+        "--engines",
+        "pmlog",
+    ];
+    let o = pmindex(&[&base[..], &["--csv"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8(o.stdout).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header[0], "experiment");
+    let rows: Vec<&str> = lines.collect();
+    // basic: 6 phases; ycsb-a: insert, the mix, and its read and update rows.
+    assert_eq!(rows.len(), 6 + 4, "{csv}");
+    assert!(rows.iter().all(|r| r.split(',').count() == header.len()));
+
+    let o = pmindex(&[&["--json"][..], &base[..]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["engines"], serde_json::json!(["pmlog"]));
+    assert_eq!(v["experiments"].as_array().unwrap().len(), 2);
+    // The binary installs the counting allocator.
+    assert_eq!(v["dram_measured"], true);
+    let mem = &v["experiments"][0]["engines"][0]["memory"];
+    assert!(mem["dram_bytes_per_record"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn plots_are_written_and_listed() {
+    let dir = std::env::temp_dir().join(format!("pmindex-bench-cli-plot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = pmindex(&[
+        "bench",
+        "--records",
+        "300",
+        "--rounds",
+        "1",
+        "--flush",
+        "eadr",
+        "--engines",
+        "pmlog",
+        "--mix",
+        "ycsb-b",
+        "--threads",
+        "1,2",
+        "--plot",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("plots (6 files, PNG and SVG):"), "{text}");
+    assert!(text.contains("ycsb-b-scaling.png (.svg)"), "{text}");
+    for f in [
+        "t1-ycsb-b-throughput.png",
+        "t2-ycsb-b-throughput.svg",
+        "ycsb-b-scaling.png",
+    ] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_interrupted_run_removes_its_pool_file() {
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("pmindex-bench-cli-sigint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pmindex"))
+        .args([
+            "bench",
+            "--records",
+            "50_000_000",
+            "--engines",
+            "pmlog",
+            "--dir",
+        ])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the pool file to appear (the key set is generated first).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&dir).unwrap().count() == 0 {
+        assert!(Instant::now() < deadline, "no pool file appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: `kill` with a child's pid and a valid signal number.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    std::fs::remove_dir(&dir).unwrap();
+}
