@@ -201,6 +201,9 @@ struct CrashtestArgs {
     /// Verification threads (default: the number of cores, at most 4).
     #[arg(long)]
     threads: Option<usize>,
+    /// An engine setting, KEY=VALUE (repeatable), e.g. hart.persist_order=paper.
+    #[arg(long = "engine-opt", value_name = "KEY=VALUE")]
+    engine_opt: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -524,6 +527,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
             cfg.shrink = !a.no_shrink;
             if let Some(t) = a.threads {
                 cfg.threads = t.max(1);
+            }
+            for kv in &a.engine_opt {
+                let Some((k, v)) = kv.split_once('=') else {
+                    return Err(CliError::Usage(format!(
+                        "--engine-opt `{kv}`: expected KEY=VALUE, e.g. hart.persist_order=paper"
+                    )));
+                };
+                cfg.engine_config
+                    .insert(k.trim().to_string(), v.trim().to_string());
             }
             if let Some(f) = &a.fault {
                 cfg.fault = Some(
