@@ -171,6 +171,25 @@ impl CrashReport {
     }
 }
 
+/// At crash `point`: how many operations were acknowledged (their spans of
+/// PM events ended before it), and whether the next one was in flight.
+fn expected_at(spans: &[(usize, usize)], point: usize) -> (usize, bool) {
+    let acked = spans.partition_point(|&(_, end)| end <= point);
+    let in_flight = acked < spans.len() && spans[acked].0 < point;
+    (acked, in_flight)
+}
+
+/// A failure of the live (uncrashed) run of operation `i`.
+fn live_failure(i: usize, op: &impl std::fmt::Display, message: String) -> Failure {
+    Failure {
+        crash_point: None,
+        acked_ops: i,
+        in_flight: Some(op.to_string()),
+        image: "live".into(),
+        message,
+    }
+}
+
 /// Something whose crash images can be verified.
 trait Subject: Sync {
     /// Recovers `image` and checks it against what must hold at `point`.
@@ -283,24 +302,16 @@ impl KvSubject {
             };
             match res {
                 Ok(got) if got == expect => {}
-                Ok(got) => failures.push(Failure {
-                    crash_point: None,
-                    acked_ops: i,
-                    in_flight: Some(op.to_string()),
-                    image: "live".into(),
-                    message: format!("live run: returned {got}, the model says {expect}"),
-                }),
+                Ok(got) => failures.push(live_failure(
+                    i,
+                    op,
+                    format!("live run: returned {got}, the model says {expect}"),
+                )),
                 Err(Error::PoolFull { .. }) => {
                     // The op changed nothing: undo it in the model.
                     model = s.models[i].clone();
                 }
-                Err(e) => failures.push(Failure {
-                    crash_point: None,
-                    acked_ops: i,
-                    in_flight: Some(op.to_string()),
-                    image: "live".into(),
-                    message: format!("live run: {e}"),
-                }),
+                Err(e) => failures.push(live_failure(i, op, format!("live run: {e}"))),
             }
             s.spans.push((start, rec.position()));
             s.models.push(model.clone());
@@ -320,9 +331,7 @@ impl KvSubject {
     }
 
     fn expected(&self, point: usize) -> (usize, bool) {
-        let acked = self.spans.partition_point(|&(_, end)| end <= point);
-        let in_flight = acked < self.spans.len() && self.spans[acked].0 < point;
-        (acked, in_flight)
+        expected_at(&self.spans, point)
     }
 
     fn compare(&self, db: &Db, point: usize) -> std::result::Result<(), String> {
@@ -538,13 +547,7 @@ impl AllocSubject {
             };
             match res {
                 Ok(()) | Err(Error::PoolFull { .. }) => {}
-                Err(e) => failures.push(Failure {
-                    crash_point: None,
-                    acked_ops: i,
-                    in_flight: Some(op.to_string()),
-                    image: "live".into(),
-                    message: format!("live run: {e}"),
-                }),
+                Err(e) => failures.push(live_failure(i, op, format!("live run: {e}"))),
             }
             s.spans.push((start, rec.position()));
             s.models.push(model.clone());
@@ -555,9 +558,7 @@ impl AllocSubject {
     }
 
     fn expected(&self, point: usize) -> (usize, bool) {
-        let acked = self.spans.partition_point(|&(_, end)| end <= point);
-        let in_flight = acked < self.spans.len() && self.spans[acked].0 < point;
-        (acked, in_flight)
+        expected_at(&self.spans, point)
     }
 
     fn check_state(&self, pool: &Pool, model: &SlotModel) -> std::result::Result<(), String> {
