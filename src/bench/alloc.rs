@@ -25,10 +25,36 @@
 //! cost is the same for every engine.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
-/// Bytes currently allocated through [`CountingAlloc`].
-static LIVE: AtomicU64 = AtomicU64::new(0);
+/// Net bytes allocated through [`CountingAlloc`], in shards on separate cache
+/// lines: one global counter was a shared line that every allocation of
+/// every thread wrote, which skewed the thread-scaling figures. A thread
+/// always uses the same shard; the sum over shards is the live total (a
+/// shard alone may go negative when a block is freed by another thread).
+#[repr(align(128))]
+struct Shard(AtomicI64);
+const SHARDS: usize = 32;
+static LIVE: [Shard; SHARDS] = [const { Shard(AtomicI64::new(0)) }; SHARDS];
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    // `const` and without a destructor: reading it never allocates.
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+#[inline]
+fn shard() -> &'static AtomicI64 {
+    let i = SHARD
+        .try_with(|c| {
+            if c.get() == usize::MAX {
+                c.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            }
+            c.get()
+        })
+        .unwrap_or(0);
+    &LIVE[i].0
+}
 /// Set by the first allocation that goes through [`CountingAlloc`].
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -49,18 +75,18 @@ fn grew(bytes: usize) {
     if !INSTALLED.load(Ordering::Relaxed) {
         INSTALLED.store(true, Ordering::Relaxed);
     }
-    LIVE.fetch_add(bytes as u64, Ordering::Relaxed);
+    shard().fetch_add(bytes as i64, Ordering::Relaxed);
 }
 
 #[inline]
 fn shrank(bytes: usize) {
-    LIVE.fetch_sub(bytes as u64, Ordering::Relaxed);
+    shard().fetch_sub(bytes as i64, Ordering::Relaxed);
 }
 
 // SAFETY: every method forwards to `System` with the arguments it was given,
 // so the blocks returned, their alignment and their lifetime are the system
-// allocator's; the counting only reads sizes and touches two atomics (which
-// do not allocate).
+// allocator's; the counting only reads sizes, a `const` thread-local and
+// atomics (none of which allocates).
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller meets `GlobalAlloc::alloc`'s contract for
@@ -104,9 +130,10 @@ unsafe impl GlobalAlloc for CountingAlloc {
 /// Heap bytes live now, if [`CountingAlloc`] is the global allocator;
 /// `None` if it is not (the figure is then unavailable).
 pub fn dram_in_use() -> Option<u64> {
-    INSTALLED
-        .load(Ordering::Relaxed)
-        .then(|| LIVE.load(Ordering::Relaxed))
+    INSTALLED.load(Ordering::Relaxed).then(|| {
+        let total: i64 = LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        total.max(0) as u64
+    })
 }
 
 /// Whether [`CountingAlloc`] is the global allocator of this process.
