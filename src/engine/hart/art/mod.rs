@@ -100,6 +100,7 @@ mod node4;
 mod node48;
 mod prefix;
 mod range;
+mod sorted;
 #[cfg(test)]
 mod tests;
 

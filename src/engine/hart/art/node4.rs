@@ -117,24 +117,14 @@ impl<V: Copy> InnerNode<V> for Node4<V> {
 
     fn add(&mut self, byte: u8, child: Child<V>) {
         let count = self.count();
-        debug_assert!(count < 4 && self.find_pos(byte).is_none());
-        let at = self.keys[..count]
-            .iter()
-            .position(|&k| k > byte)
-            .unwrap_or(count);
-        self.keys.copy_within(at..count, at + 1);
-        self.children[at..=count].rotate_right(1);
-        self.keys[at] = byte;
-        self.children[at] = Some(child);
+        super::sorted::insert(&mut self.keys, &mut self.children, count, byte, child);
         self.header.count += 1;
     }
 
     fn take(&mut self, byte: u8) -> Option<Child<V>> {
         let at = self.find_pos(byte)?;
         let count = self.count();
-        let child = self.children[at].take();
-        self.keys.copy_within(at + 1..count, at);
-        self.children[at..count].rotate_left(1);
+        let child = super::sorted::remove(&mut self.keys, &mut self.children, count, at);
         self.header.count -= 1;
         child
     }
