@@ -124,12 +124,10 @@ impl ChunkList {
         Ok(l)
     }
 
-    /// Every object of every chunk, for recovery.
-    pub fn objects(&self) -> Vec<u64> {
-        self.chunks
-            .keys()
-            .flat_map(|&c| (0..OBJECTS).map(move |i| c + CHUNK_HEADER + i * self.obj_size))
-            .collect()
+    /// The objects of chunk `c`, for recovery.
+    pub fn chunk_objects(&self, c: u64) -> impl Iterator<Item = u64> {
+        let size = self.obj_size;
+        (0..OBJECTS).map(move |i| c + CHUNK_HEADER + i * size)
     }
 
     /// Chunk offsets (for the leak check).

@@ -54,11 +54,10 @@
 pub mod art;
 mod chunk;
 mod leaf;
+mod recovery;
 mod superblock;
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -67,8 +66,9 @@ use parking_lot::{Mutex, RwLock};
 
 use self::art::{Art, LeafKeys};
 use self::chunk::ChunkList;
-use self::leaf::{Commit, Meta, LEAF_SIZES, MAX_OBJECT};
-use self::superblock::{value_class, VALUE_SIZES};
+use self::leaf::{Commit, Meta, MAX_OBJECT};
+use self::recovery::{slot_is_valid, StripeLists};
+use self::superblock::{value_class, STRIPES};
 use super::{
     Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, PutMode, PutOutcome, ScanFn,
     MAX_KEY_LEN, MAX_VALUE_LEN,
@@ -87,17 +87,22 @@ pub const INFO: EngineInfo = EngineInfo {
 /// Default hash key length (the paper's setting, §IV-A).
 pub const DEFAULT_HASH_KEY_LEN: usize = 2;
 const SHARDS: usize = 64;
+const _: () = assert!(SHARDS.is_multiple_of(STRIPES), "a shard's hash keys share a stripe");
 
 fn create(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
-    let (k_h, order) = parse_config(config)?;
+    let Settings { k_h, order, .. } = parse_config(config)?;
     let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
     h.order = order;
     Ok(Box::new(h))
 }
 
 fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
-    let (k_h, order) = parse_config(config)?;
-    let mut h = Hart::open(pool)?;
+    let Settings {
+        k_h,
+        order,
+        recovery_threads,
+    } = parse_config(config)?;
+    let mut h = recovery::open(pool, recovery_threads)?;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
@@ -124,10 +129,26 @@ pub enum PersistOrder {
     Paper,
 }
 
-fn parse_config(config: &EngineConfig) -> Result<(Option<usize>, PersistOrder)> {
+/// The engine's settings (`hart.*` in [`EngineConfig`]).
+struct Settings {
+    /// `hart.hash_key_len` (creation only).
+    k_h: Option<usize>,
+    /// `hart.persist_order`.
+    order: PersistOrder,
+    /// `hart.recovery_threads`: threads that rebuild the index at open
+    /// (default: every core).
+    recovery_threads: Option<usize>,
+}
+
+fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut k_h = None;
     let mut order = PersistOrder::Tight;
-    for (k, v) in super::settings(config, INFO.name, &["persist_order", "hash_key_len"])? {
+    let mut recovery_threads = None;
+    for (k, v) in super::settings(
+        config,
+        INFO.name,
+        &["persist_order", "hash_key_len", "recovery_threads"],
+    )? {
         match k {
             "persist_order" => {
                 order = match v {
@@ -140,6 +161,14 @@ fn parse_config(config: &EngineConfig) -> Result<(Option<usize>, PersistOrder)> 
                     }
                 }
             }
+            "recovery_threads" => {
+                recovery_threads =
+                    Some(v.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "hart.recovery_threads `{v}`: expected a number of threads, at least 1"
+                        ))
+                    })?)
+            }
             _ => {
                 k_h = Some(v.parse::<usize>().map_err(|_| {
                     Error::InvalidArgument(format!("hart.hash_key_len `{v}`: expected 1..=8"))
@@ -147,7 +176,11 @@ fn parse_config(config: &EngineConfig) -> Result<(Option<usize>, PersistOrder)> 
             }
         }
     }
-    Ok((k_h, order))
+    Ok(Settings {
+        k_h,
+        order,
+        recovery_threads,
+    })
 }
 
 /// One ART and whether it has been removed from the hash table.
@@ -193,16 +226,47 @@ pub struct Hart {
     k_h: usize,
     shards: Vec<RwLock<HashMap<Box<[u8]>, TreeCell>>>,
     prefixes: RwLock<BTreeSet<Box<[u8]>>>,
-    leaves: Vec<Mutex<ChunkList>>,
-    values: Vec<Mutex<ChunkList>>,
-    len: AtomicU64,
+    stripes: Vec<Stripe>,
     order: PersistOrder,
 }
 
-fn shard_of(hk: &[u8]) -> usize {
-    let mut h = DefaultHasher::new();
-    hk.hash(&mut h);
-    (h.finish() as usize) % SHARDS
+/// One allocation stripe (see [`superblock`]): the chunk lists of the hash
+/// keys routed to it, and how many keys they hold. Aligned so that two
+/// stripes' counters never share a cache line.
+#[repr(align(128))]
+struct Stripe {
+    /// One list per [`leaf::LEAF_SIZES`] entry.
+    leaves: Vec<Mutex<ChunkList>>,
+    /// One list per [`superblock::VALUE_SIZES`] entry.
+    values: Vec<Mutex<ChunkList>>,
+    len: AtomicU64,
+}
+
+/// Where a hash key's state lives: its hash-table shard and its allocation
+/// stripe.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    shard: usize,
+    stripe: usize,
+}
+
+/// Routes a hash key. The hash must be stable across builds and machines,
+/// because the stripe a key's leaves are in is persistent (so not
+/// `DefaultHasher`, whose algorithm may change): the hash key (at most 8
+/// bytes) and its length are mixed by splitmix64's finalizer.
+fn route(hk: &[u8]) -> Route {
+    debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
+    let mut w = [0u8; 8];
+    w[..hk.len()].copy_from_slice(hk);
+    let mut x = u64::from_le_bytes(w) ^ ((hk.len() as u64) << 56).rotate_left(3);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    let shard = (x % SHARDS as u64) as usize;
+    Route {
+        shard,
+        stripe: shard % STRIPES,
+    }
 }
 
 /// Where a value lives, read from a slot.
@@ -213,39 +277,48 @@ struct ValueRef {
     written: bool,
 }
 
+/// Reads slot `s` of `leaf`; a never-written slot reads as an empty value
+/// with `written == false`.
+fn read_slot(pool: &Pool, leaf: u64, s: u64) -> Result<ValueRef> {
+    let so = leaf::slot_off(leaf, s);
+    let meta = Meta::decode(pool.load_u64(so + 8)?);
+    Ok(ValueRef {
+        p: pool.load_u64(so)?,
+        written: meta.is_some(),
+        meta: meta.unwrap_or(Meta {
+            crc: 0,
+            value_len: 0,
+            large: false,
+        }),
+    })
+}
+
 impl Hart {
     fn empty(pool: Arc<Pool>, sb: u64, k_h: usize) -> Hart {
+        let stripes = (0..STRIPES)
+            .map(|s| StripeLists::new(sb, s).into_stripe(0))
+            .collect();
+        Self::with_stripes(pool, sb, k_h, stripes)
+    }
+
+    fn with_stripes(pool: Arc<Pool>, sb: u64, k_h: usize, stripes: Vec<Stripe>) -> Hart {
         Hart {
-            leaves: LEAF_SIZES
-                .iter()
-                .enumerate()
-                .map(|(i, &s)| {
-                    Mutex::new(ChunkList::new(
-                        s,
-                        sb + superblock::LEAF_HEADS + 8 * i as u64,
-                        leaf::HEADER,
-                    ))
-                })
-                .collect(),
-            values: VALUE_SIZES
-                .iter()
-                .enumerate()
-                .map(|(i, &s)| {
-                    Mutex::new(ChunkList::new(
-                        s,
-                        sb + superblock::VALUE_HEADS + 8 * i as u64,
-                        0,
-                    ))
-                })
-                .collect(),
             pool,
             sb,
             k_h,
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             prefixes: RwLock::new(BTreeSet::new()),
-            len: AtomicU64::new(0),
+            stripes,
             order: PersistOrder::Tight,
         }
+    }
+
+    fn leaves(&self, stripe: usize, lc: usize) -> &Mutex<ChunkList> {
+        &self.stripes[stripe].leaves[lc]
+    }
+
+    fn values(&self, stripe: usize, vc: usize) -> &Mutex<ChunkList> {
+        &self.stripes[stripe].values[vc]
     }
 
     /// Creates an empty HART in a new pool, with hash keys of `k_h` bytes.
@@ -269,6 +342,7 @@ impl Hart {
         pool.store_u64(sb, superblock::MAGIC)?;
         pool.store_u64(sb + superblock::K_H, k_h as u64)?;
         pool.store_u64(sb + superblock::ORDER, 0)?;
+        pool.store_u64(sb + superblock::STRIPE_COUNT, STRIPES as u64)?;
         pool.flush(sb, superblock::SIZE);
         pool.activate(r, pool.root_slot(0)?)?;
         Ok(sb)
@@ -285,15 +359,15 @@ impl Hart {
         }
     }
 
-    fn find_tree(&self, hk: &[u8]) -> Option<TreeCell> {
-        self.shards[shard_of(hk)].read().get(hk).cloned()
+    fn find_tree(&self, r: Route, hk: &[u8]) -> Option<TreeCell> {
+        self.shards[r.shard].read().get(hk).cloned()
     }
 
-    fn tree_for_insert(&self, hk: &[u8]) -> TreeCell {
-        if let Some(t) = self.find_tree(hk) {
+    fn tree_for_insert(&self, r: Route, hk: &[u8]) -> TreeCell {
+        if let Some(t) = self.find_tree(r, hk) {
             return t;
         }
-        let mut shard = self.shards[shard_of(hk)].write();
+        let mut shard = self.shards[r.shard].write();
         if let Some(t) = shard.get(hk) {
             return Arc::clone(t);
         }
@@ -308,26 +382,16 @@ impl Hart {
 
     /// Removes an empty tree from the hash table; the caller holds its write
     /// lock.
-    fn retire(&self, hk: &[u8], tree: &mut Tree) {
+    fn retire(&self, r: Route, hk: &[u8], tree: &mut Tree) {
         tree.dead = true;
-        self.shards[shard_of(hk)].write().remove(hk);
+        self.shards[r.shard].write().remove(hk);
         self.prefixes.write().remove(hk);
     }
 
     /// Reads slot `s`; a never-written slot reads as an empty value with
     /// `written == false`.
     fn slot(&self, leaf: u64, s: u64) -> Result<ValueRef> {
-        let so = leaf::slot_off(leaf, s);
-        let meta = Meta::decode(self.pool.load_u64(so + 8)?);
-        Ok(ValueRef {
-            p: self.pool.load_u64(so)?,
-            written: meta.is_some(),
-            meta: meta.unwrap_or(Meta {
-                crc: 0,
-                value_len: 0,
-                large: false,
-            }),
-        })
+        read_slot(&self.pool, leaf, s)
     }
 
     /// The current value of a live leaf.
@@ -351,7 +415,11 @@ impl Hart {
     /// Writes `value` into a fresh value object (or reserves a large block
     /// and writes it there) and flushes it. Returns the pointer for the slot
     /// (0 for a large value, which is activated later) and the reservation.
-    fn write_value(&self, value: &[u8]) -> Result<(u64, Option<crate::pm::Reservation>)> {
+    fn write_value(
+        &self,
+        st: usize,
+        value: &[u8],
+    ) -> Result<(u64, Option<crate::pm::Reservation>)> {
         if value.is_empty() {
             return Ok((0, None));
         }
@@ -365,7 +433,8 @@ impl Hart {
             self.pool.flush(r.offset(), value.len() as u64);
             return Ok((0, Some(r)));
         }
-        let obj = self.values[value_class(value.len())]
+        let obj = self
+            .values(st, value_class(value.len()))
             .lock()
             .alloc(&self.pool)?;
         // SAFETY: the object was free (nothing references it) and is now
@@ -377,14 +446,14 @@ impl Hart {
 
     /// Frees a value that is no longer current (its replacement or removal
     /// is durable). `slot_off` is the slot that points to it.
-    fn drop_value(&self, v: ValueRef, slot_off: u64) -> Result<()> {
+    fn drop_value(&self, st: usize, v: ValueRef, slot_off: u64) -> Result<()> {
         if v.meta.value_len == 0 {
             return Ok(());
         }
         if v.meta.large {
             return self.pool.free(slot_off);
         }
-        self.values[value_class(v.meta.value_len)]
+        self.values(st, value_class(v.meta.value_len))
             .lock()
             .release(&self.pool, v.p)
     }
@@ -403,6 +472,7 @@ impl Hart {
     /// line 13) and the value bit (Algorithm 1 line 14 / Algorithm 3 line 7).
     fn fill_slot(
         &self,
+        st: usize,
         leaf: u64,
         s: u64,
         key: &[u8],
@@ -410,7 +480,7 @@ impl Hart {
         log: Option<u64>,
     ) -> Result<()> {
         let paper = self.order == PersistOrder::Paper;
-        let (p, res) = self.write_value(value)?;
+        let (p, res) = self.write_value(st, value)?;
         if paper {
             self.pool.fence();
             if let Some(log) = log {
@@ -432,28 +502,29 @@ impl Hart {
             self.pool.activate(r, so)?;
         } else if paper {
             self.pool.persist(so, 16);
-            self.persist_value_bit(p, value.len());
+            self.persist_value_bit(st, p, value.len());
         }
         Ok(())
     }
 
     /// `paper` order: persist the chunk header that holds a value object's
     /// bit (the header word itself is kept current by the chunk list).
-    fn persist_value_bit(&self, p: u64, len: usize) {
+    fn persist_value_bit(&self, st: usize, p: u64, len: usize) {
         if self.order != PersistOrder::Paper || len == 0 || len > MAX_OBJECT {
             return;
         }
-        if let Some((c, _)) = self.values[value_class(len)].lock().locate(p) {
+        if let Some((c, _)) = self.values(st, value_class(len)).lock().locate(p) {
             self.pool.persist(c, 8);
         }
     }
 
     /// `paper` order: persist the chunk header that holds a leaf's bit.
-    fn persist_leaf_bit(&self, leaf: u64, key_len: usize) {
+    fn persist_leaf_bit(&self, st: usize, leaf: u64, key_len: usize) {
         if self.order != PersistOrder::Paper {
             return;
         }
-        if let Some((c, _)) = self.leaves[leaf::class_for_key(key_len)]
+        if let Some((c, _)) = self
+            .leaves(st, leaf::class_for_key(key_len))
             .lock()
             .locate(leaf)
         {
@@ -467,11 +538,11 @@ impl Hart {
     }
 
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
-    fn insert_leaf(&self, key: &[u8], value: &[u8]) -> Result<u64> {
+    fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
         let lc = leaf::class_for_key(key.len());
-        let leaf = self.leaves[lc].lock().alloc(&self.pool)?;
+        let leaf = self.leaves(st, lc).lock().alloc(&self.pool)?;
         let filled = (|| {
-            self.fill_slot(leaf, 0, key, value, None)?;
+            self.fill_slot(st, leaf, 0, key, value, None)?;
             self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
             self.pool.store_u64(leaf::slot_off(leaf, 1) + 8, 0)?;
             // SAFETY: the leaf was free and is taken by us in DRAM.
@@ -495,21 +566,21 @@ impl Hart {
             }
             self.pool.fence();
             // Algorithm 1 line 18 (paper order): persist the leaf bit.
-            self.persist_leaf_bit(leaf, key.len());
+            self.persist_leaf_bit(st, leaf, key.len());
             Ok(())
         })();
         if let Err(e) = filled {
             // Nothing was committed: give the leaf back (its value object, if
             // any, was written but is unreferenced and free at recovery; in
             // DRAM it stays taken until reopen).
-            self.leaves[lc].lock().release(&self.pool, leaf)?;
+            self.leaves(st, lc).lock().release(&self.pool, leaf)?;
             return Err(e);
         }
         Ok(leaf)
     }
 
     /// Algorithm 3 in the tight order: one fence, then the old value is freed.
-    fn update_leaf(&self, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
+    fn update_leaf(&self, st: usize, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
         let c = leaf::commit(&self.pool, leaf)?
             .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
         let old = self.slot(leaf, c.active)?;
@@ -527,7 +598,7 @@ impl Hart {
                 .store_u64(leaf, Commit { active: s, ..c }.encode())?;
             self.pool.flush(leaf, 8);
         }
-        self.fill_slot(leaf, s, key, value, log)?;
+        self.fill_slot(st, leaf, s, key, value, log)?;
         // The slot and the commit word share line 0, and the commit word is
         // stored last: one flush of the line covers both.
         self.pool
@@ -536,11 +607,11 @@ impl Hart {
             self.pool.flush(leaf, 8);
         }
         self.pool.fence();
-        self.drop_value(old, leaf::slot_off(leaf, c.active))?;
+        self.drop_value(st, old, leaf::slot_off(leaf, c.active))?;
         if let Some(log) = log {
             // Algorithm 3 line 9 (reset the old value bit) and line 11
             // (reclaim the log).
-            self.persist_value_bit(old.p, old.meta.value_len);
+            self.persist_value_bit(st, old.p, old.meta.value_len);
             self.pool.store_u64(log, 0)?;
             self.pool.persist(log, 8);
         }
@@ -548,175 +619,23 @@ impl Hart {
     }
 
     /// Algorithm 5, lines 10-14, in the tight order: one fence.
-    fn delete_leaf(&self, leaf: u64) -> Result<()> {
+    fn delete_leaf(&self, st: usize, leaf: u64) -> Result<()> {
         let c = leaf::commit(&self.pool, leaf)?
             .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
         let v = self.slot(leaf, c.active)?;
         self.pool.store_u64(leaf, 0)?;
         self.pool.persist(leaf, 8);
-        self.drop_value(v, leaf::slot_off(leaf, c.active))?;
+        self.drop_value(st, v, leaf::slot_off(leaf, c.active))?;
         // Algorithm 5 line 12 (paper order): persist the reset value bit.
-        self.persist_value_bit(v.p, v.meta.value_len);
-        self.leaves[leaf::class_for_key(c.key_len)]
+        self.persist_value_bit(st, v.p, v.meta.value_len);
+        self.leaves(st, leaf::class_for_key(c.key_len))
             .lock()
             .release(&self.pool, leaf)
     }
 
-    // ----- recovery ------------------------------------------------------
-
-    /// Recovers a HART from its pool (Algorithm 7).
+    /// Recovers a HART from its pool (Algorithm 7) on every core.
     pub fn open(pool: Arc<Pool>) -> Result<Hart> {
-        let root = pool.root_slot(0)?;
-        let sb = pool.load_u64(root)?;
-        if sb == 0 {
-            // Creation crashed before the superblock was published.
-            return Self::create(pool, DEFAULT_HASH_KEY_LEN);
-        }
-        if pool.block_size(sb).ok() != Some(superblock::SIZE)
-            || pool.load_u64(sb)? != superblock::MAGIC
-        {
-            return Err(Error::corrupt(
-                sb,
-                "hart: root slot 0 does not point to a superblock",
-            ));
-        }
-        let k_h = pool.load_u64(sb + superblock::K_H)? as usize;
-        if !(1..=8).contains(&k_h) {
-            return Err(Error::corrupt(
-                sb + superblock::K_H,
-                format!("hart: hash key length {k_h}"),
-            ));
-        }
-        let mut h = Self::empty(Arc::clone(&pool), sb, k_h);
-        for (i, l) in h.leaves.iter_mut().enumerate() {
-            *l.get_mut() = ChunkList::load(
-                &pool,
-                LEAF_SIZES[i],
-                sb + superblock::LEAF_HEADS + 8 * i as u64,
-                leaf::HEADER,
-            )?;
-        }
-        for (i, l) in h.values.iter_mut().enumerate() {
-            *l.get_mut() = ChunkList::load(
-                &pool,
-                VALUE_SIZES[i],
-                sb + superblock::VALUE_HEADS + 8 * i as u64,
-                0,
-            )?;
-        }
-        let mut live = Vec::new();
-        let mut leftovers = Vec::new();
-        let mut repaired = false;
-        for lc in 0..LEAF_SIZES.len() {
-            let objs = h.leaves[lc].get_mut().objects();
-            for leaf in objs {
-                if let Some(key) = h.recover_leaf(leaf, lc, &mut leftovers, &mut repaired)? {
-                    live.push((leaf, lc, key));
-                }
-            }
-        }
-        if repaired {
-            pool.fence();
-        }
-        for slot in leftovers {
-            pool.free(slot)?;
-        }
-        for (leaf, lc, key) in live {
-            h.leaves[lc].get_mut().mark_taken(leaf)?;
-            let c = leaf::commit(&pool, leaf)?.expect("live leaf");
-            let v = h.slot(leaf, c.active)?;
-            if v.meta.value_len > 0 && !v.meta.large {
-                h.values[value_class(v.meta.value_len)]
-                    .get_mut()
-                    .mark_taken(v.p)?;
-            }
-            let (hk, ak) = h.split(&key);
-            let tree = h.tree_for_insert(hk);
-            let keys = h.keys();
-            if tree.write().art.insert(ak, leaf, &keys).is_some() {
-                return Err(leaf::corrupt(leaf, "two live leaves hold the same key"));
-            }
-            h.len.fetch_add(1, Ordering::Relaxed);
-        }
-        for l in h.leaves.iter_mut().chain(h.values.iter_mut()) {
-            l.get_mut().settle(&pool)?;
-        }
-        Ok(h)
-    }
-
-    /// Decides whether a leaf is live; returns its key if so. Collects the
-    /// slots that point to large blocks which are not a live value.
-    fn recover_leaf(
-        &self,
-        leaf: u64,
-        lc: usize,
-        leftovers: &mut Vec<u64>,
-        repaired: &mut bool,
-    ) -> Result<Option<Vec<u8>>> {
-        let pool = &*self.pool;
-        let commit = leaf::commit(pool, leaf)?
-            .filter(|c| leaf::class_for_key(c.key_len.max(1)) == lc && c.key_len > 0);
-        let mut live_slot = None;
-        let mut key = Vec::new();
-        if let Some(c) = commit {
-            // SAFETY: recovery runs before the engine is shared.
-            key = unsafe { leaf::key(pool, leaf, c)? }.to_vec();
-            for s in [c.active, 1 - c.active] {
-                if self.slot_is_valid(leaf, s, &key)? {
-                    live_slot = Some(s);
-                    break;
-                }
-            }
-            if let Some(s) = live_slot {
-                if s != c.active {
-                    pool.store_u64(leaf, Commit { active: s, ..c }.encode())?;
-                    pool.flush(leaf, 8);
-                    *repaired = true;
-                }
-            }
-        }
-        for s in 0..2 {
-            if Some(s) == live_slot {
-                continue;
-            }
-            let v = self.slot(leaf, s)?;
-            if v.meta.large && v.p != 0 {
-                leftovers.push(leaf::slot_off(leaf, s));
-            }
-        }
-        Ok(live_slot.map(|_| key))
-    }
-
-    fn slot_is_valid(&self, leaf: u64, s: u64, key: &[u8]) -> Result<bool> {
-        let v = self.slot(leaf, s)?;
-        let len = v.meta.value_len;
-        if !v.written || len > MAX_VALUE_LEN {
-            return Ok(false);
-        }
-        let value: &[u8] = if len == 0 {
-            if v.p != 0 {
-                return Ok(false);
-            }
-            &[]
-        } else if v.meta.large {
-            if len <= MAX_OBJECT || self.pool.block_size(v.p).map_or(true, |b| b < len as u64) {
-                return Ok(false);
-            }
-            // SAFETY: recovery runs alone.
-            unsafe { self.pool.bytes(v.p, len as u64)? }
-        } else {
-            if len > MAX_OBJECT {
-                return Ok(false);
-            }
-            let list = self.values[value_class(len)].lock();
-            if list.locate(v.p).is_none() {
-                return Ok(false);
-            }
-            drop(list);
-            // SAFETY: recovery runs alone.
-            unsafe { self.pool.bytes(v.p, len as u64)? }
-        };
-        Ok(leaf::crc(key, value) == v.meta.crc)
+        recovery::open(pool, None)
     }
 }
 
@@ -743,7 +662,7 @@ impl Engine for Hart {
     /// guarantees under the ART lock.
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
-        let Some(tree) = self.find_tree(hk) else {
+        let Some(tree) = self.find_tree(route(hk), hk) else {
             return Ok(false);
         };
         let t = tree.read();
@@ -758,14 +677,15 @@ impl Engine for Hart {
     /// Algorithm 1 (insert) and Algorithm 3 (update).
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         let (hk, ak) = self.split(key);
+        let r = route(hk);
         loop {
             let tree = if mode == PutMode::Update {
-                match self.find_tree(hk) {
+                match self.find_tree(r, hk) {
                     Some(t) => t,
                     None => return Ok(PutOutcome::Unchanged),
                 }
             } else {
-                self.tree_for_insert(hk)
+                self.tree_for_insert(r, hk)
             };
             let mut t = tree.write();
             if t.dead {
@@ -777,24 +697,24 @@ impl Engine for Hart {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
                     }
-                    self.update_leaf(leaf, key, value)?;
+                    self.update_leaf(r.stripe, leaf, key, value)?;
                     Ok(PutOutcome::Replaced)
                 }
                 None => {
                     if mode == PutMode::Update {
                         return Ok(PutOutcome::Unchanged);
                     }
-                    let leaf = match self.insert_leaf(key, value) {
+                    let leaf = match self.insert_leaf(r.stripe, key, value) {
                         Ok(l) => l,
                         Err(e) => {
                             if t.art.is_empty() {
-                                self.retire(hk, &mut t);
+                                self.retire(r, hk, &mut t);
                             }
                             return Err(e);
                         }
                     };
                     t.art.insert(ak, leaf, &keys);
-                    self.len.fetch_add(1, Ordering::Relaxed);
+                    self.stripes[r.stripe].len.fetch_add(1, Ordering::Relaxed);
                     Ok(PutOutcome::Inserted)
                 }
             };
@@ -804,7 +724,8 @@ impl Engine for Hart {
     /// Algorithm 5, with the empty ART freed (lines 15-16).
     fn delete(&self, key: &[u8]) -> Result<bool> {
         let (hk, ak) = self.split(key);
-        let Some(tree) = self.find_tree(hk) else {
+        let r = route(hk);
+        let Some(tree) = self.find_tree(r, hk) else {
             return Ok(false);
         };
         let mut t = tree.write();
@@ -818,13 +739,13 @@ impl Engine for Hart {
         // Out of the ART first: the ART compares keys through the leaf,
         // which reads as keyless once its commit word is cleared.
         t.art.remove(ak, &keys);
-        if let Err(e) = self.delete_leaf(leaf) {
+        if let Err(e) = self.delete_leaf(r.stripe, leaf) {
             t.art.insert(ak, leaf, &keys);
             return Err(e);
         }
-        self.len.fetch_sub(1, Ordering::Relaxed);
+        self.stripes[r.stripe].len.fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
-            self.retire(hk, &mut t);
+            self.retire(r, hk, &mut t);
         }
         Ok(true)
     }
@@ -871,7 +792,7 @@ impl Engine for Hart {
             if past_hi {
                 break;
             }
-            let Some(tree) = self.find_tree(&hk) else {
+            let Some(tree) = self.find_tree(route(&hk), &hk) else {
                 continue;
             };
             let t = tree.read();
@@ -937,19 +858,25 @@ impl Engine for Hart {
     }
 
     fn len(&self) -> u64 {
-        self.len.load(Ordering::Relaxed)
+        self.stripes
+            .iter()
+            .map(|s| s.len.load(Ordering::Relaxed))
+            .sum()
     }
 
     fn check(&self) -> Result<CheckReport> {
         let keys = self.keys();
         let mut blocks = vec![self.sb];
-        for l in self.leaves.iter().chain(self.values.iter()) {
-            blocks.extend(l.lock().chunk_offsets());
+        for st in &self.stripes {
+            for l in st.leaves.iter().chain(st.values.iter()) {
+                blocks.extend(l.lock().chunk_offsets());
+            }
         }
         let mut n = 0u64;
         let hks: Vec<Box<[u8]>> = self.prefixes.read().iter().cloned().collect();
         for hk in hks {
-            let Some(tree) = self.find_tree(&hk) else {
+            let r = route(&hk);
+            let Some(tree) = self.find_tree(r, &hk) else {
                 return Err(Error::CheckFailed(format!(
                     "hash key {hk:?} is ordered but not in the hash table"
                 )));
@@ -977,12 +904,21 @@ impl Engine for Hart {
                                 "leaf {leaf:#x} holds another key"
                             )));
                         }
-                        if !self.slot_is_valid(leaf, c.active, full)? {
+                        let lc = leaf::class_for_key(c.key_len);
+                        if self.leaves(r.stripe, lc).lock().locate(leaf).is_none() {
+                            return Err(Error::CheckFailed(format!(
+                                "leaf {leaf:#x} is not in its stripe's leaf list"
+                            )));
+                        }
+                        let v = self.slot(leaf, c.active)?;
+                        let in_stripe = |vc: usize, p: u64| {
+                            self.values(r.stripe, vc).lock().locate(p).is_some()
+                        };
+                        if !slot_is_valid(&self.pool, v, full, &in_stripe)? {
                             return Err(Error::CheckFailed(format!(
                                 "leaf {leaf:#x}: value fails its CRC"
                             )));
                         }
-                        let v = self.slot(leaf, c.active)?;
                         if v.meta.large {
                             blocks.push(v.p);
                         }
@@ -1023,9 +959,40 @@ impl Engine for Hart {
             .iter()
             .map(|k| k.len() as u64 + 40)
             .sum::<u64>();
-        for l in self.leaves.iter().chain(self.values.iter()) {
-            b += l.lock().dram_bytes();
+        for st in &self.stripes {
+            for l in st.leaves.iter().chain(st.values.iter()) {
+                b += l.lock().dram_bytes();
+            }
         }
         b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stripe of a hash key is persistent (a leaf must be found in its
+    /// key's stripe at recovery), so the routing hash must never change.
+    #[test]
+    fn routing_is_stable() {
+        let got: Vec<usize> = [&b""[..], b"a", b"ab", b"\x00\x00", b"\xff\xff", b"abcdefgh"]
+            .iter()
+            .map(|hk| route(hk).shard)
+            .collect();
+        assert_eq!(got, vec![0, 50, 32, 1, 48, 9]);
+    }
+
+    /// Hash keys spread over the stripes.
+    #[test]
+    fn routing_spreads_two_byte_keys() {
+        let mut per_stripe = [0u32; STRIPES];
+        for i in 0..=u16::MAX {
+            per_stripe[route(&i.to_be_bytes()).stripe] += 1;
+        }
+        let even = 65536 / STRIPES as u32;
+        for n in per_stripe {
+            assert!(n > even * 9 / 10 && n < even * 11 / 10, "{per_stripe:?}");
+        }
     }
 }

@@ -5,24 +5,46 @@
 //! | 0 | 8 | [`MAGIC`] |
 //! | 8 | 8 | hash key length `k_h` (§III-A.1) |
 //! | 16 | 8 | persist order (0 = `tight`) |
-//! | 64 + 8 i | 8 | head of leaf chunk list `i` ([`super::leaf::LEAF_SIZES`]) |
-//! | 128 + 8 i | 8 | head of value chunk list `i` ([`VALUE_SIZES`]) |
+//! | 24 | 8 | allocation stripes ([`STRIPES`]) |
 //! | 1024 + 64 j | 24 | update log line `j` (`paper` order only): `PLeaf`, `POldV`, `PNewV` |
+//! | 2048 + 128 s + 8 i | 8 | stripe `s`: head of leaf chunk list `i` ([`super::leaf::LEAF_SIZES`]) |
+//! | 2048 + 128 s + 32 + 8 i | 8 | stripe `s`: head of value chunk list `i` ([`VALUE_SIZES`]) |
 //!
 //! The list heads are the activation slots of the first chunk of each list.
+//!
+//! # Stripes
+//! The EPallocator's chunk lists are kept [`STRIPES`] times over. All the
+//! leaves and value objects of one hash key (one ART) come from one stripe,
+//! chosen by the hash key's hash, so writers of different ARTs seldom share
+//! a list lock or a chunk header line, and recovery can rebuild the stripes
+//! in parallel: a stripe's leaves only ever point to its own value objects
+//! and belong to its own ARTs. (The paper has one list per object type.)
+//!
+//! Version history: format 1 (magic `...\x01`) had one list per object type
+//! at offsets 64 and 128; it is refused with a clear error.
 
-/// "HARTSB\0\x01".
-pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x01");
+/// "HARTSB\0\x02".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x02");
+/// The magic of format 1 (one chunk list per object type).
+pub const MAGIC_V1: u64 = u64::from_le_bytes(*b"HARTSB\x00\x01");
 /// Size of the superblock block.
 pub const SIZE: u64 = 4096;
 /// Offset of the `k_h` field.
 pub const K_H: u64 = 8;
 /// Offset of the persist-order field.
 pub const ORDER: u64 = 16;
-/// Offset of the leaf list heads.
-pub const LEAF_HEADS: u64 = 64;
-/// Offset of the value list heads.
-pub const VALUE_HEADS: u64 = 128;
+/// Offset of the stripe count.
+pub const STRIPE_COUNT: u64 = 24;
+/// Allocation stripes.
+pub const STRIPES: usize = 16;
+/// Offset of stripe 0's list heads.
+pub const STRIPE_HEADS: u64 = 2048;
+/// Bytes of list heads per stripe.
+pub const STRIPE_STRIDE: u64 = 128;
+/// Offset of the leaf list heads within a stripe's heads.
+const LEAF_HEADS: u64 = 0;
+/// Offset of the value list heads within a stripe's heads.
+const VALUE_HEADS: u64 = 32;
 /// Offset of the update-log lines (`paper` persist order only; Algorithm 3's
 /// `PLeaf`, `POldV`, `PNewV` at +0, +8, +16 of a line).
 pub const UPDATE_LOGS: u64 = 1024;
@@ -32,8 +54,19 @@ pub const UPDATE_LOG_LANES: u64 = 16;
 pub const VALUE_SIZES: [u64; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 
 const _: () = assert!(LEAF_HEADS + 8 * super::leaf::LEAF_SIZES.len() as u64 <= VALUE_HEADS);
-const _: () = assert!(VALUE_HEADS + 8 * VALUE_SIZES.len() as u64 <= UPDATE_LOGS);
-const _: () = assert!(UPDATE_LOGS + 64 * UPDATE_LOG_LANES <= SIZE);
+const _: () = assert!(VALUE_HEADS + 8 * VALUE_SIZES.len() as u64 <= STRIPE_STRIDE);
+const _: () = assert!(UPDATE_LOGS + 64 * UPDATE_LOG_LANES <= STRIPE_HEADS);
+const _: () = assert!(STRIPE_HEADS + STRIPE_STRIDE * STRIPES as u64 <= SIZE);
+
+/// The head slot of leaf list `lc` of stripe `s` (offset in the superblock).
+pub fn leaf_head(s: usize, lc: usize) -> u64 {
+    STRIPE_HEADS + STRIPE_STRIDE * s as u64 + LEAF_HEADS + 8 * lc as u64
+}
+
+/// The head slot of value list `vc` of stripe `s` (offset in the superblock).
+pub fn value_head(s: usize, vc: usize) -> u64 {
+    STRIPE_HEADS + STRIPE_STRIDE * s as u64 + VALUE_HEADS + 8 * vc as u64
+}
 const _: () = assert!(VALUE_SIZES[VALUE_SIZES.len() - 1] as usize == super::leaf::MAX_OBJECT);
 
 /// The value list for a value of `len` bytes (1..=MAX_OBJECT).

@@ -1,0 +1,405 @@
+//! HART recovery (Algorithm 7), in parallel.
+//!
+//! The paper rebuilds the DRAM index by walking the chunk lists. Here that
+//! runs in four phases:
+//!
+//! 1. **Load** every stripe's chunk lists (one PM read per chunk; each chunk
+//!    is checked to be an allocated block of the right size, and each list
+//!    to have no cycle).
+//! 2. **Validate leaves, in parallel over chunks**: a worker thread takes
+//!    one leaf chunk at a time and decides for each of its 56 leaves whether
+//!    it is live (valid commit word, key length of its list, active slot
+//!    whose CRC matches key ‖ value, else the other slot, whose number is
+//!    then written back into the commit word and flushed). This is where
+//!    recovery reads PM, so it is the phase that gains from cores.
+//! 3. One fence for the repaired commit words; free the large blocks that a
+//!    slot still points to but that are no live value (a crash between a
+//!    slot write and its activation or free).
+//! 4. **Rebuild, in parallel over stripes**: each stripe marks its live
+//!    leaves and value objects used, puts the leaves into the ARTs of its
+//!    hash keys (no other stripe has leaves of those hash keys, so no locks
+//!    are needed), and recycles its empty chunks.
+//!
+//! A leaf whose hash key routes to another stripe, a key held by two live
+//! leaves and a value object used twice are `Corrupt`: none can come from a
+//! crash.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::art::Art;
+use super::chunk::ChunkList;
+use super::leaf::{self, Commit, LEAF_SIZES, MAX_OBJECT};
+use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
+use super::{read_slot, route, Hart, Stripe, Tree, ValueRef, DEFAULT_HASH_KEY_LEN};
+use crate::engine::MAX_VALUE_LEN;
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// The chunk lists of one stripe, outside their locks (recovery owns them).
+pub(super) struct StripeLists {
+    leaves: Vec<ChunkList>,
+    values: Vec<ChunkList>,
+}
+
+impl StripeLists {
+    /// Empty lists of stripe `s` of the superblock at `sb`.
+    pub(super) fn new(sb: u64, s: usize) -> Self {
+        StripeLists {
+            leaves: (0..LEAF_SIZES.len())
+                .map(|lc| {
+                    ChunkList::new(
+                        LEAF_SIZES[lc],
+                        sb + superblock::leaf_head(s, lc),
+                        leaf::HEADER,
+                    )
+                })
+                .collect(),
+            values: (0..VALUE_SIZES.len())
+                .map(|vc| ChunkList::new(VALUE_SIZES[vc], sb + superblock::value_head(s, vc), 0))
+                .collect(),
+        }
+    }
+
+    /// Walks the persistent lists of stripe `s`.
+    fn load(pool: &Pool, sb: u64, s: usize) -> Result<Self> {
+        Ok(StripeLists {
+            leaves: (0..LEAF_SIZES.len())
+                .map(|lc| {
+                    ChunkList::load(
+                        pool,
+                        LEAF_SIZES[lc],
+                        sb + superblock::leaf_head(s, lc),
+                        leaf::HEADER,
+                    )
+                })
+                .collect::<Result<_>>()?,
+            values: (0..VALUE_SIZES.len())
+                .map(|vc| {
+                    ChunkList::load(pool, VALUE_SIZES[vc], sb + superblock::value_head(s, vc), 0)
+                })
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Puts the lists behind their locks, with the stripe's key count.
+    pub(super) fn into_stripe(self, len: u64) -> Stripe {
+        Stripe {
+            leaves: self.leaves.into_iter().map(Mutex::new).collect(),
+            values: self.values.into_iter().map(Mutex::new).collect(),
+            len: AtomicU64::new(len),
+        }
+    }
+}
+
+/// Whether a slot holds a complete value for `key`: written, a plausible
+/// length, a pointer to an object of the right class (`in_stripe(class, p)`
+/// says whether `p` is an object of the stripe's list for that class) or to
+/// an allocated block big enough, and a CRC of key ‖ value that matches.
+pub(super) fn slot_is_valid(
+    pool: &Pool,
+    v: ValueRef,
+    key: &[u8],
+    in_stripe: &dyn Fn(usize, u64) -> bool,
+) -> Result<bool> {
+    let len = v.meta.value_len;
+    if !v.written || len > MAX_VALUE_LEN {
+        return Ok(false);
+    }
+    let value: &[u8] = if len == 0 {
+        if v.p != 0 {
+            return Ok(false);
+        }
+        &[]
+    } else if v.meta.large {
+        if len <= MAX_OBJECT || pool.block_size(v.p).map_or(true, |b| b < len as u64) {
+            return Ok(false);
+        }
+        // SAFETY: the block is allocated and at least `len` bytes; recovery
+        // runs before the engine is shared, and `check` holds the ART lock
+        // under which the value is never written.
+        unsafe { pool.bytes(v.p, len as u64)? }
+    } else {
+        if !in_stripe(value_class(len), v.p) {
+            return Ok(false);
+        }
+        // SAFETY: `p` is an object of at least `len` bytes (its class);
+        // as above, nobody writes it meanwhile.
+        unsafe { pool.bytes(v.p, len as u64)? }
+    };
+    Ok(leaf::crc(key, value) == v.meta.crc)
+}
+
+/// A leaf found live in phase 2.
+struct Live {
+    leaf: u64,
+    lc: usize,
+    key: Vec<u8>,
+    /// The value object `(class, offset)`, for a small non-empty value.
+    value: Option<(usize, u64)>,
+}
+
+/// What one worker found in phase 2.
+#[derive(Default)]
+struct Found {
+    /// Live leaves, by stripe.
+    live: Vec<Vec<Live>>,
+    /// Slots that point to a large block that is no live value.
+    leftovers: Vec<u64>,
+    /// Whether a commit word was rewritten (and flushed).
+    repaired: bool,
+}
+
+/// Decides whether `leaf` (of leaf list `lc` of stripe `s`) is live.
+fn scan_leaf(
+    pool: &Pool,
+    lists: &StripeLists,
+    s: usize,
+    lc: usize,
+    leaf: u64,
+    found: &mut Found,
+) -> Result<()> {
+    let commit =
+        leaf::commit(pool, leaf)?.filter(|c| c.key_len > 0 && leaf::class_for_key(c.key_len) == lc);
+    let in_stripe = |vc: usize, p: u64| lists.values[vc].locate(p).is_some();
+    let mut live = None;
+    if let Some(c) = commit {
+        // SAFETY: recovery runs before the engine is shared; the commit word
+        // gives a key length that fits this leaf list's leaves.
+        let key = unsafe { leaf::key(pool, leaf, c)? }.to_vec();
+        for slot in [c.active, 1 - c.active] {
+            let v = read_slot(pool, leaf, slot)?;
+            if slot_is_valid(pool, v, &key, &in_stripe)? {
+                if slot != c.active {
+                    // The newer slot is torn: fall back to the other one.
+                    pool.store_u64(leaf, Commit { active: slot, ..c }.encode())?;
+                    pool.flush(leaf, 8);
+                    found.repaired = true;
+                }
+                let value = (v.meta.value_len > 0 && !v.meta.large)
+                    .then(|| (value_class(v.meta.value_len), v.p));
+                live = Some((
+                    slot,
+                    Live {
+                        leaf,
+                        lc,
+                        key,
+                        value,
+                    },
+                ));
+                break;
+            }
+        }
+    }
+    let live_slot = live.as_ref().map(|(slot, _)| *slot);
+    for slot in 0..2 {
+        if Some(slot) == live_slot {
+            continue;
+        }
+        let v = read_slot(pool, leaf, slot)?;
+        if v.meta.large && v.p != 0 {
+            found.leftovers.push(leaf::slot_off(leaf, slot));
+        }
+    }
+    if let Some((_, l)) = live {
+        found.live[s].push(l);
+    }
+    Ok(())
+}
+
+/// Runs `work(i)` for `i` in `0..n` on `threads` threads; each thread
+/// folds its results into its own `T`.
+fn parallel<T: Send + Default>(
+    threads: usize,
+    n: usize,
+    work: impl Fn(usize, &mut T) -> Result<()> + Sync,
+) -> Result<Vec<T>> {
+    let next = AtomicUsize::new(0);
+    let run = || -> Result<T> {
+        let mut acc = T::default();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return Ok(acc);
+            }
+            work(i, &mut acc)?;
+        }
+    };
+    let threads = threads.clamp(1, n.max(1));
+    if threads == 1 {
+        return Ok(vec![run()?]);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(run)).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a recovery thread panicked"))
+            .collect()
+    })
+}
+
+/// What one stripe rebuilt in phase 4.
+struct Rebuilt {
+    trees: HashMap<Box<[u8]>, Art<u64>>,
+    len: u64,
+}
+
+/// Recovers a HART from its pool with `threads` threads (default: every
+/// core).
+pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
+    let root = pool.root_slot(0)?;
+    let sb = pool.load_u64(root)?;
+    if sb == 0 {
+        // Creation crashed before the superblock was published.
+        return Hart::create(pool, DEFAULT_HASH_KEY_LEN);
+    }
+    let magic = if pool.block_size(sb).ok() == Some(superblock::SIZE) {
+        pool.load_u64(sb)?
+    } else {
+        0
+    };
+    if magic == superblock::MAGIC_V1 {
+        return Err(Error::corrupt(
+            sb,
+            "hart: this pool has HART format 1 (one chunk list per object type), \
+             which this version no longer reads; re-create it",
+        ));
+    }
+    if magic != superblock::MAGIC {
+        return Err(Error::corrupt(
+            sb,
+            "hart: root slot 0 does not point to a superblock",
+        ));
+    }
+    let k_h = pool.load_u64(sb + superblock::K_H)? as usize;
+    if !(1..=8).contains(&k_h) {
+        return Err(Error::corrupt(
+            sb + superblock::K_H,
+            format!("hart: hash key length {k_h}"),
+        ));
+    }
+    let stripes = pool.load_u64(sb + superblock::STRIPE_COUNT)?;
+    if stripes != STRIPES as u64 {
+        return Err(Error::corrupt(
+            sb + superblock::STRIPE_COUNT,
+            format!("hart: {stripes} allocation stripes, this version has {STRIPES}"),
+        ));
+    }
+    let threads = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let pool_ref = &*pool;
+
+    // Phase 1.
+    let mut lists: Vec<StripeLists> = (0..STRIPES)
+        .map(|s| StripeLists::load(pool_ref, sb, s))
+        .collect::<Result<_>>()?;
+
+    // Phase 2.
+    let chunks: Vec<(usize, usize, u64)> = lists
+        .iter()
+        .enumerate()
+        .flat_map(|(s, l)| {
+            l.leaves
+                .iter()
+                .enumerate()
+                .flat_map(move |(lc, list)| list.chunk_offsets().map(move |c| (s, lc, c)))
+        })
+        .collect();
+    let found = parallel(threads, chunks.len(), |i, found: &mut Found| {
+        if found.live.is_empty() {
+            found.live.resize_with(STRIPES, Vec::new);
+        }
+        let (s, lc, c) = chunks[i];
+        for leaf in lists[s].leaves[lc].chunk_objects(c) {
+            scan_leaf(pool_ref, &lists[s], s, lc, leaf, found)?;
+        }
+        Ok(())
+    })?;
+
+    // Phase 3.
+    let mut live: Vec<Vec<Live>> = (0..STRIPES).map(|_| Vec::new()).collect();
+    let mut repaired = false;
+    let mut leftovers = Vec::new();
+    for f in found {
+        repaired |= f.repaired;
+        leftovers.extend(f.leftovers);
+        for (s, l) in f.live.into_iter().enumerate() {
+            live[s].extend(l);
+        }
+    }
+    if repaired {
+        pool.fence();
+    }
+    for slot in leftovers {
+        pool.free(slot)?;
+    }
+
+    // Phase 4.
+    let work: Vec<Mutex<(&mut StripeLists, Vec<Live>)>> =
+        lists.iter_mut().zip(live).map(Mutex::new).collect();
+    let keys = super::PmKeys {
+        pool: pool_ref,
+        k_h,
+    };
+    let rebuilt = parallel(threads, STRIPES, |s, out: &mut Vec<(usize, Rebuilt)>| {
+        let mut w = work[s].lock();
+        let (lists, live) = &mut *w;
+        let mut trees: HashMap<Box<[u8]>, Art<u64>> = HashMap::new();
+        let mut len = 0;
+        for l in live.drain(..) {
+            lists.leaves[l.lc].mark_taken(l.leaf)?;
+            if let Some((vc, p)) = l.value {
+                lists.values[vc].mark_taken(p)?;
+            }
+            let (hk, ak) = l.key.split_at(k_h.min(l.key.len()));
+            if route(hk).stripe != s {
+                return Err(leaf::corrupt(
+                    l.leaf,
+                    "the leaf is in another allocation stripe than its hash key's",
+                ));
+            }
+            let art = match trees.get_mut(hk) {
+                Some(a) => a,
+                None => trees.entry(hk.into()).or_default(),
+            };
+            if art.insert(ak, l.leaf, &keys).is_some() {
+                return Err(leaf::corrupt(l.leaf, "two live leaves hold the same key"));
+            }
+            len += 1;
+        }
+        for l in lists.leaves.iter_mut().chain(lists.values.iter_mut()) {
+            l.settle(pool_ref)?;
+        }
+        out.push((s, Rebuilt { trees, len }));
+        Ok(())
+    })?;
+    drop(work);
+
+    let mut lens = [0u64; STRIPES];
+    let mut all_trees = Vec::new();
+    for (s, r) in rebuilt.into_iter().flatten() {
+        lens[s] = r.len;
+        all_trees.push(r.trees);
+    }
+    let stripes = lists
+        .into_iter()
+        .zip(lens)
+        .map(|(l, len)| l.into_stripe(len))
+        .collect();
+    let h = Hart::with_stripes(pool, sb, k_h, stripes);
+    {
+        let mut prefixes = h.prefixes.write();
+        for trees in all_trees {
+            for (hk, art) in trees {
+                prefixes.insert(hk.clone());
+                let tree = Arc::new(RwLock::new(Tree { art, dead: false }));
+                h.shards[route(&hk).shard].write().insert(hk, tree);
+            }
+        }
+    }
+    Ok(h)
+}
