@@ -114,6 +114,9 @@ fn parallel_recovery_matches_serial_and_the_oracle() {
         db.check().unwrap();
         let got = db.scan(Bound::Unbounded, Bound::Unbounded, None).unwrap();
         assert_eq!(got.len(), want.len(), "{threads} threads");
-        assert!(got == want, "{threads} recovery threads rebuilt other contents");
+        assert!(
+            got == want,
+            "{threads} recovery threads rebuilt other contents"
+        );
     }
 }

@@ -19,9 +19,12 @@
 //! failure-atomic step, so the paper's two-pointer recycle log is the
 //! allocator's lane record.
 //!
-//! In the `tight` persist order the header is a hint, stored without a flush:
-//! whether an object is used is decided at recovery from the leaves' commit
-//! words (see [`super::leaf`]), and the header is rewritten from that.
+//! In the `tight` persist order the header is not kept current at run time
+//! (a store to it would only dirty one more PM line per operation): whether
+//! an object is used is decided at recovery from the leaves' commit words
+//! (see [`super::leaf`]), and recovery rewrites the headers from that. In
+//! the `paper` order every allocation and release stores the header, and the
+//! engine persists it (the paper's leaf and value bits).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -69,6 +72,9 @@ pub struct ChunkList {
     chunks: BTreeMap<u64, ChunkState>,
     /// Chunks that may have a free object.
     open: Vec<u64>,
+    /// Whether allocation and release store the chunk header (`paper`
+    /// order).
+    keep_header: bool,
 }
 
 impl ChunkList {
@@ -83,7 +89,13 @@ impl ChunkList {
             head: 0,
             chunks: BTreeMap::new(),
             open: Vec::new(),
+            keep_header: false,
         }
+    }
+
+    /// Whether allocation and release store the chunk header.
+    pub fn set_keep_header(&mut self, keep: bool) {
+        self.keep_header = keep;
     }
 
     /// Walks the persistent list (recovery), checking that every chunk is an
@@ -173,8 +185,10 @@ impl ChunkList {
                     let i = u64::from((!st.taken & ALL).trailing_zeros());
                     st.taken |= 1 << i;
                     let taken = st.taken;
-                    // Hint only (see the module doc): no flush.
-                    pool.store_u64(c, header_word(taken))?;
+                    if self.keep_header {
+                        // The caller persists it (`paper` order).
+                        pool.store_u64(c, header_word(taken))?;
+                    }
                     return Ok(c + CHUNK_HEADER + i * self.obj_size);
                 }
                 None => self.add_chunk(pool)?,
@@ -242,7 +256,9 @@ impl ChunkList {
         if taken == 0 && self.chunks.len() > 1 {
             return self.recycle(pool, c);
         }
-        pool.store_u64(c, header_word(taken))?;
+        if self.keep_header {
+            pool.store_u64(c, header_word(taken))?;
+        }
         let st = self.chunks.get_mut(&c).expect("located");
         if !st.in_open {
             st.in_open = true;

@@ -58,6 +58,7 @@ mod recovery;
 mod superblock;
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,12 +88,15 @@ pub const INFO: EngineInfo = EngineInfo {
 /// Default hash key length (the paper's setting, §IV-A).
 pub const DEFAULT_HASH_KEY_LEN: usize = 2;
 const SHARDS: usize = 64;
-const _: () = assert!(SHARDS.is_multiple_of(STRIPES), "a shard's hash keys share a stripe");
+const _: () = assert!(
+    SHARDS.is_multiple_of(STRIPES),
+    "a shard's hash keys share a stripe"
+);
 
 fn create(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
     let Settings { k_h, order, .. } = parse_config(config)?;
     let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
-    h.order = order;
+    h.set_order(order);
     Ok(Box::new(h))
 }
 
@@ -109,7 +113,7 @@ fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
             h.k_h
         )));
     }
-    h.order = order;
+    h.set_order(order);
     Ok(Box::new(h))
 }
 
@@ -224,8 +228,8 @@ pub struct Hart {
     pool: Arc<Pool>,
     sb: u64,
     k_h: usize,
-    shards: Vec<RwLock<HashMap<Box<[u8]>, TreeCell>>>,
-    prefixes: RwLock<BTreeSet<Box<[u8]>>>,
+    shards: Vec<RwLock<HashMap<HashKey, TreeCell, BuildHasherDefault<WordHasher>>>>,
+    prefixes: RwLock<BTreeSet<HashKey>>,
     stripes: Vec<Stripe>,
     order: PersistOrder,
 }
@@ -250,22 +254,77 @@ struct Route {
     stripe: usize,
 }
 
-/// Routes a hash key. The hash must be stable across builds and machines,
-/// because the stripe a key's leaves are in is persistent (so not
-/// `DefaultHasher`, whose algorithm may change): the hash key (at most 8
-/// bytes) and its length are mixed by splitmix64's finalizer.
-fn route(hk: &[u8]) -> Route {
-    debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
-    let mut w = [0u8; 8];
-    w[..hk.len()].copy_from_slice(hk);
-    let mut x = u64::from_le_bytes(w) ^ ((hk.len() as u64) << 56).rotate_left(3);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^= x >> 31;
-    let shard = (x % SHARDS as u64) as usize;
-    Route {
-        shard,
-        stripe: shard % STRIPES,
+/// A hash key (the first `k_h` ≤ 8 bytes of a key) inline, so that the
+/// hash table and the ordered set compare words instead of following boxed
+/// slices. The derived order is the bytes' lexicographic order: zero-padded
+/// bytes first, then the length (`"a" < "a\0" < "b"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct HashKey {
+    bytes: [u8; 8],
+    len: u8,
+}
+
+impl HashKey {
+    fn new(hk: &[u8]) -> Self {
+        debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
+        let mut bytes = [0u8; 8];
+        bytes[..hk.len()].copy_from_slice(hk);
+        HashKey {
+            bytes,
+            len: hk.len() as u8,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The hash. It must be stable across builds and machines, because the
+    /// stripe a key's leaves are in is persistent (so not `DefaultHasher`,
+    /// whose algorithm may change): the padded bytes and the length, mixed
+    /// by splitmix64's finalizer.
+    fn mixed(&self) -> u64 {
+        let mut x = u64::from_le_bytes(self.bytes) ^ (u64::from(self.len) << 59);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+
+    /// Where the hash key's state lives.
+    fn route(&self) -> Route {
+        let shard = (self.mixed() % SHARDS as u64) as usize;
+        Route {
+            shard,
+            stripe: shard % STRIPES,
+        }
+    }
+}
+
+impl std::hash::Hash for HashKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.mixed());
+    }
+}
+
+/// The hash table's hasher: a [`HashKey`] hashes itself ([`HashKey::mixed`]),
+/// so this only passes the word on.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `HashKey`; folds anything else in (FNV-1a).
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 ^= x;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -306,10 +365,25 @@ impl Hart {
             pool,
             sb,
             k_h,
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| RwLock::new(HashMap::default()))
+                .collect(),
             prefixes: RwLock::new(BTreeSet::new()),
             stripes,
             order: PersistOrder::Tight,
+        }
+    }
+
+    /// Sets the persist order. The `paper` order keeps every chunk header
+    /// (the paper's leaf and value bits) current and persists it; the
+    /// `tight` order leaves headers alone at run time, because recovery
+    /// decides which objects are used from the leaves' commit words.
+    fn set_order(&mut self, order: PersistOrder) {
+        self.order = order;
+        for st in &mut self.stripes {
+            for l in st.leaves.iter_mut().chain(st.values.iter_mut()) {
+                l.get_mut().set_keep_header(order == PersistOrder::Paper);
+            }
         }
     }
 
@@ -359,11 +433,11 @@ impl Hart {
         }
     }
 
-    fn find_tree(&self, r: Route, hk: &[u8]) -> Option<TreeCell> {
+    fn find_tree(&self, r: Route, hk: &HashKey) -> Option<TreeCell> {
         self.shards[r.shard].read().get(hk).cloned()
     }
 
-    fn tree_for_insert(&self, r: Route, hk: &[u8]) -> TreeCell {
+    fn tree_for_insert(&self, r: Route, hk: &HashKey) -> TreeCell {
         if let Some(t) = self.find_tree(r, hk) {
             return t;
         }
@@ -375,14 +449,14 @@ impl Hart {
             art: Art::new(),
             dead: false,
         }));
-        shard.insert(hk.into(), Arc::clone(&t));
-        self.prefixes.write().insert(hk.into());
+        shard.insert(*hk, Arc::clone(&t));
+        self.prefixes.write().insert(*hk);
         t
     }
 
     /// Removes an empty tree from the hash table; the caller holds its write
     /// lock.
-    fn retire(&self, r: Route, hk: &[u8], tree: &mut Tree) {
+    fn retire(&self, r: Route, hk: &HashKey, tree: &mut Tree) {
         tree.dead = true;
         self.shards[r.shard].write().remove(hk);
         self.prefixes.write().remove(hk);
@@ -662,7 +736,8 @@ impl Engine for Hart {
     /// guarantees under the ART lock.
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
-        let Some(tree) = self.find_tree(route(hk), hk) else {
+        let hk = HashKey::new(hk);
+        let Some(tree) = self.find_tree(hk.route(), &hk) else {
             return Ok(false);
         };
         let t = tree.read();
@@ -677,15 +752,16 @@ impl Engine for Hart {
     /// Algorithm 1 (insert) and Algorithm 3 (update).
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         let (hk, ak) = self.split(key);
-        let r = route(hk);
+        let hk = HashKey::new(hk);
+        let r = hk.route();
         loop {
             let tree = if mode == PutMode::Update {
-                match self.find_tree(r, hk) {
+                match self.find_tree(r, &hk) {
                     Some(t) => t,
                     None => return Ok(PutOutcome::Unchanged),
                 }
             } else {
-                self.tree_for_insert(r, hk)
+                self.tree_for_insert(r, &hk)
             };
             let mut t = tree.write();
             if t.dead {
@@ -708,7 +784,7 @@ impl Engine for Hart {
                         Ok(l) => l,
                         Err(e) => {
                             if t.art.is_empty() {
-                                self.retire(r, hk, &mut t);
+                                self.retire(r, &hk, &mut t);
                             }
                             return Err(e);
                         }
@@ -724,8 +800,9 @@ impl Engine for Hart {
     /// Algorithm 5, with the empty ART freed (lines 15-16).
     fn delete(&self, key: &[u8]) -> Result<bool> {
         let (hk, ak) = self.split(key);
-        let r = route(hk);
-        let Some(tree) = self.find_tree(r, hk) else {
+        let hk = HashKey::new(hk);
+        let r = hk.route();
+        let Some(tree) = self.find_tree(r, &hk) else {
             return Ok(false);
         };
         let mut t = tree.write();
@@ -745,7 +822,7 @@ impl Engine for Hart {
         }
         self.stripes[r.stripe].len.fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
-            self.retire(r, hk, &mut t);
+            self.retire(r, &hk, &mut t);
         }
         Ok(true)
     }
@@ -753,8 +830,10 @@ impl Engine for Hart {
     /// Ordered scan: hash keys in order from the ordered set, then each ART
     /// in order.
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
-        let mut next: Bound<Box<[u8]>> = match lo {
-            Bound::Included(k) | Bound::Excluded(k) => Bound::Included(self.split(k).0.into()),
+        let mut next: Bound<HashKey> = match lo {
+            Bound::Included(k) | Bound::Excluded(k) => {
+                Bound::Included(HashKey::new(self.split(k).0))
+            }
             Bound::Unbounded => Bound::Unbounded,
         };
         let keys = self.keys();
@@ -762,7 +841,7 @@ impl Engine for Hart {
         // not held while an ART is read (writers take an ART's lock before
         // the set's), and a short scan must not copy the whole set.
         const BATCH: usize = 8;
-        let mut batch: Vec<Box<[u8]>> = Vec::with_capacity(BATCH);
+        let mut batch: Vec<HashKey> = Vec::with_capacity(BATCH);
         let mut hks = batch.drain(..);
         loop {
             let hk = match hks.next() {
@@ -772,36 +851,38 @@ impl Engine for Hart {
                     batch.extend(
                         self.prefixes
                             .read()
-                            .range::<Box<[u8]>, _>((next.clone(), Bound::Unbounded))
+                            .range((next, Bound::Unbounded))
                             .take(BATCH)
-                            .cloned(),
+                            .copied(),
                     );
                     let Some(last) = batch.last() else {
                         break;
                     };
-                    next = Bound::Excluded(last.clone());
+                    next = Bound::Excluded(*last);
                     hks = batch.drain(..);
                     continue;
                 }
             };
+            let hkey = hk;
+            let hk = hkey.as_slice();
             let past_hi = match hi {
-                Bound::Included(h) => &hk[..] > h,
-                Bound::Excluded(h) => &hk[..] >= h,
+                Bound::Included(h) => hk > h,
+                Bound::Excluded(h) => hk >= h,
                 Bound::Unbounded => false,
             };
             if past_hi {
                 break;
             }
-            let Some(tree) = self.find_tree(route(&hk), &hk) else {
+            let Some(tree) = self.find_tree(hkey.route(), &hkey) else {
                 continue;
             };
             let t = tree.read();
             let sub = |b: Bound<&[u8]>| -> Bound<Vec<u8>> {
                 match b {
-                    Bound::Included(k) if k.len() >= self.k_h && k[..self.k_h] == hk[..] => {
+                    Bound::Included(k) if k.len() >= self.k_h && k[..self.k_h] == *hk => {
                         Bound::Included(k[self.k_h..].to_vec())
                     }
-                    Bound::Excluded(k) if k.len() >= self.k_h && k[..self.k_h] == hk[..] => {
+                    Bound::Excluded(k) if k.len() >= self.k_h && k[..self.k_h] == *hk => {
                         Bound::Excluded(k[self.k_h..].to_vec())
                     }
                     _ => Bound::Unbounded,
@@ -873,9 +954,9 @@ impl Engine for Hart {
             }
         }
         let mut n = 0u64;
-        let hks: Vec<Box<[u8]>> = self.prefixes.read().iter().cloned().collect();
+        let hks: Vec<HashKey> = self.prefixes.read().iter().copied().collect();
         for hk in hks {
-            let r = route(&hk);
+            let r = hk.route();
             let Some(tree) = self.find_tree(r, &hk) else {
                 return Err(Error::CheckFailed(format!(
                     "hash key {hk:?} is ordered but not in the hash table"
@@ -899,7 +980,7 @@ impl Engine for Hart {
                         })?;
                         let full = keys.full_key(leaf);
                         let (fhk, fak) = self.split(full);
-                        if full.len() != c.key_len || fhk != &hk[..] || fak != ak {
+                        if full.len() != c.key_len || fhk != hk.as_slice() || fak != ak {
                             return Err(Error::CheckFailed(format!(
                                 "leaf {leaf:#x} holds another key"
                             )));
@@ -949,16 +1030,18 @@ impl Engine for Hart {
     fn dram_bytes(&self) -> u64 {
         let mut b = 0;
         for shard in &self.shards {
-            for (k, t) in shard.read().iter() {
-                b += k.len() as u64 + 64 + t.read().art.dram_bytes() as u64;
+            let shard = shard.read();
+            // Per entry: the key and the `Arc` pointer, a control byte, and
+            // the `Arc`'s block (counts, lock, tree header).
+            let entry = std::mem::size_of::<(HashKey, TreeCell)>() + 1;
+            let cell = 16 + std::mem::size_of::<RwLock<Tree>>();
+            b += (shard.capacity() * entry) as u64;
+            for t in shard.values() {
+                b += (cell + t.read().art.dram_bytes()) as u64;
             }
         }
-        b += self
-            .prefixes
-            .read()
-            .iter()
-            .map(|k| k.len() as u64 + 40)
-            .sum::<u64>();
+        // The ordered set: the key plus about half a node's overhead.
+        b += self.prefixes.read().len() as u64 * (std::mem::size_of::<HashKey>() as u64 + 8);
         for st in &self.stripes {
             for l in st.leaves.iter().chain(st.values.iter()) {
                 b += l.lock().dram_bytes();
@@ -978,7 +1061,7 @@ mod tests {
     fn routing_is_stable() {
         let got: Vec<usize> = [&b""[..], b"a", b"ab", b"\x00\x00", b"\xff\xff", b"abcdefgh"]
             .iter()
-            .map(|hk| route(hk).shard)
+            .map(|hk| HashKey::new(hk).route().shard)
             .collect();
         assert_eq!(got, vec![0, 50, 32, 1, 48, 9]);
     }
@@ -988,7 +1071,7 @@ mod tests {
     fn routing_spreads_two_byte_keys() {
         let mut per_stripe = [0u32; STRIPES];
         for i in 0..=u16::MAX {
-            per_stripe[route(&i.to_be_bytes()).stripe] += 1;
+            per_stripe[HashKey::new(&i.to_be_bytes()).route().stripe] += 1;
         }
         let even = 65536 / STRIPES as u32;
         for n in per_stripe {

@@ -34,7 +34,7 @@ use super::art::Art;
 use super::chunk::ChunkList;
 use super::leaf::{self, Commit, LEAF_SIZES, MAX_OBJECT};
 use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
-use super::{read_slot, route, Hart, Stripe, Tree, ValueRef, DEFAULT_HASH_KEY_LEN};
+use super::{read_slot, Hart, HashKey, Stripe, Tree, ValueRef, DEFAULT_HASH_KEY_LEN};
 use crate::engine::MAX_VALUE_LEN;
 use crate::error::{Error, Result};
 use crate::pm::Pool;
@@ -243,7 +243,7 @@ fn parallel<T: Send + Default>(
 
 /// What one stripe rebuilt in phase 4.
 struct Rebuilt {
-    trees: HashMap<Box<[u8]>, Art<u64>>,
+    trees: HashMap<HashKey, Art<u64>>,
     len: u64,
 }
 
@@ -348,7 +348,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
     let rebuilt = parallel(threads, STRIPES, |s, out: &mut Vec<(usize, Rebuilt)>| {
         let mut w = work[s].lock();
         let (lists, live) = &mut *w;
-        let mut trees: HashMap<Box<[u8]>, Art<u64>> = HashMap::new();
+        let mut trees: HashMap<HashKey, Art<u64>> = HashMap::new();
         let mut len = 0;
         for l in live.drain(..) {
             lists.leaves[l.lc].mark_taken(l.leaf)?;
@@ -356,16 +356,14 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
                 lists.values[vc].mark_taken(p)?;
             }
             let (hk, ak) = l.key.split_at(k_h.min(l.key.len()));
-            if route(hk).stripe != s {
+            let hk = HashKey::new(hk);
+            if hk.route().stripe != s {
                 return Err(leaf::corrupt(
                     l.leaf,
                     "the leaf is in another allocation stripe than its hash key's",
                 ));
             }
-            let art = match trees.get_mut(hk) {
-                Some(a) => a,
-                None => trees.entry(hk.into()).or_default(),
-            };
+            let art = trees.entry(hk).or_default();
             if art.insert(ak, l.leaf, &keys).is_some() {
                 return Err(leaf::corrupt(l.leaf, "two live leaves hold the same key"));
             }
@@ -395,9 +393,9 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
         let mut prefixes = h.prefixes.write();
         for trees in all_trees {
             for (hk, art) in trees {
-                prefixes.insert(hk.clone());
+                prefixes.insert(hk);
                 let tree = Arc::new(RwLock::new(Tree { art, dead: false }));
-                h.shards[route(&hk).shard].write().insert(hk, tree);
+                h.shards[hk.route().shard].write().insert(hk, tree);
             }
         }
     }
