@@ -327,6 +327,11 @@ impl Heap {
         let (state, empty) = self.build_state(&image)?;
         // Everything checks out: write.
         for (base, rec) in &records {
+            super::cases::record(match rec.kind {
+                KIND_ACTIVATE => super::cases::Case::AllocActivateRolledBack,
+                KIND_REPLACE => super::cases::Case::AllocReplaceRolledBack,
+                _ => super::cases::Case::AllocFreeRolledBack,
+            });
             self.undo_marks(&mut PoolMeta { heap: self, pool }, rec)?;
             self.store_slot(pool, rec.slot, rec.old)?;
             pool.fence();

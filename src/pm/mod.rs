@@ -7,6 +7,7 @@
 //! simulator observe every store.
 
 mod alloc;
+pub mod cases;
 pub mod counters;
 pub mod faults;
 pub mod header;

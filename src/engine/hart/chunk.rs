@@ -290,19 +290,18 @@ impl ChunkList {
         Ok(())
     }
 
-    /// After recovery: rewrite header hints and recycle empty chunks (all
-    /// but one per list).
-    pub fn settle(&mut self, pool: &Pool) -> Result<()> {
+    /// After recovery: rewrite the headers and recycle empty chunks, as
+    /// [`Self::release`] would have (an empty chunk goes unless it is the
+    /// list's last). Returns how many chunks were recycled.
+    pub fn settle(&mut self, pool: &Pool) -> Result<usize> {
         let cs: Vec<u64> = self.chunks.keys().copied().collect();
-        let mut kept_empty = false;
+        let mut recycled = 0;
         for c in cs {
             let taken = self.chunks[&c].taken;
-            if taken == 0 {
-                if kept_empty {
-                    self.recycle(pool, c)?;
-                    continue;
-                }
-                kept_empty = true;
+            if taken == 0 && self.chunks.len() > 1 {
+                self.recycle(pool, c)?;
+                recycled += 1;
+                continue;
             }
             pool.store_u64(c, header_word(taken))?;
         }
@@ -313,7 +312,7 @@ impl ChunkList {
                 self.open.push(c);
             }
         }
-        Ok(())
+        Ok(recycled)
     }
 
     /// DRAM bytes of this view.

@@ -37,6 +37,7 @@ use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
 use super::{read_slot, Hart, HashKey, Stripe, Tree, ValueRef, DEFAULT_HASH_KEY_LEN};
 use crate::engine::MAX_VALUE_LEN;
 use crate::error::{Error, Result};
+use crate::pm::cases::{self, Case};
 use crate::pm::Pool;
 
 /// The chunk lists of one stripe, outside their locks (recovery owns them).
@@ -175,6 +176,7 @@ fn scan_leaf(
             if slot_is_valid(pool, v, &key, &in_stripe)? {
                 if slot != c.active {
                     // The newer slot is torn: fall back to the other one.
+                    cases::record(Case::HartUpdateFallback);
                     pool.store_u64(leaf, Commit { active: slot, ..c }.encode())?;
                     pool.flush(leaf, 8);
                     found.repaired = true;
@@ -193,6 +195,9 @@ fn scan_leaf(
                 break;
             }
         }
+    }
+    if commit.is_some() && live.is_none() {
+        cases::record(Case::HartTornLeaf);
     }
     let live_slot = live.as_ref().map(|(slot, _)| *slot);
     for slot in 0..2 {
@@ -335,6 +340,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
         pool.fence();
     }
     for slot in leftovers {
+        cases::record(Case::HartLeftoverBlock);
         pool.free(slot)?;
     }
 
@@ -370,7 +376,9 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
             len += 1;
         }
         for l in lists.leaves.iter_mut().chain(lists.values.iter_mut()) {
-            l.settle(pool_ref)?;
+            for _ in 0..l.settle(pool_ref)? {
+                cases::record(Case::HartChunkRecycledAtOpen);
+            }
         }
         out.push((s, Rebuilt { trees, len }));
         Ok(())

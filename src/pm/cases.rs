@@ -1,0 +1,70 @@
+//! Process-wide counts of the recovery cases met when pools are opened.
+//!
+//! A crash test proves something about a recovery path only if its crash
+//! images reach that path: a run that never crashed inside an update says
+//! nothing about update recovery. Recovery code calls [`record`] at each
+//! case it handles, and tests read [`count`] after a crash run to show that
+//! every case was exercised. The counts only grow; a test that needs exact
+//! figures runs alone in its test binary.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A recovery case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Case {
+    /// Allocator: an unfinished `activate` was rolled back.
+    AllocActivateRolledBack,
+    /// Allocator: an unfinished `replace` was rolled back.
+    AllocReplaceRolledBack,
+    /// Allocator: an unfinished `free` or `free_and_store` was rolled back
+    /// (HART's chunk recycling, Algorithm 6, is a `free_and_store`).
+    AllocFreeRolledBack,
+    /// HART: a leaf had a valid commit word but no slot whose CRC matched
+    /// (a torn insert); it is free again.
+    HartTornLeaf,
+    /// HART: the active slot failed its CRC and the other slot was used, and
+    /// the commit word repaired (a torn update: the three-pointer update
+    /// log's recovery, Algorithm 3).
+    HartUpdateFallback,
+    /// HART: a slot pointed to a large block that was no live value (a
+    /// crash between writing a slot and activating or freeing the block);
+    /// the block was freed.
+    HartLeftoverBlock,
+    /// HART: an empty chunk was recycled at open (a crash between the last
+    /// object's release and the chunk's recycling).
+    HartChunkRecycledAtOpen,
+}
+
+impl Case {
+    /// Every case.
+    pub const ALL: &'static [Case] = &[
+        Case::AllocActivateRolledBack,
+        Case::AllocReplaceRolledBack,
+        Case::AllocFreeRolledBack,
+        Case::HartTornLeaf,
+        Case::HartUpdateFallback,
+        Case::HartLeftoverBlock,
+        Case::HartChunkRecycledAtOpen,
+    ];
+
+    fn index(self) -> usize {
+        Case::ALL
+            .iter()
+            .position(|&c| c == self)
+            .expect("every case is in ALL")
+    }
+}
+
+static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+const _: () = assert!(Case::ALL.len() == COUNTS.len());
+
+/// Notes that recovery met `case`.
+pub fn record(case: Case) {
+    COUNTS[case.index()].fetch_add(1, Ordering::Relaxed);
+}
+
+/// How often recovery has met `case` in this process.
+pub fn count(case: Case) -> u64 {
+    COUNTS[case.index()].load(Ordering::Relaxed)
+}
