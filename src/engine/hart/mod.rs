@@ -12,12 +12,14 @@
 //!   complete key ([`leaf`]); values are in PM value objects ([`chunk`]) or,
 //!   above 4 KiB, in allocator blocks.
 //! - EPallocator: leaves and value objects come from chunks of 56 objects in
-//!   one persistent list per size ([`chunk`]); the DRAM free state is rebuilt
-//!   at recovery.
+//!   one persistent list per size ([`chunk`]), kept in 16 allocation stripes
+//!   chosen by hash key ([`superblock`]); the DRAM free state is rebuilt at
+//!   recovery.
 //! - Concurrency (§III-A.3): a reader-writer lock per ART; the hash table is
 //!   sharded, each shard behind its own reader-writer lock. Readers and
-//!   writers of different ARTs do not contend except briefly on a shard or an
-//!   object-size list.
+//!   writers of different ARTs do not contend except briefly on a shard, on
+//!   the ordered set of hash keys when an ART is created or retired, or on a
+//!   stripe's object-size list when their hash keys share a stripe.
 //!
 //! # Persist order (`tight`; see [`leaf`] for the commit word)
 //! - **insert** (Algorithm 1): take a free leaf and value object (DRAM);
@@ -49,7 +51,7 @@
 //! active slot's CRC matches key ‖ value (else the other slot's, and the
 //! commit word is repaired). Live leaves go back into the ARTs, their value
 //! objects are marked used, leftover large blocks are freed, and empty chunks
-//! are recycled.
+//! are recycled. It runs on every core: see [`recovery`].
 
 pub mod art;
 mod chunk;
