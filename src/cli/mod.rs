@@ -371,7 +371,8 @@ struct BenchArgs {
     seed: u64,
 
     /// Directory for the temporary pool files (a DAX mount to measure real
-    /// PM) [default: the system's temporary directory].
+    /// PM) [default: /dev/shm if it has 1 GiB free, else the system's
+    /// temporary directory].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 

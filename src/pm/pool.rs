@@ -311,8 +311,31 @@ fn lock_file(file: &File, path: &Path) -> Result<()> {
     }
 }
 
+/// Sizes a new pool file and allocates its blocks, so that a store into the
+/// mapping never has to allocate a block in a page fault: on a full disk
+/// that fault would kill the process with `SIGBUS` (here it is an error at
+/// creation), on DAX with `MAP_SYNC` every such fault would also have to
+/// make file system metadata durable, and concurrent writers would contend
+/// on the file system's allocation in their page faults. File systems
+/// without `fallocate` get a sparse file.
+fn allocate_file(file: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    file.set_len(size)?;
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "pool too large"))?;
+    // SAFETY: `file` is an open, writable file descriptor for the whole
+    // call; posix_fallocate only reads its arguments.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
 impl Pool {
-    /// Creates a pool file of `size` bytes for `engine`. Fails if the file exists.
+    /// Creates a pool file of `size` bytes for `engine`, with its disk blocks
+    /// allocated. Fails if the file exists or the disk cannot hold it.
     pub fn create(path: &Path, size: u64, engine: &str, cfg: &PoolConfig) -> Result<Pool> {
         let geometry = Geometry::for_size(size)?;
         let engine_id = header::encode_engine_id(engine)?;
@@ -323,8 +346,15 @@ impl Pool {
             .open(path)
             .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
         lock_file(&file, path)?;
-        file.set_len(size)
-            .map_err(|e| Error::io(format!("size {} to {size} bytes", path.display()), e))?;
+        if let Err(e) = allocate_file(&file, size) {
+            // Leave no half-made pool behind.
+            drop(file);
+            let _ = std::fs::remove_file(path);
+            return Err(Error::io(
+                format!("reserve {size} bytes of disk for {}", path.display()),
+                e,
+            ));
+        }
         let map = Mapping::map_file(&file, size as usize)?;
         let pool = Self::format(map, Some(file), Some(path), geometry, engine_id, size, cfg)?;
         pool.map.msync()?;
