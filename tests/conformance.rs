@@ -7,3 +7,7 @@ use common::conformance::conformance_suite;
 
 conformance_suite!(pmlog, "pmlog");
 conformance_suite!(hart, "hart");
+// Hash keys of 3 bytes: the hashed index of ARTs instead of the direct one.
+conformance_suite!(hart_hashed, "hart:hash_key_len=3");
+// Hash keys of 1 byte, and the paper's persist order.
+conformance_suite!(hart_k1_paper, "hart:hash_key_len=1,persist_order=paper");

@@ -80,3 +80,10 @@ crash_suite! {
 fn hart_paper_order() {
     crash_test_with("hart", false, &[("hart.persist_order", "paper")]);
 }
+
+/// HART with 3-byte hash keys: the hashed index of ARTs (ARTs created and
+/// retired in a hash table) instead of the direct array.
+#[test]
+fn hart_hashed_index() {
+    crash_test_with("hart", false, &[("hart.hash_key_len", "3")]);
+}

@@ -132,7 +132,11 @@ impl Harness {
     fn new(engine: &str) -> Harness {
         let tmp = TempPool::new();
         let db = create_db(&tmp.path, engine, POOL_SIZE);
-        assert_eq!(db.engine().name(), engine, "Db::create made another engine");
+        assert_eq!(
+            db.engine().name(),
+            super::engine_name(engine),
+            "Db::create made another engine"
+        );
         Harness {
             tmp,
             engine: engine.to_string(),
@@ -152,7 +156,7 @@ impl Harness {
         let db = open_db(&self.tmp.path);
         assert_eq!(
             db.engine().name(),
-            self.engine,
+            super::engine_name(&self.engine),
             "reopen found another engine"
         );
         self.db = Some(db);
@@ -864,7 +868,7 @@ pub fn reopen_keeps_contents(engine: &str) {
     h.verify("after reopen with default options");
     // Reopen naming the engine.
     drop(h.db.take());
-    let db = Db::open(&h.tmp.path, &pmindex::Options::with_engine(engine))
+    let db = Db::open(&h.tmp.path, &options(engine, POOL_SIZE))
         .unwrap_or_else(|e| panic!("open naming engine {engine}: {e}"));
     h.db = Some(db);
     h.verify("after reopen naming the engine");

@@ -28,12 +28,29 @@ pub type Pair = (Vec<u8>, Vec<u8>);
 pub const POOL_SIZE: u64 = 64 << 20;
 
 /// Options that create `engine` in a pool of `pool_size` bytes.
+/// Options that create `engine` with pools of `pool_size` bytes. `engine`
+/// may carry settings: `"hart:hash_key_len=3,persist_order=paper"` is the
+/// engine `hart` with `hart.hash_key_len = 3` and `hart.persist_order =
+/// paper`.
 pub fn options(engine: &str, pool_size: u64) -> Options {
-    Options {
-        engine: Some(engine.into()),
+    let (name, settings) = engine.split_once(':').unwrap_or((engine, ""));
+    let mut o = Options {
+        engine: Some(name.into()),
         pool_size,
         ..Default::default()
+    };
+    for kv in settings.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .unwrap_or_else(|| panic!("engine setting `{kv}` is not KEY=VALUE"));
+        o.engine_config.insert(format!("{name}.{k}"), v.into());
     }
+    o
+}
+
+/// The engine name of an engine spec (see [`options`]).
+pub fn engine_name(engine: &str) -> &str {
+    engine.split_once(':').map_or(engine, |(name, _)| name)
 }
 
 /// A temporary directory holding one pool path; removed on drop.

@@ -58,20 +58,20 @@ mod chunk;
 mod leaf;
 mod recovery;
 mod superblock;
+mod trees;
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::BuildHasherDefault;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
-use self::art::{Art, LeafKeys};
+use self::art::LeafKeys;
 use self::chunk::ChunkList;
 use self::leaf::{Commit, Meta, MAX_OBJECT};
 use self::recovery::{slot_is_valid, StripeLists};
 use self::superblock::{value_class, STRIPES};
+use self::trees::{HashKey, Trees};
 use super::{
     Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, PutMode, PutOutcome, ScanFn,
     MAX_KEY_LEN, MAX_VALUE_LEN,
@@ -108,7 +108,7 @@ fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
         order,
         recovery_threads,
     } = parse_config(config)?;
-    let mut h = recovery::open(pool, recovery_threads)?;
+    let mut h = recovery::open(pool, recovery_threads, k_h)?;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
@@ -189,14 +189,6 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     })
 }
 
-/// One ART and whether it has been removed from the hash table.
-struct Tree {
-    art: Art<u64>,
-    dead: bool,
-}
-
-type TreeCell = Arc<RwLock<Tree>>;
-
 /// Reads leaf keys from PM for the ART (the ART key: the key without its
 /// first `k_h` bytes).
 struct PmKeys<'a> {
@@ -230,8 +222,7 @@ pub struct Hart {
     pool: Arc<Pool>,
     sb: u64,
     k_h: usize,
-    shards: Vec<RwLock<HashMap<HashKey, TreeCell, BuildHasherDefault<WordHasher>>>>,
-    prefixes: RwLock<BTreeSet<HashKey>>,
+    trees: Trees,
     stripes: Vec<Stripe>,
     order: PersistOrder,
 }
@@ -246,88 +237,6 @@ struct Stripe {
     /// One list per [`superblock::VALUE_SIZES`] entry.
     values: Vec<Mutex<ChunkList>>,
     len: AtomicU64,
-}
-
-/// Where a hash key's state lives: its hash-table shard and its allocation
-/// stripe.
-#[derive(Debug, Clone, Copy)]
-struct Route {
-    shard: usize,
-    stripe: usize,
-}
-
-/// A hash key (the first `k_h` ≤ 8 bytes of a key) inline, so that the
-/// hash table and the ordered set compare words instead of following boxed
-/// slices. The derived order is the bytes' lexicographic order: zero-padded
-/// bytes first, then the length (`"a" < "a\0" < "b"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct HashKey {
-    bytes: [u8; 8],
-    len: u8,
-}
-
-impl HashKey {
-    fn new(hk: &[u8]) -> Self {
-        debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
-        let mut bytes = [0u8; 8];
-        bytes[..hk.len()].copy_from_slice(hk);
-        HashKey {
-            bytes,
-            len: hk.len() as u8,
-        }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-
-    /// The hash. It must be stable across builds and machines, because the
-    /// stripe a key's leaves are in is persistent (so not `DefaultHasher`,
-    /// whose algorithm may change): the padded bytes and the length, mixed
-    /// by splitmix64's finalizer.
-    fn mixed(&self) -> u64 {
-        let mut x = u64::from_le_bytes(self.bytes) ^ (u64::from(self.len) << 59);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
-
-    /// Where the hash key's state lives.
-    fn route(&self) -> Route {
-        let shard = (self.mixed() % SHARDS as u64) as usize;
-        Route {
-            shard,
-            stripe: shard % STRIPES,
-        }
-    }
-}
-
-impl std::hash::Hash for HashKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.mixed());
-    }
-}
-
-/// The hash table's hasher: a [`HashKey`] hashes itself ([`HashKey::mixed`]),
-/// so this only passes the word on.
-#[derive(Default)]
-struct WordHasher(u64);
-
-impl std::hash::Hasher for WordHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Not used by `HashKey`; folds anything else in (FNV-1a).
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 ^= x;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// Where a value lives, read from a slot.
@@ -367,10 +276,7 @@ impl Hart {
             pool,
             sb,
             k_h,
-            shards: (0..SHARDS)
-                .map(|_| RwLock::new(HashMap::default()))
-                .collect(),
-            prefixes: RwLock::new(BTreeSet::new()),
+            trees: Trees::new(k_h),
             stripes,
             order: PersistOrder::Tight,
         }
@@ -433,35 +339,6 @@ impl Hart {
             pool: &self.pool,
             k_h: self.k_h,
         }
-    }
-
-    fn find_tree(&self, r: Route, hk: &HashKey) -> Option<TreeCell> {
-        self.shards[r.shard].read().get(hk).cloned()
-    }
-
-    fn tree_for_insert(&self, r: Route, hk: &HashKey) -> TreeCell {
-        if let Some(t) = self.find_tree(r, hk) {
-            return t;
-        }
-        let mut shard = self.shards[r.shard].write();
-        if let Some(t) = shard.get(hk) {
-            return Arc::clone(t);
-        }
-        let t = Arc::new(RwLock::new(Tree {
-            art: Art::new(),
-            dead: false,
-        }));
-        shard.insert(*hk, Arc::clone(&t));
-        self.prefixes.write().insert(*hk);
-        t
-    }
-
-    /// Removes an empty tree from the hash table; the caller holds its write
-    /// lock.
-    fn retire(&self, r: Route, hk: &HashKey, tree: &mut Tree) {
-        tree.dead = true;
-        self.shards[r.shard].write().remove(hk);
-        self.prefixes.write().remove(hk);
     }
 
     /// Reads slot `s`; a never-written slot reads as an empty value with
@@ -711,7 +588,7 @@ impl Hart {
 
     /// Recovers a HART from its pool (Algorithm 7) on every core.
     pub fn open(pool: Arc<Pool>) -> Result<Hart> {
-        recovery::open(pool, None)
+        recovery::open(pool, None, None)
     }
 }
 
@@ -739,7 +616,7 @@ impl Engine for Hart {
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
         let hk = HashKey::new(hk);
-        let Some(tree) = self.find_tree(hk.route(), &hk) else {
+        let Some(tree) = self.trees.find(&hk, hk.route()) else {
             return Ok(false);
         };
         let t = tree.read();
@@ -758,12 +635,12 @@ impl Engine for Hart {
         let r = hk.route();
         loop {
             let tree = if mode == PutMode::Update {
-                match self.find_tree(r, &hk) {
+                match self.trees.find(&hk, r) {
                     Some(t) => t,
                     None => return Ok(PutOutcome::Unchanged),
                 }
             } else {
-                self.tree_for_insert(r, &hk)
+                self.trees.for_insert(&hk, r)
             };
             let mut t = tree.write();
             if t.dead {
@@ -786,12 +663,16 @@ impl Engine for Hart {
                         Ok(l) => l,
                         Err(e) => {
                             if t.art.is_empty() {
-                                self.retire(r, &hk, &mut t);
+                                self.trees.retire(&hk, r, &mut t);
                             }
                             return Err(e);
                         }
                     };
+                    let was_empty = t.art.is_empty();
                     t.art.insert(ak, leaf, &keys);
+                    if was_empty {
+                        self.trees.filled(&hk);
+                    }
                     self.stripes[r.stripe].len.fetch_add(1, Ordering::Relaxed);
                     Ok(PutOutcome::Inserted)
                 }
@@ -804,7 +685,7 @@ impl Engine for Hart {
         let (hk, ak) = self.split(key);
         let hk = HashKey::new(hk);
         let r = hk.route();
-        let Some(tree) = self.find_tree(r, &hk) else {
+        let Some(tree) = self.trees.find(&hk, r) else {
             return Ok(false);
         };
         let mut t = tree.write();
@@ -824,7 +705,7 @@ impl Engine for Hart {
         }
         self.stripes[r.stripe].len.fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
-            self.retire(r, &hk, &mut t);
+            self.trees.retire(&hk, r, &mut t);
         }
         Ok(true)
     }
@@ -839,9 +720,9 @@ impl Engine for Hart {
             Bound::Unbounded => Bound::Unbounded,
         };
         let keys = self.keys();
-        // Hash keys are fetched a few at a time: the ordered set's lock is
-        // not held while an ART is read (writers take an ART's lock before
-        // the set's), and a short scan must not copy the whole set.
+        // Hash keys are fetched a few at a time: the index's ordered keys are
+        // not locked while an ART is read (writers take an ART's lock before
+        // the ordered set's), and a short scan must not copy them all.
         const BATCH: usize = 8;
         let mut batch: Vec<HashKey> = Vec::with_capacity(BATCH);
         let mut hks = batch.drain(..);
@@ -850,13 +731,7 @@ impl Engine for Hart {
                 Some(hk) => hk,
                 None => {
                     drop(hks);
-                    batch.extend(
-                        self.prefixes
-                            .read()
-                            .range((next, Bound::Unbounded))
-                            .take(BATCH)
-                            .copied(),
-                    );
+                    self.trees.keys_after(next, BATCH, &mut batch);
                     let Some(last) = batch.last() else {
                         break;
                     };
@@ -875,7 +750,7 @@ impl Engine for Hart {
             if past_hi {
                 break;
             }
-            let Some(tree) = self.find_tree(hkey.route(), &hkey) else {
+            let Some(tree) = self.trees.find(&hkey, hkey.route()) else {
                 continue;
             };
             let t = tree.read();
@@ -956,18 +831,23 @@ impl Engine for Hart {
             }
         }
         let mut n = 0u64;
-        let hks: Vec<HashKey> = self.prefixes.read().iter().copied().collect();
+        self.trees.check().map_err(Error::CheckFailed)?;
+        let mut hks = Vec::new();
+        self.trees
+            .keys_after(Bound::Unbounded, usize::MAX, &mut hks);
         for hk in hks {
             let r = hk.route();
-            let Some(tree) = self.find_tree(r, &hk) else {
+            let Some(tree) = self.trees.find(&hk, r) else {
                 return Err(Error::CheckFailed(format!(
-                    "hash key {hk:?} is ordered but not in the hash table"
+                    "hash key {:?} is ordered but not in the index",
+                    hk.as_slice()
                 )));
             };
             let t = tree.read();
             if t.art.is_empty() {
                 return Err(Error::CheckFailed(format!(
-                    "the ART of hash key {hk:?} is empty"
+                    "the ART of hash key {:?} is empty",
+                    hk.as_slice()
                 )));
             }
             let mut err = None;
@@ -1030,54 +910,12 @@ impl Engine for Hart {
     }
 
     fn dram_bytes(&self) -> u64 {
-        let mut b = 0;
-        for shard in &self.shards {
-            let shard = shard.read();
-            // Per entry: the key and the `Arc` pointer, a control byte, and
-            // the `Arc`'s block (counts, lock, tree header).
-            let entry = std::mem::size_of::<(HashKey, TreeCell)>() + 1;
-            let cell = 16 + std::mem::size_of::<RwLock<Tree>>();
-            b += (shard.capacity() * entry) as u64;
-            for t in shard.values() {
-                b += (cell + t.read().art.dram_bytes()) as u64;
-            }
-        }
-        // The ordered set: the key plus about half a node's overhead.
-        b += self.prefixes.read().len() as u64 * (std::mem::size_of::<HashKey>() as u64 + 8);
+        let mut b = self.trees.dram_bytes();
         for st in &self.stripes {
             for l in st.leaves.iter().chain(st.values.iter()) {
                 b += l.lock().dram_bytes();
             }
         }
         b
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The stripe of a hash key is persistent (a leaf must be found in its
-    /// key's stripe at recovery), so the routing hash must never change.
-    #[test]
-    fn routing_is_stable() {
-        let got: Vec<usize> = [&b""[..], b"a", b"ab", b"\x00\x00", b"\xff\xff", b"abcdefgh"]
-            .iter()
-            .map(|hk| HashKey::new(hk).route().shard)
-            .collect();
-        assert_eq!(got, vec![0, 50, 32, 1, 48, 9]);
-    }
-
-    /// Hash keys spread over the stripes.
-    #[test]
-    fn routing_spreads_two_byte_keys() {
-        let mut per_stripe = [0u32; STRIPES];
-        for i in 0..=u16::MAX {
-            per_stripe[HashKey::new(&i.to_be_bytes()).route().stripe] += 1;
-        }
-        let even = 65536 / STRIPES as u32;
-        for n in per_stripe {
-            assert!(n > even * 9 / 10 && n < even * 11 / 10, "{per_stripe:?}");
-        }
     }
 }

@@ -28,13 +28,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use super::art::Art;
 use super::chunk::ChunkList;
 use super::leaf::{self, Commit, LEAF_SIZES, MAX_OBJECT};
 use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
-use super::{read_slot, Hart, HashKey, Stripe, Tree, ValueRef, DEFAULT_HASH_KEY_LEN};
+use super::{read_slot, Hart, HashKey, Stripe, ValueRef, DEFAULT_HASH_KEY_LEN};
 use crate::engine::MAX_VALUE_LEN;
 use crate::error::{Error, Result};
 use crate::pm::cases::{self, Case};
@@ -253,13 +253,17 @@ struct Rebuilt {
 }
 
 /// Recovers a HART from its pool with `threads` threads (default: every
-/// core).
-pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
+/// core). `k_h` is the hash key length the caller asked for, if any: it
+/// only matters if creation crashed before the superblock was published,
+/// and the engine is then created again with it.
+pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) -> Result<Hart> {
     let root = pool.root_slot(0)?;
     let sb = pool.load_u64(root)?;
     if sb == 0 {
-        // Creation crashed before the superblock was published.
-        return Hart::create(pool, DEFAULT_HASH_KEY_LEN);
+        // Creation crashed before the superblock was published (a bug the
+        // crash simulator found: this used to create the default `k_h`,
+        // and an open that named another one then failed).
+        return Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN));
     }
     let magic = if pool.block_size(sb).ok() == Some(superblock::SIZE) {
         pool.load_u64(sb)?
@@ -396,15 +400,10 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>) -> Result<Hart> {
         .zip(lens)
         .map(|(l, len)| l.into_stripe(len))
         .collect();
-    let h = Hart::with_stripes(pool, sb, k_h, stripes);
-    {
-        let mut prefixes = h.prefixes.write();
-        for trees in all_trees {
-            for (hk, art) in trees {
-                prefixes.insert(hk);
-                let tree = Arc::new(RwLock::new(Tree { art, dead: false }));
-                h.shards[hk.route().shard].write().insert(hk, tree);
-            }
+    let mut h = Hart::with_stripes(pool, sb, k_h, stripes);
+    for trees in all_trees {
+        for (hk, art) in trees {
+            h.trees.install(hk, art);
         }
     }
     Ok(h)

@@ -1,0 +1,483 @@
+//! The DRAM index from hash keys to ARTs (§III-A.1: "a hash table in DRAM
+//! points to one ART per hash key"), in two forms.
+//!
+//! - **Direct** (`k_h` ≤ 2, the paper's default of 2): one slot per possible
+//!   hash key, in the keys' lexicographic order (65,793 slots of one cache
+//!   line for `k_h = 2`: the empty key, 256 one-byte keys, 65,536 two-byte
+//!   keys), each holding its ART behind its own reader-writer lock, and a
+//!   bitmap of the non-empty slots for ordered scans. A lookup is an index
+//!   computation and one cache line: no hashing, no shard lock, no
+//!   reference count, and no lock shared between ARTs. The paper's hash
+//!   table with `k_h = 2` is, in effect, this array.
+//! - **Hashed** (`k_h` 3..=8): a sharded hash table of reference-counted
+//!   ARTs, plus an ordered set of the hash keys for scans. An emptied ART is
+//!   removed (Algorithm 5, lines 15-16) and marked dead, so that a writer
+//!   that found it before the removal looks again.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
+use std::ops::{Bound, Deref};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::art::Art;
+use super::superblock::STRIPES;
+
+/// Shards of the hashed form.
+const SHARDS: usize = 64;
+const _: () = assert!(
+    SHARDS.is_multiple_of(STRIPES),
+    "a shard's hash keys share a stripe"
+);
+
+/// A hash key (the first `k_h` ≤ 8 bytes of a key, or the whole key if it
+/// is shorter) inline, so that the index compares words instead of following
+/// boxed slices. The derived order is the bytes' lexicographic order:
+/// zero-padded bytes first, then the length (`"a" < "a\0" < "b"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct HashKey {
+    bytes: [u8; 8],
+    len: u8,
+}
+
+impl HashKey {
+    pub(super) fn new(hk: &[u8]) -> Self {
+        debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
+        let mut bytes = [0u8; 8];
+        bytes[..hk.len()].copy_from_slice(hk);
+        HashKey {
+            bytes,
+            len: hk.len() as u8,
+        }
+    }
+
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The hash. It must be stable across builds and machines, because the
+    /// stripe a key's leaves are in is persistent (so not `DefaultHasher`,
+    /// whose algorithm may change): the padded bytes and the length, mixed
+    /// by splitmix64's finalizer.
+    fn mixed(&self) -> u64 {
+        let mut x = u64::from_le_bytes(self.bytes) ^ (u64::from(self.len) << 59);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+
+    /// Where the hash key's state lives.
+    pub(super) fn route(&self) -> Route {
+        let shard = (self.mixed() % SHARDS as u64) as usize;
+        Route {
+            shard,
+            stripe: shard % STRIPES,
+        }
+    }
+}
+
+impl std::hash::Hash for HashKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.mixed());
+    }
+}
+
+/// The hash table's hasher: a [`HashKey`] hashes itself
+/// ([`HashKey::mixed`]), so this only passes the word on.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `HashKey`; folds anything else in (FNV-1a).
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 ^= x;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Where a hash key's state lives: its hash-table shard (hashed form) and
+/// its allocation stripe (persistent: see [`super::superblock`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Route {
+    shard: usize,
+    pub(super) stripe: usize,
+}
+
+/// One ART and whether it has been removed from the hashed index.
+#[derive(Default)]
+pub(super) struct Tree {
+    pub(super) art: Art<u64>,
+    pub(super) dead: bool,
+}
+
+type TreeCell = Arc<RwLock<Tree>>;
+
+/// An ART found in the index.
+pub(super) enum TreeRef<'a> {
+    Slot(&'a RwLock<Tree>),
+    Cell(TreeCell),
+}
+
+impl Deref for TreeRef<'_> {
+    type Target = RwLock<Tree>;
+
+    fn deref(&self) -> &RwLock<Tree> {
+        match self {
+            TreeRef::Slot(t) => t,
+            TreeRef::Cell(t) => t,
+        }
+    }
+}
+
+/// A direct slot, alone in its cache line.
+#[repr(align(64))]
+#[derive(Default)]
+struct Slot(RwLock<Tree>);
+
+/// Hash keys of at most `k_h` ≤ 2 bytes.
+pub(super) struct Direct {
+    k_h: usize,
+    slots: Box<[Slot]>,
+    /// Bit `i`: slot `i`'s ART is not empty (set and cleared under the
+    /// slot's write lock; read without it by scans, which then lock).
+    used: Box<[AtomicU64]>,
+}
+
+/// Hash keys of 3..=8 bytes.
+pub(super) struct Hashed {
+    shards: Vec<RwLock<HashMap<HashKey, TreeCell, BuildHasherDefault<WordHasher>>>>,
+    prefixes: RwLock<BTreeSet<HashKey>>,
+}
+
+/// The index from hash keys to ARTs.
+pub(super) enum Trees {
+    Direct(Direct),
+    Hashed(Hashed),
+}
+
+/// Keys of at most `d` bytes.
+fn strings_up_to(d: usize) -> usize {
+    (0..=d).map(|i| 1usize << (8 * i)).sum()
+}
+
+impl Direct {
+    /// The slot of a hash key: its rank in lexicographic order among all
+    /// strings of at most `k_h` bytes.
+    fn index(&self, hk: &HashKey) -> usize {
+        let mut idx = 0;
+        for (depth, &c) in hk.as_slice().iter().enumerate() {
+            idx += 1 + usize::from(c) * strings_up_to(self.k_h - depth - 1);
+        }
+        idx
+    }
+
+    /// The hash key of a slot (inverse of [`Self::index`]).
+    fn key(&self, mut idx: usize) -> HashKey {
+        let mut bytes = Vec::with_capacity(self.k_h);
+        let mut depth = 0;
+        while idx > 0 {
+            idx -= 1;
+            let sub = strings_up_to(self.k_h - depth - 1);
+            bytes.push((idx / sub) as u8);
+            idx %= sub;
+            depth += 1;
+        }
+        HashKey::new(&bytes)
+    }
+
+    fn set_used(&self, i: usize, used: bool) {
+        let bit = 1u64 << (i % 64);
+        if used {
+            self.used[i / 64].fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.used[i / 64].fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    /// The first used slot at or after `i`.
+    fn next_used(&self, mut i: usize) -> Option<usize> {
+        while i < self.slots.len() {
+            let w = self.used[i / 64].load(Ordering::Relaxed) >> (i % 64);
+            if w != 0 {
+                let j = i + w.trailing_zeros() as usize;
+                return (j < self.slots.len()).then_some(j);
+            }
+            i = (i / 64 + 1) * 64;
+        }
+        None
+    }
+}
+
+impl Trees {
+    /// An empty index for hash keys of `k_h` bytes.
+    pub(super) fn new(k_h: usize) -> Trees {
+        if k_h <= 2 {
+            let n = strings_up_to(k_h);
+            Trees::Direct(Direct {
+                k_h,
+                slots: (0..n).map(|_| Slot::default()).collect(),
+                used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            })
+        } else {
+            Trees::Hashed(Hashed {
+                shards: (0..SHARDS)
+                    .map(|_| RwLock::new(HashMap::default()))
+                    .collect(),
+                prefixes: RwLock::new(BTreeSet::new()),
+            })
+        }
+    }
+
+    /// The ART of `hk`, if there may be one (the direct form always has a
+    /// slot, possibly empty).
+    pub(super) fn find(&self, hk: &HashKey, r: Route) -> Option<TreeRef<'_>> {
+        match self {
+            Trees::Direct(d) => Some(TreeRef::Slot(&d.slots[d.index(hk)].0)),
+            Trees::Hashed(h) => h.shards[r.shard].read().get(hk).cloned().map(TreeRef::Cell),
+        }
+    }
+
+    /// The ART of `hk`, created if there is none.
+    pub(super) fn for_insert(&self, hk: &HashKey, r: Route) -> TreeRef<'_> {
+        match self {
+            Trees::Direct(d) => TreeRef::Slot(&d.slots[d.index(hk)].0),
+            Trees::Hashed(h) => {
+                if let Some(t) = h.shards[r.shard].read().get(hk) {
+                    return TreeRef::Cell(Arc::clone(t));
+                }
+                let mut shard = h.shards[r.shard].write();
+                if let Some(t) = shard.get(hk) {
+                    return TreeRef::Cell(Arc::clone(t));
+                }
+                let t = TreeCell::default();
+                shard.insert(*hk, Arc::clone(&t));
+                h.prefixes.write().insert(*hk);
+                TreeRef::Cell(t)
+            }
+        }
+    }
+
+    /// Notes that the ART of `hk` got its first key; the caller holds its
+    /// write lock.
+    pub(super) fn filled(&self, hk: &HashKey) {
+        if let Trees::Direct(d) = self {
+            d.set_used(d.index(hk), true);
+        }
+    }
+
+    /// Removes an emptied ART; the caller holds its write lock.
+    pub(super) fn retire(&self, hk: &HashKey, r: Route, tree: &mut Tree) {
+        match self {
+            Trees::Direct(d) => d.set_used(d.index(hk), false),
+            Trees::Hashed(h) => {
+                tree.dead = true;
+                h.shards[r.shard].write().remove(hk);
+                h.prefixes.write().remove(hk);
+            }
+        }
+    }
+
+    /// Appends to `out` up to `n` hash keys with (possibly) non-empty ARTs
+    /// that lie after `from`, in order.
+    pub(super) fn keys_after(&self, from: Bound<HashKey>, n: usize, out: &mut Vec<HashKey>) {
+        match self {
+            Trees::Direct(d) => {
+                let mut i = match from {
+                    Bound::Included(k) => d.index(&k),
+                    Bound::Excluded(k) => d.index(&k) + 1,
+                    Bound::Unbounded => 0,
+                };
+                while out.len() < n {
+                    let Some(j) = d.next_used(i) else {
+                        break;
+                    };
+                    out.push(d.key(j));
+                    i = j + 1;
+                }
+            }
+            Trees::Hashed(h) => out.extend(
+                h.prefixes
+                    .read()
+                    .range((from, Bound::Unbounded))
+                    .take(n)
+                    .copied(),
+            ),
+        }
+    }
+
+    /// Puts a rebuilt ART into the index (recovery; `art` is not empty).
+    pub(super) fn install(&mut self, hk: HashKey, art: Art<u64>) {
+        match self {
+            Trees::Direct(d) => {
+                let i = d.index(&hk);
+                d.slots[i].0.get_mut().art = art;
+                d.set_used(i, true);
+            }
+            Trees::Hashed(h) => {
+                h.prefixes.get_mut().insert(hk);
+                let tree = Arc::new(RwLock::new(Tree { art, dead: false }));
+                h.shards[hk.route().shard].get_mut().insert(hk, tree);
+            }
+        }
+    }
+
+    /// Checks that the ordered keys and the ARTs agree: every listed hash
+    /// key has a non-empty ART and every non-empty ART is listed.
+    pub(super) fn check(&self) -> Result<(), String> {
+        match self {
+            Trees::Direct(d) => {
+                for (i, s) in d.slots.iter().enumerate() {
+                    let listed = d.used[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0;
+                    let empty = s.0.read().art.is_empty();
+                    if listed == empty {
+                        return Err(format!(
+                            "hash key {:?}: ART {}, but {} in the used bitmap",
+                            d.key(i).as_slice(),
+                            if empty { "empty" } else { "not empty" },
+                            if listed { "set" } else { "clear" }
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Trees::Hashed(h) => {
+                let listed = h.prefixes.read().clone();
+                let mut in_table = 0;
+                for shard in &h.shards {
+                    for (hk, t) in shard.read().iter() {
+                        in_table += 1;
+                        if !listed.contains(hk) {
+                            return Err(format!("hash key {:?} is not ordered", hk.as_slice()));
+                        }
+                        if t.read().art.is_empty() {
+                            return Err(format!(
+                                "the ART of hash key {:?} is empty",
+                                hk.as_slice()
+                            ));
+                        }
+                    }
+                }
+                if in_table != listed.len() {
+                    return Err(format!(
+                        "{} hash keys ordered, {in_table} in the hash table",
+                        listed.len()
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// DRAM bytes, ARTs included.
+    pub(super) fn dram_bytes(&self) -> u64 {
+        match self {
+            Trees::Direct(d) => {
+                let mut b = std::mem::size_of_val(&*d.slots) + std::mem::size_of_val(&*d.used);
+                for s in d.slots.iter() {
+                    b += s.0.read().art.dram_bytes();
+                }
+                b as u64
+            }
+            Trees::Hashed(h) => {
+                let mut b = 0;
+                for shard in &h.shards {
+                    let shard = shard.read();
+                    // Per entry: the key and the `Arc` pointer, a control
+                    // byte, and the `Arc`'s block (counts, lock, tree).
+                    let entry = std::mem::size_of::<(HashKey, TreeCell)>() + 1;
+                    let cell = 16 + std::mem::size_of::<RwLock<Tree>>();
+                    b += shard.capacity() * entry;
+                    for t in shard.values() {
+                        b += cell + t.read().art.dram_bytes();
+                    }
+                }
+                // The ordered set: the key plus about half a node's overhead.
+                b += h.prefixes.read().len() * (std::mem::size_of::<HashKey>() + 8);
+                b as u64
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stripe of a hash key is persistent (a leaf must be found in its
+    /// key's stripe at recovery), so the routing hash must never change.
+    #[test]
+    fn routing_is_stable() {
+        let got: Vec<usize> = [&b""[..], b"a", b"ab", b"\x00\x00", b"\xff\xff", b"abcdefgh"]
+            .iter()
+            .map(|hk| HashKey::new(hk).route().shard)
+            .collect();
+        assert_eq!(got, vec![0, 50, 32, 1, 48, 9]);
+    }
+
+    /// Hash keys spread over the stripes.
+    #[test]
+    fn routing_spreads_two_byte_keys() {
+        let mut per_stripe = [0u32; STRIPES];
+        for i in 0..=u16::MAX {
+            per_stripe[HashKey::new(&i.to_be_bytes()).route().stripe] += 1;
+        }
+        let even = 65536 / STRIPES as u32;
+        for n in per_stripe {
+            assert!(n > even * 9 / 10 && n < even * 11 / 10, "{per_stripe:?}");
+        }
+    }
+
+    /// Direct slots are in the hash keys' order, and `key` inverts `index`.
+    #[test]
+    fn direct_slots_are_in_key_order() {
+        for k_h in 1..=2 {
+            let Trees::Direct(d) = Trees::new(k_h) else {
+                panic!("k_h {k_h} is direct");
+            };
+            let mut all = vec![HashKey::new(&[])];
+            for a in 0..=255u8 {
+                all.push(HashKey::new(&[a]));
+                if k_h == 2 {
+                    for b in 0..=255u8 {
+                        all.push(HashKey::new(&[a, b]));
+                    }
+                }
+            }
+            assert!(all.windows(2).all(|w| w[0] < w[1]), "lexicographic");
+            assert_eq!(all.len(), d.slots.len());
+            for (i, k) in all.iter().enumerate() {
+                assert_eq!(d.index(k), i, "{:?}", k.as_slice());
+                assert_eq!(d.key(i), *k);
+            }
+        }
+    }
+
+    #[test]
+    fn direct_used_bitmap_walks_in_order() {
+        let Trees::Direct(d) = Trees::new(2) else {
+            panic!("direct");
+        };
+        for k in [&b"\xff\xff"[..], b"", b"a", b"ab", b"\x00\x07"] {
+            d.set_used(d.index(&HashKey::new(k)), true);
+        }
+        let t = Trees::Direct(d);
+        let mut out = Vec::new();
+        t.keys_after(Bound::Unbounded, 100, &mut out);
+        let got: Vec<&[u8]> = out.iter().map(HashKey::as_slice).collect();
+        assert_eq!(got, vec![&b""[..], b"\x00\x07", b"a", b"ab", b"\xff\xff"]);
+        out.clear();
+        t.keys_after(Bound::Excluded(HashKey::new(b"a")), 1, &mut out);
+        assert_eq!(out, vec![HashKey::new(b"ab")]);
+    }
+}
