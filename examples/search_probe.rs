@@ -35,13 +35,13 @@ fn main() {
     .expect("temporary directory");
     let opts = Options {
         engine: Some(engine.clone()),
-        pool_size: (n * 400).max(64 << 20),
+        pool_size: (n * 400).max(64 << 20).next_multiple_of(1 << 20),
         ..Options::default()
     };
     let db = if std::env::var_os("ANON").is_some() {
         Db::create_anonymous(&opts)
     } else {
-        Db::create(&dir.path().join("probe.pool"), &opts)
+        Db::create(dir.path().join("probe.pool"), &opts)
     }
     .expect("create the pool");
     let keys: Vec<[u8; 8]> = (0..n).map(|i| splitmix(i).to_be_bytes()).collect();
