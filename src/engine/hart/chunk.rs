@@ -155,16 +155,17 @@ impl ChunkList {
         (rel % self.obj_size == 0 && i < OBJECTS).then_some((c, i))
     }
 
-    /// Marks an object used (recovery). Fails if it already was.
-    pub fn mark_taken(&mut self, obj: u64) -> Result<()> {
-        let (c, i) = self
-            .locate(obj)
-            .ok_or_else(|| Error::corrupt(obj, "hart: object is not in its chunk list"))?;
-        let st = self.chunks.get_mut(&c).expect("located");
-        if st.taken & (1 << i) != 0 {
-            return Err(Error::corrupt(obj, "hart: object referenced twice"));
+    /// Marks the objects of chunk `c` in `mask` used (recovery). Fails if
+    /// `c` is not a chunk of this list or one of them already was.
+    pub fn set_taken(&mut self, c: u64, mask: u64) -> Result<()> {
+        let st = self
+            .chunks
+            .get_mut(&c)
+            .ok_or_else(|| Error::corrupt(c, "hart: object is not in its chunk list"))?;
+        if st.taken & mask != 0 {
+            return Err(Error::corrupt(c, "hart: object referenced twice"));
         }
-        st.taken |= 1 << i;
+        st.taken |= mask & ALL;
         Ok(())
     }
 

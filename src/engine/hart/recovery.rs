@@ -25,6 +25,7 @@
 //! crash.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -34,6 +35,7 @@ use super::art::Art;
 use super::chunk::ChunkList;
 use super::leaf::{self, Commit, LEAF_SIZES, MAX_OBJECT};
 use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
+use super::trees::WordHasher;
 use super::{read_slot, Hart, HashKey, Stripe, ValueRef, DEFAULT_HASH_KEY_LEN};
 use crate::engine::MAX_VALUE_LEN;
 use crate::error::{Error, Result};
@@ -137,82 +139,92 @@ pub(super) fn slot_is_valid(
 /// A leaf found live in phase 2.
 struct Live {
     leaf: u64,
-    lc: usize,
-    key: Vec<u8>,
-    /// The value object `(class, offset)`, for a small non-empty value.
-    value: Option<(usize, u64)>,
+    /// Its key: `keys[key_at..key_at + key_len]` of its [`StripeFound`].
+    key_at: usize,
+    key_len: usize,
+}
+
+/// What one worker found in phase 2 for one stripe. Keys go into one
+/// buffer, so that a million live leaves do not cost a million allocations.
+#[derive(Default)]
+struct StripeFound {
+    live: Vec<Live>,
+    keys: Vec<u8>,
+    /// `(leaf list, chunk, used bitmap)` of every chunk scanned.
+    leaf_chunks: Vec<(usize, u64, u64)>,
+    /// `(value list, chunk, object index)` of every live small value.
+    values: Vec<(usize, u64, u64)>,
 }
 
 /// What one worker found in phase 2.
 #[derive(Default)]
 struct Found {
-    /// Live leaves, by stripe.
-    live: Vec<Vec<Live>>,
+    /// By stripe.
+    stripes: Vec<StripeFound>,
     /// Slots that point to a large block that is no live value.
     leftovers: Vec<u64>,
     /// Whether a commit word was rewritten (and flushed).
     repaired: bool,
 }
 
-/// Decides whether `leaf` (of leaf list `lc` of stripe `s`) is live.
+/// Decides whether `leaf` (of leaf list `lc` of stripe `s`) is live, and if
+/// so records it (and its value object) in `out`. Returns whether it is.
 fn scan_leaf(
     pool: &Pool,
     lists: &StripeLists,
-    s: usize,
-    lc: usize,
     leaf: u64,
-    found: &mut Found,
-) -> Result<()> {
+    lc: usize,
+    out: &mut StripeFound,
+    leftovers: &mut Vec<u64>,
+    repaired: &mut bool,
+) -> Result<bool> {
     let commit =
         leaf::commit(pool, leaf)?.filter(|c| c.key_len > 0 && leaf::class_for_key(c.key_len) == lc);
     let in_stripe = |vc: usize, p: u64| lists.values[vc].locate(p).is_some();
-    let mut live = None;
+    let mut live_slot = None;
     if let Some(c) = commit {
         // SAFETY: recovery runs before the engine is shared; the commit word
         // gives a key length that fits this leaf list's leaves.
-        let key = unsafe { leaf::key(pool, leaf, c)? }.to_vec();
+        let key = unsafe { leaf::key(pool, leaf, c)? };
         for slot in [c.active, 1 - c.active] {
             let v = read_slot(pool, leaf, slot)?;
-            if slot_is_valid(pool, v, &key, &in_stripe)? {
+            if slot_is_valid(pool, v, key, &in_stripe)? {
                 if slot != c.active {
                     // The newer slot is torn: fall back to the other one.
                     cases::record(Case::HartUpdateFallback);
                     pool.store_u64(leaf, Commit { active: slot, ..c }.encode())?;
                     pool.flush(leaf, 8);
-                    found.repaired = true;
+                    *repaired = true;
                 }
-                let value = (v.meta.value_len > 0 && !v.meta.large)
-                    .then(|| (value_class(v.meta.value_len), v.p));
-                live = Some((
-                    slot,
-                    Live {
-                        leaf,
-                        lc,
-                        key,
-                        value,
-                    },
-                ));
+                if v.meta.value_len > 0 && !v.meta.large {
+                    let vc = value_class(v.meta.value_len);
+                    let (chunk, i) = lists.values[vc].locate(v.p).expect("validated");
+                    out.values.push((vc, chunk, i));
+                }
+                out.live.push(Live {
+                    leaf,
+                    key_at: out.keys.len(),
+                    key_len: key.len(),
+                });
+                out.keys.extend_from_slice(key);
+                live_slot = Some(slot);
                 break;
             }
         }
+        if live_slot.is_none() {
+            cases::record(Case::HartTornLeaf);
+        }
     }
-    if commit.is_some() && live.is_none() {
-        cases::record(Case::HartTornLeaf);
-    }
-    let live_slot = live.as_ref().map(|(slot, _)| *slot);
     for slot in 0..2 {
         if Some(slot) == live_slot {
             continue;
         }
         let v = read_slot(pool, leaf, slot)?;
         if v.meta.large && v.p != 0 {
-            found.leftovers.push(leaf::slot_off(leaf, slot));
+            leftovers.push(leaf::slot_off(leaf, slot));
         }
     }
-    if let Some((_, l)) = live {
-        found.live[s].push(l);
-    }
-    Ok(())
+    Ok(live_slot.is_some())
 }
 
 /// Runs `work(i)` for `i` in `0..n` on `threads` threads; each thread
@@ -248,7 +260,7 @@ fn parallel<T: Send + Default>(
 
 /// What one stripe rebuilt in phase 4.
 struct Rebuilt {
-    trees: HashMap<HashKey, Art<u64>>,
+    trees: HashMap<HashKey, Art<u64>, BuildHasherDefault<WordHasher>>,
     len: u64,
 }
 
@@ -319,25 +331,38 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         })
         .collect();
     let found = parallel(threads, chunks.len(), |i, found: &mut Found| {
-        if found.live.is_empty() {
-            found.live.resize_with(STRIPES, Vec::new);
+        if found.stripes.is_empty() {
+            found.stripes.resize_with(STRIPES, StripeFound::default);
         }
         let (s, lc, c) = chunks[i];
-        for leaf in lists[s].leaves[lc].chunk_objects(c) {
-            scan_leaf(pool_ref, &lists[s], s, lc, leaf, found)?;
+        let out = &mut found.stripes[s];
+        let mut used = 0u64;
+        for (j, leaf) in lists[s].leaves[lc].chunk_objects(c).enumerate() {
+            if scan_leaf(
+                pool_ref,
+                &lists[s],
+                leaf,
+                lc,
+                out,
+                &mut found.leftovers,
+                &mut found.repaired,
+            )? {
+                used |= 1 << j;
+            }
         }
+        out.leaf_chunks.push((lc, c, used));
         Ok(())
     })?;
 
     // Phase 3.
-    let mut live: Vec<Vec<Live>> = (0..STRIPES).map(|_| Vec::new()).collect();
+    let mut per_stripe: Vec<Vec<StripeFound>> = (0..STRIPES).map(|_| Vec::new()).collect();
     let mut repaired = false;
     let mut leftovers = Vec::new();
     for f in found {
         repaired |= f.repaired;
         leftovers.extend(f.leftovers);
-        for (s, l) in f.live.into_iter().enumerate() {
-            live[s].extend(l);
+        for (s, sf) in f.stripes.into_iter().enumerate() {
+            per_stripe[s].push(sf);
         }
     }
     if repaired {
@@ -349,35 +374,60 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     }
 
     // Phase 4.
-    let work: Vec<Mutex<(&mut StripeLists, Vec<Live>)>> =
-        lists.iter_mut().zip(live).map(Mutex::new).collect();
+    let work: Vec<Mutex<(&mut StripeLists, Vec<StripeFound>)>> =
+        lists.iter_mut().zip(per_stripe).map(Mutex::new).collect();
     let keys = super::PmKeys {
         pool: pool_ref,
         k_h,
     };
     let rebuilt = parallel(threads, STRIPES, |s, out: &mut Vec<(usize, Rebuilt)>| {
         let mut w = work[s].lock();
-        let (lists, live) = &mut *w;
-        let mut trees: HashMap<HashKey, Art<u64>> = HashMap::new();
+        let (lists, found) = &mut *w;
+        let mut trees: HashMap<HashKey, Art<u64>, BuildHasherDefault<WordHasher>> =
+            HashMap::default();
         let mut len = 0;
-        for l in live.drain(..) {
-            lists.leaves[l.lc].mark_taken(l.leaf)?;
-            if let Some((vc, p)) = l.value {
-                lists.values[vc].mark_taken(p)?;
+        let mut values = Vec::new();
+        for f in found.iter_mut() {
+            for &(lc, c, used) in &f.leaf_chunks {
+                lists.leaves[lc].set_taken(c, used)?;
             }
-            let (hk, ak) = l.key.split_at(k_h.min(l.key.len()));
-            let hk = HashKey::new(hk);
-            if hk.route().stripe != s {
-                return Err(leaf::corrupt(
-                    l.leaf,
-                    "the leaf is in another allocation stripe than its hash key's",
-                ));
+            values.append(&mut f.values);
+            for l in &f.live {
+                let key = &f.keys[l.key_at..l.key_at + l.key_len];
+                let (hk, ak) = key.split_at(k_h.min(key.len()));
+                let hk = HashKey::new(hk);
+                if hk.route().stripe != s {
+                    return Err(leaf::corrupt(
+                        l.leaf,
+                        "the leaf is in another allocation stripe than its hash key's",
+                    ));
+                }
+                let art = trees.entry(hk).or_default();
+                if art.insert(ak, l.leaf, &keys).is_some() {
+                    return Err(leaf::corrupt(l.leaf, "two live leaves hold the same key"));
+                }
+                len += 1;
             }
-            let art = trees.entry(hk).or_default();
-            if art.insert(ak, l.leaf, &keys).is_some() {
-                return Err(leaf::corrupt(l.leaf, "two live leaves hold the same key"));
+        }
+        // Value objects, a chunk at a time (an object used twice is
+        // `Corrupt`).
+        values.sort_unstable();
+        let mut k = 0;
+        while k < values.len() {
+            let (vc, c, _) = values[k];
+            let mut mask = 0u64;
+            while k < values.len() && values[k].0 == vc && values[k].1 == c {
+                let bit = 1u64 << values[k].2;
+                if mask & bit != 0 {
+                    return Err(Error::corrupt(
+                        c,
+                        "hart: a value object is referenced by two leaves",
+                    ));
+                }
+                mask |= bit;
+                k += 1;
             }
-            len += 1;
+            lists.values[vc].set_taken(c, mask)?;
         }
         for l in lists.leaves.iter_mut().chain(lists.values.iter_mut()) {
             for _ in 0..l.settle(pool_ref)? {

@@ -87,7 +87,7 @@ impl std::hash::Hash for HashKey {
 /// The hash table's hasher: a [`HashKey`] hashes itself
 /// ([`HashKey::mixed`]), so this only passes the word on.
 #[derive(Default)]
-struct WordHasher(u64);
+pub(super) struct WordHasher(u64);
 
 impl std::hash::Hasher for WordHasher {
     fn write(&mut self, bytes: &[u8]) {
