@@ -8,7 +8,10 @@
 //!   bitmap of the non-empty slots for ordered scans. A lookup is an index
 //!   computation and one cache line: no hashing, no shard lock, no
 //!   reference count, and no lock shared between ARTs. The paper's hash
-//!   table with `k_h = 2` is, in effect, this array.
+//!   table with `k_h = 2` is, in effect, this array. Slots are allocated
+//!   in pages of 256 on first use, so a small index costs a few KiB, not
+//!   4 MiB (and the crash simulator, which opens thousands of pools, does
+//!   not pay for 65,793 slots each time).
 //! - **Hashed** (`k_h` 3..=8): a sharded hash table of reference-counted
 //!   ARTs, plus an ordered set of the hash keys for scans. An emptied ART is
 //!   removed (Algorithm 5, lines 15-16) and marked dead, so that a writer
@@ -18,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 use std::ops::{Bound, Deref};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 
@@ -145,10 +148,17 @@ impl Deref for TreeRef<'_> {
 #[derive(Default)]
 struct Slot(RwLock<Tree>);
 
+/// Slots per page of the direct form.
+const PAGE: usize = 256;
+
 /// Hash keys of at most `k_h` ≤ 2 bytes.
 pub(super) struct Direct {
     k_h: usize,
-    slots: Box<[Slot]>,
+    /// Slot count.
+    n: usize,
+    /// Slot `i` is `pages[i / PAGE][i % PAGE]`; a page is allocated when
+    /// one of its hash keys first gets an ART.
+    pages: Box<[OnceLock<Box<[Slot]>>]>,
     /// Bit `i`: slot `i`'s ART is not empty (set and cleared under the
     /// slot's write lock; read without it by scans, which then lock).
     used: Box<[AtomicU64]>,
@@ -196,6 +206,18 @@ impl Direct {
         HashKey::new(&bytes)
     }
 
+    /// Slot `i`, if its page exists.
+    fn slot(&self, i: usize) -> Option<&RwLock<Tree>> {
+        self.pages[i / PAGE].get().map(|p| &p[i % PAGE].0)
+    }
+
+    /// Slot `i`, its page allocated if need be.
+    fn slot_for_insert(&self, i: usize) -> &RwLock<Tree> {
+        let page =
+            self.pages[i / PAGE].get_or_init(|| (0..PAGE).map(|_| Slot::default()).collect());
+        &page[i % PAGE].0
+    }
+
     fn set_used(&self, i: usize, used: bool) {
         let bit = 1u64 << (i % 64);
         if used {
@@ -207,11 +229,11 @@ impl Direct {
 
     /// The first used slot at or after `i`.
     fn next_used(&self, mut i: usize) -> Option<usize> {
-        while i < self.slots.len() {
+        while i < self.n {
             let w = self.used[i / 64].load(Ordering::Relaxed) >> (i % 64);
             if w != 0 {
                 let j = i + w.trailing_zeros() as usize;
-                return (j < self.slots.len()).then_some(j);
+                return (j < self.n).then_some(j);
             }
             i = (i / 64 + 1) * 64;
         }
@@ -226,7 +248,8 @@ impl Trees {
             let n = strings_up_to(k_h);
             Trees::Direct(Direct {
                 k_h,
-                slots: (0..n).map(|_| Slot::default()).collect(),
+                n,
+                pages: (0..n.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
                 used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             })
         } else {
@@ -243,7 +266,7 @@ impl Trees {
     /// slot, possibly empty).
     pub(super) fn find(&self, hk: &HashKey, r: Route) -> Option<TreeRef<'_>> {
         match self {
-            Trees::Direct(d) => Some(TreeRef::Slot(&d.slots[d.index(hk)].0)),
+            Trees::Direct(d) => d.slot(d.index(hk)).map(TreeRef::Slot),
             Trees::Hashed(h) => h.shards[r.shard].read().get(hk).cloned().map(TreeRef::Cell),
         }
     }
@@ -251,7 +274,7 @@ impl Trees {
     /// The ART of `hk`, created if there is none.
     pub(super) fn for_insert(&self, hk: &HashKey, r: Route) -> TreeRef<'_> {
         match self {
-            Trees::Direct(d) => TreeRef::Slot(&d.slots[d.index(hk)].0),
+            Trees::Direct(d) => TreeRef::Slot(d.slot_for_insert(d.index(hk))),
             Trees::Hashed(h) => {
                 if let Some(t) = h.shards[r.shard].read().get(hk) {
                     return TreeRef::Cell(Arc::clone(t));
@@ -321,7 +344,7 @@ impl Trees {
         match self {
             Trees::Direct(d) => {
                 let i = d.index(&hk);
-                d.slots[i].0.get_mut().art = art;
+                d.slot_for_insert(i).write().art = art;
                 d.set_used(i, true);
             }
             Trees::Hashed(h) => {
@@ -337,9 +360,9 @@ impl Trees {
     pub(super) fn check(&self) -> Result<(), String> {
         match self {
             Trees::Direct(d) => {
-                for (i, s) in d.slots.iter().enumerate() {
+                for i in 0..d.n {
                     let listed = d.used[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0;
-                    let empty = s.0.read().art.is_empty();
+                    let empty = d.slot(i).is_none_or(|s| s.read().art.is_empty());
                     if listed == empty {
                         return Err(format!(
                             "hash key {:?}: ART {}, but {} in the used bitmap",
@@ -383,9 +406,12 @@ impl Trees {
     pub(super) fn dram_bytes(&self) -> u64 {
         match self {
             Trees::Direct(d) => {
-                let mut b = std::mem::size_of_val(&*d.slots) + std::mem::size_of_val(&*d.used);
-                for s in d.slots.iter() {
-                    b += s.0.read().art.dram_bytes();
+                let mut b = std::mem::size_of_val(&*d.pages) + std::mem::size_of_val(&*d.used);
+                for page in d.pages.iter().filter_map(OnceLock::get) {
+                    b += std::mem::size_of_val(&**page);
+                    for s in page.iter() {
+                        b += s.0.read().art.dram_bytes();
+                    }
                 }
                 b as u64
             }
@@ -455,7 +481,7 @@ mod tests {
                 }
             }
             assert!(all.windows(2).all(|w| w[0] < w[1]), "lexicographic");
-            assert_eq!(all.len(), d.slots.len());
+            assert_eq!(all.len(), d.n);
             for (i, k) in all.iter().enumerate() {
                 assert_eq!(d.index(k), i, "{:?}", k.as_slice());
                 assert_eq!(d.key(i), *k);
