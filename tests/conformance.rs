@@ -11,3 +11,6 @@ conformance_suite!(hart, "hart");
 conformance_suite!(hart_hashed, "hart:hash_key_len=3");
 // Hash keys of 1 byte, and the paper's persist order.
 conformance_suite!(hart_k1_paper, "hart:hash_key_len=1,persist_order=paper");
+conformance_suite!(wort, "wort");
+conformance_suite!(woart, "woart");
+conformance_suite!(art_cow, "art-cow");

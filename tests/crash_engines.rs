@@ -73,6 +73,9 @@ crash_suite! {
     allocator => pmindex::sim::ALLOC_SUBJECT,
     pmlog => "pmlog",
     hart => "hart",
+    wort => "wort",
+    woart => "woart",
+    art_cow => "art-cow",
 }
 
 /// HART in the paper's persist order (same recovery, more fences).

@@ -18,6 +18,7 @@ use crate::pm::Pool;
 
 pub mod hart;
 pub mod pmlog;
+pub mod radix;
 
 /// Longest key (memcached's limit).
 pub const MAX_KEY_LEN: usize = 250;
@@ -227,7 +228,13 @@ pub struct EngineInfo {
 }
 
 /// Every engine in this build. One line per engine.
-pub const ENGINES: &[EngineInfo] = &[pmlog::INFO, hart::INFO];
+pub const ENGINES: &[EngineInfo] = &[
+    pmlog::INFO,
+    hart::INFO,
+    radix::WORT_INFO,
+    radix::WOART_INFO,
+    radix::ART_COW_INFO,
+];
 
 /// Looks an engine up by name.
 pub fn find(name: &str) -> crate::Result<&'static EngineInfo> {

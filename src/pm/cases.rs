@@ -34,6 +34,26 @@ pub enum Case {
     /// HART: an empty chunk was recycled at open (a crash between the last
     /// object's release and the chunk's recycling).
     HartChunkRecycledAtOpen,
+    /// Radix trees: a node's depth differed from the depth it is reached
+    /// at (a crash inside a split or a merge); its header was rebuilt from
+    /// its leaves (WORT Algorithm 2).
+    RadixHeaderRepaired,
+    /// Radix trees: a WOART node held a pointer it does not list (a crash
+    /// inside an insert or a delete); the block was freed.
+    RadixOrphanFreed,
+    /// Radix trees: a node with fewer than two children (a crash between
+    /// the two steps of a split or an expansion, or before a delete's merge)
+    /// was merged into its parent's slot.
+    RadixNodeMerged,
+    /// ART+CoW: an entry deleted in place (listed, null pointer) was
+    /// compacted away by copy-on-write.
+    RadixNullEntryCompacted,
+    /// ART+CoW: the pending slot named a block the tree reaches (the
+    /// copy-on-write had committed); the slot was cleared.
+    RadixPendingKept,
+    /// ART+CoW: the pending slot named a block the tree does not reach (the
+    /// copy-on-write had not committed); the block was freed.
+    RadixPendingFreed,
 }
 
 impl Case {
@@ -46,6 +66,12 @@ impl Case {
         Case::HartUpdateFallback,
         Case::HartLeftoverBlock,
         Case::HartChunkRecycledAtOpen,
+        Case::RadixHeaderRepaired,
+        Case::RadixOrphanFreed,
+        Case::RadixNodeMerged,
+        Case::RadixNullEntryCompacted,
+        Case::RadixPendingKept,
+        Case::RadixPendingFreed,
     ];
 
     fn index(self) -> usize {
@@ -56,7 +82,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static COUNTS: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.

@@ -35,6 +35,19 @@ pub enum Fault {
     /// hart: an update stores the new commit word before the new slot (the
     /// commit can reach PM pointing at a slot that was never written).
     HartCommitBeforeSlot,
+    /// wort: a new leaf is not flushed before it is activated (an
+    /// acknowledged insert can point to a leaf that never reached PM).
+    WortSkipLeafFlush,
+    /// wort: a split stores the node's new header as two 4-byte halves, not
+    /// one 8-byte store (a crash between them leaves a new prefix with the
+    /// old depth, which no depth check can see).
+    WortTornHeader,
+    /// woart: a NODE4 insert stores its commit word before activating the
+    /// child into the pointer it names (Algorithm 3 in the wrong order).
+    WoartNode4CommitFirst,
+    /// art-cow: a copy-on-write copy is not flushed before it is swapped
+    /// into its parent.
+    ArtCowSkipCopyFlush,
 }
 
 impl Fault {
@@ -46,6 +59,10 @@ impl Fault {
         Fault::PmlogSkipKillFlush,
         Fault::HartSkipLeafFlush,
         Fault::HartCommitBeforeSlot,
+        Fault::WortSkipLeafFlush,
+        Fault::WortTornHeader,
+        Fault::WoartNode4CommitFirst,
+        Fault::ArtCowSkipCopyFlush,
     ];
 
     /// The name used on the command line.
@@ -57,6 +74,10 @@ impl Fault {
             Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
             Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
             Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
+            Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
+            Fault::WortTornHeader => "wort-torn-header",
+            Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
+            Fault::ArtCowSkipCopyFlush => "art-cow-skip-copy-flush",
         }
     }
 
@@ -66,6 +87,9 @@ impl Fault {
             Fault::AllocSkipMarkFlush | Fault::AllocSkipRecordFence => None,
             Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
             Fault::HartSkipLeafFlush | Fault::HartCommitBeforeSlot => Some("hart"),
+            Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
+            Fault::WoartNode4CommitFirst => Some("woart"),
+            Fault::ArtCowSkipCopyFlush => Some("art-cow"),
         }
     }
 }

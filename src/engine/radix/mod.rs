@@ -1,0 +1,479 @@
+//! The write-optimal radix trees of Lee et al., "WORT: Write Optimal Radix
+//! Tree for Persistent Memory Storage Systems", FAST'17, §3
+//! (`papers/wort-woart-artcow.txt`): three engines over one tree walk.
+//!
+//! | engine | span | nodes | how a change commits |
+//! |---|---|---|---|
+//! | `wort` | 4 bits | [`nodes::w16`] | one 8-byte pointer store (§3.2); splits by Algorithm 1 with the depth header, repaired by Algorithm 2 |
+//! | `woart` | 8 bits | NODE4 (packed word, Alg. 3), NODE16 (bitmap, Alg. 4), NODE48 (index byte), NODE256 (pointer) | the node's 8-byte commit word; growth by copy and one parent swap |
+//! | `art-cow` | 8 bits | NODE4 and NODE16 by copy-on-write; NODE48 as WOART; NODE256 as WORT | the parent's pointer swap to the copy |
+//!
+//! Every node and leaf is in PM; there is no DRAM index. Keys are variable
+//! length: a key that ends where a node branches lives in that node's `end`
+//! slot (see [`nodes`]). Leaves hold the key and the value in one block
+//! (see [`leaf`] for why).
+//!
+//! # Allocation
+//! Every block goes through the allocator's reserve → write → flush →
+//! `activate` (or `replace`, `free`, `free_and_store`), whose slot store is
+//! failure-atomic with the block's allocation: no crash leaks a block or
+//! leaves a pointer to a free one. An operation that creates two blocks does
+//! it in two failure-atomic steps, each leaving a valid tree:
+//! - a **split** (Algorithm 1) first publishes the new parent with the old
+//!   node as its only child, then adds the new leaf to it;
+//! - an **expansion** of a leaf into a node (lazy expansion) publishes the
+//!   node holding the old leaf, then adds the new one;
+//! - **ART+CoW** copies a node *and* adds a leaf to the copy. The leaf is
+//!   first activated into the superblock's `pending` slot (so the allocator
+//!   owns it through that slot), the copy is written with a pointer to it and
+//!   `replace`d into the parent slot (the commit: it frees the old node),
+//!   and `pending` is cleared with one store and a fence. At open a non-null
+//!   `pending` whose block the tree reaches is cleared; one it does not
+//!   reach is freed.
+//!
+//! # Recovery
+//! [`RadixTree::open`] walks the tree once (it also counts the keys):
+//! - a node whose depth is not the depth it is reached at was left by a
+//!   crash inside a split or a merge: its header is rebuilt from two leaves
+//!   under two different children (Algorithm 2) and stored with one 8-byte
+//!   store (the published WORT code printed and exited here);
+//! - orphans (non-null pointers a WOART node does not list) are freed;
+//! - ART+CoW entries deleted in place (listed, null pointer) are compacted;
+//! - a node left with one child (a crash between the two steps above, or
+//!   between a delete and its merge) is merged into its parent's slot.
+//!
+//! Each case is counted in [`crate::pm::cases`].
+
+pub mod header;
+pub mod leaf;
+pub mod nodes;
+mod recovery;
+pub mod span;
+pub mod superblock;
+mod write;
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::{
+    Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, Locked, PutMode, PutOutcome,
+    ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
+};
+use crate::error::{Error, Result};
+use crate::pm::{Pool, CACHE_LINE};
+use header::Header;
+use leaf::LeafWord;
+use nodes::{Kind, END};
+use span::Span;
+
+/// Which of the paper's three trees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// WORT (§3.4).
+    Wort = 1,
+    /// WOART (§3.5).
+    Woart = 2,
+    /// ART+CoW (§3.6).
+    ArtCow = 3,
+}
+
+impl Flavor {
+    /// The engine id.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Wort => "wort",
+            Flavor::Woart => "woart",
+            Flavor::ArtCow => "art-cow",
+        }
+    }
+
+    /// Bits per level.
+    pub fn span(self) -> Span {
+        match self {
+            Flavor::Wort => Span::Nibble,
+            _ => Span::Byte,
+        }
+    }
+
+    /// The kind of a new node with few children.
+    pub fn small_kind(self) -> Kind {
+        match self {
+            Flavor::Wort => Kind::W16,
+            _ => Kind::N4,
+        }
+    }
+}
+
+/// `wort` in [`super::ENGINES`].
+pub const WORT_INFO: EngineInfo = EngineInfo {
+    name: "wort",
+    paper: "Lee et al., WORT, FAST'17, §3.4 (4-bit radix tree, depth header, Algorithms 1-2)",
+    create: |p, c| make(Flavor::Wort, p, c, true),
+    open: |p, c| make(Flavor::Wort, p, c, false),
+};
+/// `woart` in [`super::ENGINES`].
+pub const WOART_INFO: EngineInfo = EngineInfo {
+    name: "woart",
+    paper: "Lee et al., WORT, FAST'17, §3.5 (write-optimal ART, Algorithms 3-4)",
+    create: |p, c| make(Flavor::Woart, p, c, true),
+    open: |p, c| make(Flavor::Woart, p, c, false),
+};
+/// `art-cow` in [`super::ENGINES`].
+pub const ART_COW_INFO: EngineInfo = EngineInfo {
+    name: "art-cow",
+    paper: "Lee et al., WORT, FAST'17, §3.6 (ART with copy-on-write NODE4/NODE16)",
+    create: |p, c| make(Flavor::ArtCow, p, c, true),
+    open: |p, c| make(Flavor::ArtCow, p, c, false),
+};
+
+fn make(
+    flavor: Flavor,
+    pool: Arc<Pool>,
+    config: &EngineConfig,
+    create: bool,
+) -> Result<Box<dyn Engine>> {
+    super::settings(config, flavor.name(), &[])?;
+    let tree = if create {
+        RadixTree::create(Arc::clone(&pool), flavor)?
+    } else {
+        RadixTree::open(Arc::clone(&pool), flavor)?
+    };
+    Ok(Box::new(Locked::new(pool, tree)))
+}
+
+/// One of the three radix trees (serial; wrapped in [`Locked`], the
+/// tree-wide reader-writer lock the paper used inside Memcached).
+pub struct RadixTree {
+    pool: Arc<Pool>,
+    flavor: Flavor,
+    span: Span,
+    /// The superblock.
+    sb: u64,
+    /// Keys in the tree (counted at open, kept in DRAM).
+    count: u64,
+}
+
+/// Counts the distinct cache lines of the words a search reads.
+struct Lines(Vec<u64>);
+
+impl Lines {
+    fn read(&mut self, off: u64) {
+        let l = off / CACHE_LINE;
+        if !self.0.contains(&l) {
+            self.0.push(l);
+        }
+    }
+    fn report(self, pool: &Pool) {
+        for l in self.0 {
+            pool.touch(l * CACHE_LINE, 1);
+        }
+    }
+}
+
+impl RadixTree {
+    /// Makes an empty tree in a new pool.
+    pub fn create(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
+        let sb = superblock::create(&pool, flavor as u8)?;
+        Ok(RadixTree {
+            span: flavor.span(),
+            pool,
+            flavor,
+            sb,
+            count: 0,
+        })
+    }
+
+    /// Opens the tree and runs recovery (see the module doc).
+    pub fn open(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
+        let sb = superblock::open(&pool, flavor as u8, flavor.name())?;
+        let mut t = RadixTree {
+            span: flavor.span(),
+            pool,
+            flavor,
+            sb,
+            count: 0,
+        };
+        t.recover()?;
+        Ok(t)
+    }
+
+    fn root_slot(&self) -> u64 {
+        self.sb + superblock::ROOT
+    }
+
+    fn pending_slot(&self) -> u64 {
+        self.sb + superblock::PENDING
+    }
+
+    /// The units of `node`'s compressed path (positions `d .. branch`):
+    /// from the header when it is reached at its own depth and the path fits
+    /// in it, else from a leaf under the node (optimistic compression).
+    fn path_units(&self, node: u64, h: &Header, d: usize) -> Result<Vec<u8>> {
+        let b = h.branch();
+        if b < d {
+            return Err(Error::corrupt(node, "radix: node branches above its depth"));
+        }
+        if h.depth == d && h.plen <= Header::cap(self.span) {
+            return Ok((0..h.plen).map(|i| h.unit(self.span, i)).collect());
+        }
+        let key = leaf::key_vec(&self.pool, self.any_leaf(node)?)?;
+        if self.span.len(&key) < b {
+            return Err(Error::corrupt(node, "radix: leaf shorter than its node's path"));
+        }
+        Ok(self.span.units(&key, d, b))
+    }
+
+    /// Some leaf under `ptr` (the leftmost).
+    fn any_leaf(&self, mut ptr: u64) -> Result<u64> {
+        for _ in 0..=header::MAX_POS {
+            let k = nodes::kind(&self.pool, ptr)?;
+            if k == Kind::Leaf {
+                return Ok(ptr);
+            }
+            let end = self.pool.load_u64(ptr + END)?;
+            ptr = if end != 0 {
+                end
+            } else {
+                nodes::entries(&self.pool, ptr, k)?
+                    .into_iter()
+                    .find(|e| e.ptr != 0)
+                    .ok_or_else(|| Error::corrupt(ptr, "radix: node without children"))?
+                    .ptr
+            };
+        }
+        Err(Error::corrupt(ptr, "radix: tree deeper than any key"))
+    }
+
+    /// The leaf holding `key`, if any. Reports the PM lines it reads.
+    fn lookup(&self, key: &[u8]) -> Result<Option<(u64, LeafWord)>> {
+        let span = self.span;
+        let klen = span.len(key);
+        let mut lines = Lines(Vec::with_capacity(16));
+        let mut slot = self.root_slot();
+        let mut d = 0;
+        let found = loop {
+            lines.read(slot);
+            let p = self.pool.load_u64(slot)?;
+            if p == 0 {
+                break None;
+            }
+            lines.read(p);
+            let w = self.pool.load_u64(p)?;
+            let kind = Kind::of(p, w)?;
+            if kind == Kind::Leaf {
+                let lw = LeafWord::decode(p, w)?;
+                // SAFETY: `&self` is held under the tree lock: no writer runs.
+                let k = unsafe { leaf::key(&self.pool, p, lw)? };
+                break (k == key).then_some((p, lw));
+            }
+            let h = Header::decode(w);
+            let b = h.branch();
+            if b < d {
+                return Err(Error::corrupt(p, "radix: node branches above its depth"));
+            }
+            // Pessimistic part of the path: compare the stored units (only
+            // when the node is reached at its own depth; otherwise a crash
+            // split left it, and the leaf comparison decides).
+            if h.depth == d {
+                for i in 0..h.stored(span) {
+                    if d + i >= klen || span.unit(key, d + i) != h.unit(span, i) {
+                        return Ok(None);
+                    }
+                }
+            }
+            if klen < b {
+                break None;
+            }
+            if klen == b {
+                slot = p + END;
+                continue;
+            }
+            let u = span.unit(key, b);
+            match kind {
+                Kind::N4 => lines.read(p + nodes::n4::KEYS),
+                Kind::N16 => {
+                    lines.read(p + nodes::n16::KEYS);
+                    lines.read(p + nodes::n16::KEYS + 8);
+                }
+                Kind::N48 => lines.read(p + nodes::n48::INDEX + u64::from(u)),
+                _ => {}
+            }
+            match nodes::find(&self.pool, p, kind, u)? {
+                Some(s) => {
+                    slot = s;
+                    d = b + 1;
+                }
+                None => break None,
+            }
+        };
+        lines.report(&self.pool);
+        Ok(found)
+    }
+
+    /// In-order walk of the subtree at `ptr` (reached at depth `d`, with
+    /// `path` the units above it), pruned by the bounds; returns false once
+    /// the scan should stop.
+    fn scan_rec(
+        &self,
+        ptr: u64,
+        d: usize,
+        path: &mut Vec<u8>,
+        b: &ScanBounds<'_>,
+        f: &mut ScanFn<'_>,
+    ) -> Result<bool> {
+        let kind = nodes::kind(&self.pool, ptr)?;
+        if kind == Kind::Leaf {
+            let lw = leaf::word(&self.pool, ptr)?;
+            // SAFETY: `&self` is held under the tree lock: no writer runs.
+            let k = unsafe { leaf::key(&self.pool, ptr, lw)? };
+            if !b.above_lo(k) {
+                return Ok(true);
+            }
+            if !b.below_hi(k) {
+                return Ok(false);
+            }
+            // SAFETY: as above.
+            let v = unsafe { leaf::value(&self.pool, ptr, lw)? };
+            return Ok(f(k, v));
+        }
+        let h = Header::decode(self.pool.load_u64(ptr)?);
+        let units = self.path_units(ptr, &h, d)?;
+        path.truncate(d);
+        path.extend_from_slice(&units);
+        if b.subtree_below_lo(path) {
+            return Ok(true);
+        }
+        if b.subtree_above_hi(path) {
+            return Ok(false);
+        }
+        let br = h.branch();
+        let end = self.pool.load_u64(ptr + END)?;
+        if end != 0 && !self.scan_rec(end, br, path, b, f)? {
+            return Ok(false);
+        }
+        for e in nodes::entries(&self.pool, ptr, kind)? {
+            if e.ptr == 0 {
+                continue;
+            }
+            path.truncate(br);
+            path.push(e.unit);
+            if b.subtree_below_lo(path) {
+                continue;
+            }
+            if b.subtree_above_hi(path) {
+                return Ok(false);
+            }
+            if !self.scan_rec(e.ptr, br + 1, path, b, f)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Scan bounds, as keys and as unit sequences (for pruning subtrees).
+struct ScanBounds<'a> {
+    lo: Bound<&'a [u8]>,
+    hi: Bound<&'a [u8]>,
+    lo_units: Option<Vec<u8>>,
+    hi_units: Option<Vec<u8>>,
+}
+
+/// Compares the first `min(len)` units: Less means every key extending `p`
+/// sorts before `k`, Greater after it.
+fn cmp_prefix(p: &[u8], k: &[u8]) -> std::cmp::Ordering {
+    let m = p.len().min(k.len());
+    p[..m].cmp(&k[..m])
+}
+
+impl ScanBounds<'_> {
+    fn above_lo(&self, k: &[u8]) -> bool {
+        match self.lo {
+            Bound::Included(l) => k >= l,
+            Bound::Excluded(l) => k > l,
+            Bound::Unbounded => true,
+        }
+    }
+    fn below_hi(&self, k: &[u8]) -> bool {
+        match self.hi {
+            Bound::Included(h) => k <= h,
+            Bound::Excluded(h) => k < h,
+            Bound::Unbounded => true,
+        }
+    }
+    fn subtree_below_lo(&self, p: &[u8]) -> bool {
+        self.lo_units
+            .as_ref()
+            .is_some_and(|l| cmp_prefix(p, l).is_lt())
+    }
+    fn subtree_above_hi(&self, p: &[u8]) -> bool {
+        self.hi_units
+            .as_ref()
+            .is_some_and(|h| cmp_prefix(p, h).is_gt())
+    }
+}
+
+impl SerialEngine for RadixTree {
+    fn name(&self) -> &'static str {
+        self.flavor.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ordered_scan: true,
+            concurrent: false,
+            max_key_len: MAX_KEY_LEN,
+            max_value_len: MAX_VALUE_LEN,
+        }
+    }
+
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        match self.lookup(key)? {
+            Some((p, lw)) => {
+                // SAFETY: `&self` is held under the tree lock: no writer runs.
+                f(unsafe { leaf::value(&self.pool, p, lw)? });
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        self.put_impl(key, value, mode)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        self.delete_impl(key)
+    }
+
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        let root = self.pool.load_u64(self.root_slot())?;
+        if root == 0 {
+            return Ok(());
+        }
+        let units = |b: Bound<&[u8]>| match b {
+            Bound::Included(k) | Bound::Excluded(k) => Some(self.span.all(k)),
+            Bound::Unbounded => None,
+        };
+        let b = ScanBounds {
+            lo,
+            hi,
+            lo_units: units(lo),
+            hi_units: units(hi),
+        };
+        self.scan_rec(root, 0, &mut Vec::new(), &b, f)?;
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.count
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        self.check_impl()
+    }
+
+    fn dram_bytes(&self) -> u64 {
+        std::mem::size_of::<Self>() as u64
+    }
+}

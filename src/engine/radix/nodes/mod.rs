@@ -1,0 +1,208 @@
+//! Inner nodes. Every node starts with the same two words:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | header ([`super::header`]): kind, depth, prefix length, prefix |
+//! | 8 | 8 | `end`: the leaf whose key ends at this node's branch position, or null |
+//!
+//! then a body per kind: [`w16`] (WORT, 16 children indexed by a nibble),
+//! and the four ART kinds [`n4`], [`n16`], [`n48`], [`n256`].
+//!
+//! **Keys that are prefixes of other keys.** A key whose last unit is just
+//! before a node's branch position has nowhere to go among the children; it
+//! lives in the node's `end` slot (a "value at inner node" slot, like a 17th
+//! or 257th child that sorts before all others). Its commit is one 8-byte
+//! store, as for a WORT child: `activate` into `end`, `free` of `end`.
+//!
+//! **Ownership.** A node owns every non-null pointer in its pointer array,
+//! visible or not. WOART's protocols write a pointer before the word that
+//! makes it visible (insert) and hide it before freeing it (delete); a crash
+//! between leaves an allocated block in an invisible slot (an *orphan*).
+//! Recovery frees orphans at open; between operations there are none, and
+//! `check` refuses them.
+
+pub mod n16;
+pub mod n256;
+pub mod n4;
+pub mod n48;
+pub mod w16;
+
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// Offset of the header word.
+pub const HDR: u64 = 0;
+/// Offset of the `end` slot.
+pub const END: u64 = 8;
+/// Offset of the kind-specific body.
+pub const BODY: u64 = 16;
+
+/// What a block is (low 4 bits of its first word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A leaf ([`super::leaf`]).
+    Leaf = 1,
+    /// WORT node: 16 children indexed by a nibble.
+    W16 = 2,
+    /// ART NODE4.
+    N4 = 3,
+    /// ART NODE16.
+    N16 = 4,
+    /// ART NODE48.
+    N48 = 5,
+    /// ART NODE256.
+    N256 = 6,
+}
+
+impl Kind {
+    /// Decodes the kind bits of a block's first word.
+    pub fn of(off: u64, w: u64) -> Result<Kind> {
+        Ok(match w & 0xF {
+            1 => Kind::Leaf,
+            2 => Kind::W16,
+            3 => Kind::N4,
+            4 => Kind::N16,
+            5 => Kind::N48,
+            6 => Kind::N256,
+            k => return Err(Error::corrupt(off, format!("radix: unknown block kind {k}"))),
+        })
+    }
+
+    /// Bytes of a node of this kind.
+    pub fn size(self) -> u64 {
+        match self {
+            Kind::Leaf => 0,
+            Kind::W16 => w16::SIZE,
+            Kind::N4 => n4::SIZE,
+            Kind::N16 => n16::SIZE,
+            Kind::N48 => n48::SIZE,
+            Kind::N256 => n256::SIZE,
+        }
+    }
+
+    /// Children a node of this kind holds.
+    pub fn capacity(self) -> usize {
+        match self {
+            Kind::Leaf => 0,
+            Kind::W16 => 16,
+            Kind::N4 => 4,
+            Kind::N16 => 16,
+            Kind::N48 => 48,
+            Kind::N256 => 256,
+        }
+    }
+
+    /// The next larger ART kind.
+    pub fn grown(self) -> Kind {
+        match self {
+            Kind::N4 => Kind::N16,
+            Kind::N16 => Kind::N48,
+            _ => Kind::N256,
+        }
+    }
+
+    /// The ART kind a node shrinks to when it holds `n` children after a
+    /// delete (the thresholds of ART's reference code: 3, 12, 37), if any.
+    pub fn shrunk(self, n: usize) -> Option<Kind> {
+        match self {
+            Kind::N16 if n <= 3 => Some(Kind::N4),
+            Kind::N48 if n <= 12 => Some(Kind::N16),
+            Kind::N256 if n <= 37 => Some(Kind::N48),
+            _ => None,
+        }
+    }
+
+    /// The smallest ART kind that holds `n` children.
+    pub fn art_for(n: usize) -> Kind {
+        match n {
+            0..=4 => Kind::N4,
+            5..=16 => Kind::N16,
+            17..=48 => Kind::N48,
+            _ => Kind::N256,
+        }
+    }
+}
+
+/// A visible child of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Its unit (partial key).
+    pub unit: u8,
+    /// The 8-byte slot holding its pointer.
+    pub slot: u64,
+    /// The pointer (null only for ART+CoW's deleted-but-listed entries).
+    pub ptr: u64,
+}
+
+/// The kind of the block at `off` (reads its first word).
+pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
+    pool.touch(off, 8);
+    Kind::of(off, pool.load_u64(off)?)
+}
+
+/// The slot of child `unit`, if the node lists it (its pointer may be null:
+/// an empty WORT or NODE256 slot, or an ART+CoW entry deleted in place).
+pub fn find(pool: &Pool, node: u64, kind: Kind, unit: u8) -> Result<Option<u64>> {
+    match kind {
+        Kind::W16 => Ok(Some(w16::slot(node, unit))),
+        Kind::N4 => n4::find(pool, node, unit),
+        Kind::N16 => n16::find(pool, node, unit),
+        Kind::N48 => n48::find(pool, node, unit),
+        Kind::N256 => Ok(Some(n256::slot(node, unit))),
+        Kind::Leaf => Err(Error::corrupt(node, "radix: leaf used as a node")),
+    }
+}
+
+/// Visible children in unit order (WORT and NODE256: non-null slots only).
+pub fn entries(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<Entry>> {
+    pool.touch(node, kind.size());
+    match kind {
+        Kind::W16 => w16::entries(pool, node),
+        Kind::N4 => n4::entries(pool, node),
+        Kind::N16 => n16::entries(pool, node),
+        Kind::N48 => n48::entries(pool, node),
+        Kind::N256 => n256::entries(pool, node),
+        Kind::Leaf => Err(Error::corrupt(node, "radix: leaf used as a node")),
+    }
+}
+
+/// Slots holding a non-null pointer that the node does not list (orphans).
+pub fn orphans(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<u64>> {
+    match kind {
+        Kind::N4 => n4::orphans(pool, node),
+        Kind::N16 => n16::orphans(pool, node),
+        Kind::N48 => n48::orphans(pool, node),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// The bytes of a fresh node: `hdr` (its kind bits must be `kind`), `end`,
+/// and `children` (unit, pointer) in unit order, all visible.
+pub fn image(kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)]) -> Vec<u8> {
+    debug_assert_eq!(hdr & 0xF, kind as u64);
+    debug_assert!(children.len() <= kind.capacity());
+    debug_assert!(children.windows(2).all(|w| w[0].0 < w[1].0));
+    let mut b = vec![0u8; kind.size() as usize];
+    b[0..8].copy_from_slice(&hdr.to_le_bytes());
+    b[8..16].copy_from_slice(&end.to_le_bytes());
+    let body = &mut b[BODY as usize..];
+    match kind {
+        Kind::W16 => w16::fill(body, children),
+        Kind::N4 => n4::fill(body, children),
+        Kind::N16 => n16::fill(body, children),
+        Kind::N48 => n48::fill(body, children),
+        Kind::N256 => n256::fill(body, children),
+        Kind::Leaf => unreachable!("leaves are not nodes"),
+    }
+    b
+}
+
+/// Sets byte `i` of the 8-byte word `w` (little-endian) to `v`.
+pub(crate) fn with_byte(w: u64, i: usize, v: u8) -> u64 {
+    (w & !(0xFFu64 << (8 * i))) | u64::from(v) << (8 * i)
+}
+
+/// Byte `i` of the 8-byte word `w`.
+pub(crate) fn byte(w: u64, i: usize) -> u8 {
+    (w >> (8 * i)) as u8
+}

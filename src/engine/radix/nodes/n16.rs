@@ -1,0 +1,121 @@
+//! WOART NODE16 (§3.5, Algorithm 4): append-only parallel arrays of
+//! partial keys and pointers, and a 16-bit bitmap of valid entries, which
+//! is the commit point. Keys are not sorted.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | header |
+//! | 8 | 8 | `end` |
+//! | 16 | 8 | `bitmap` (bits 0..16: entry `i` valid) |
+//! | 24 | 16 | `keys[16]` |
+//! | 40 | 128 | `ptr[16]` |
+//!
+//! # Persist order
+//! - **add** (Algorithm 4): take the first clear bit `i`; store the 8-byte
+//!   word holding `keys[i]`, flush it; `activate` the child into `ptr[i]`
+//!   (its first fence orders the key's flush); store `bitmap | 1 << i`,
+//!   flush, **fence** (commit). 4 fences.
+//! - **remove**: store `bitmap & !(1 << i)`, flush, **fence** (commit);
+//!   `free(ptr[i])`. A crash between leaves an orphan, freed at open.
+
+use super::{byte, with_byte, Entry, BODY};
+use crate::error::{Error, Result};
+use crate::pm::{Pool, Reservation};
+
+/// Offset of the bitmap.
+pub const BITMAP: u64 = BODY;
+/// Offset of `keys[0]`.
+pub const KEYS: u64 = BODY + 8;
+/// Offset of `ptr[0]`.
+pub const PTRS: u64 = KEYS + 16;
+/// Node size (a 256-byte block).
+pub const SIZE: u64 = PTRS + 16 * 8;
+const _: () = assert!(SIZE == 168);
+
+fn ptr_slot(node: u64, i: usize) -> u64 {
+    node + PTRS + 8 * i as u64
+}
+
+/// (key, index) of the valid entries, in key order.
+fn valid(pool: &Pool, node: u64) -> Result<Vec<(u8, usize)>> {
+    let bitmap = pool.load_u64(node + BITMAP)? & 0xFFFF;
+    let k0 = pool.load_u64(node + KEYS)?;
+    let k1 = pool.load_u64(node + KEYS + 8)?;
+    let mut out: Vec<(u8, usize)> = (0..16)
+        .filter(|i| bitmap & (1 << i) != 0)
+        .map(|i| (if i < 8 { byte(k0, i) } else { byte(k1, i - 8) }, i))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
+    Ok(valid(pool, node)?
+        .into_iter()
+        .find(|&(k, _)| k == unit)
+        .map(|(_, i)| ptr_slot(node, i)))
+}
+
+pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
+    valid(pool, node)?
+        .into_iter()
+        .map(|(k, i)| {
+            let slot = ptr_slot(node, i);
+            Ok(Entry {
+                unit: k,
+                slot,
+                ptr: pool.load_u64(slot)?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn orphans(pool: &Pool, node: u64) -> Result<Vec<u64>> {
+    let bitmap = pool.load_u64(node + BITMAP)?;
+    let mut out = Vec::new();
+    for i in 0..16 {
+        if bitmap & (1 << i) == 0 && pool.load_u64(ptr_slot(node, i))? != 0 {
+            out.push(ptr_slot(node, i));
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
+    let bitmap: u64 = (1u64 << children.len()) - 1;
+    body[0..8].copy_from_slice(&bitmap.to_le_bytes());
+    for (i, &(u, p)) in children.iter().enumerate() {
+        body[8 + i] = u;
+        let o = 24 + 8 * i;
+        body[o..o + 8].copy_from_slice(&p.to_le_bytes());
+    }
+}
+
+/// Algorithm 4 (see the module's persist order). The node must not be full
+/// and must not list `unit`.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
+    let bitmap = pool.load_u64(node + BITMAP)?;
+    let i = (!bitmap & 0xFFFF).trailing_zeros() as usize;
+    if i >= 16 {
+        return Err(Error::corrupt(node, "radix: add to a full NODE16"));
+    }
+    let kw = node + KEYS + 8 * (i as u64 / 8);
+    pool.store_u64(kw, with_byte(pool.load_u64(kw)?, i % 8, unit))?;
+    pool.flush(kw, 8);
+    pool.activate(child, ptr_slot(node, i))?; // F1 orders the key's flush
+    pool.store_u64(node + BITMAP, bitmap | 1 << i)?; // commit point of the insert
+    pool.persist(node + BITMAP, 8);
+    Ok(())
+}
+
+/// Removes `unit` (see the module's persist order).
+pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
+    let (_, i) = valid(pool, node)?
+        .into_iter()
+        .find(|&(k, _)| k == unit)
+        .ok_or_else(|| Error::corrupt(node, "radix: NODE16 remove of a missing key"))?;
+    let bitmap = pool.load_u64(node + BITMAP)?;
+    pool.store_u64(node + BITMAP, bitmap & !(1 << i))?; // commit point of the delete
+    pool.persist(node + BITMAP, 8);
+    pool.free(ptr_slot(node, i))
+}

@@ -1,0 +1,42 @@
+//! ART NODE256, as in WORT (§3.5 "NODE256 ... we simply make use of WORT").
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | header |
+//! | 8 | 8 | `end` |
+//! | 16 | 2048 | `children[256]` |
+//!
+//! Insert: `activate` into the null slot (commit: the slot store). Delete:
+//! `free` the slot.
+
+use super::{Entry, BODY};
+use crate::error::Result;
+use crate::pm::Pool;
+
+/// Node size (a 4 KiB block).
+pub const SIZE: u64 = BODY + 256 * 8;
+const _: () = assert!(SIZE == 2064);
+
+/// Slot of child `unit`.
+pub fn slot(node: u64, unit: u8) -> u64 {
+    node + BODY + 8 * u64::from(unit)
+}
+
+pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for u in 0..=255u8 {
+        let s = slot(node, u);
+        let ptr = pool.load_u64(s)?;
+        if ptr != 0 {
+            out.push(Entry { unit: u, slot: s, ptr });
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
+    for &(u, p) in children {
+        let o = 8 * usize::from(u);
+        body[o..o + 8].copy_from_slice(&p.to_le_bytes());
+    }
+}

@@ -1,0 +1,155 @@
+//! WOART NODE4 (§3.5, Fig. 5, Algorithm 3): partial keys and a slot array
+//! packed into one 8-byte word, which is the commit point.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | header |
+//! | 8 | 8 | `end` |
+//! | 16 | 8 | `keys`: bytes 0..4 = partial keys in order; bytes 4..8 = slot array: pointer index + 1 of each key, 0 after the last |
+//! | 24 | 32 | `ptr[4]` |
+//!
+//! The entries are the leading non-zero slot bytes; `keys[i]` goes with
+//! `ptr[slot[i] - 1]`. The node is one 64-byte line.
+//!
+//! # Persist order
+//! - **add** (Algorithm 3): pick a pointer index no slot byte names;
+//!   `activate` the child into `ptr[idx]` (its first fence orders the
+//!   child's flush, its last makes `ptr[idx]` durable); store the new `keys`
+//!   word with the key inserted in order; flush; **fence**. The `keys` store
+//!   is the commit point. 4 fences.
+//! - **remove**: store `keys` without the entry; flush; **fence** (commit);
+//!   then `free(ptr[idx])` (3 fences). A crash between leaves an orphan,
+//!   freed at open.
+
+use super::{byte, with_byte, Entry, BODY};
+use crate::error::{Error, Result};
+use crate::pm::{Pool, Reservation};
+
+/// Offset of the packed keys/slots word.
+pub const KEYS: u64 = BODY;
+/// Offset of `ptr[0]`.
+pub const PTRS: u64 = BODY + 8;
+/// Node size (one 64-byte line).
+pub const SIZE: u64 = PTRS + 4 * 8;
+const _: () = assert!(SIZE == 56 && SIZE <= 64);
+
+/// Entries of a packed word: (key, pointer index) in key order.
+pub fn decode(w: u64) -> Vec<(u8, usize)> {
+    (0..4)
+        .map_while(|i| {
+            let s = byte(w, 4 + i);
+            (s != 0).then(|| (byte(w, i), usize::from(s - 1)))
+        })
+        .collect()
+}
+
+/// The packed word of entries (key, pointer index), which must be in key order.
+pub fn encode(entries: &[(u8, usize)]) -> u64 {
+    let mut w = 0;
+    for (i, &(k, p)) in entries.iter().enumerate() {
+        w = with_byte(w, i, k);
+        w = with_byte(w, 4 + i, p as u8 + 1);
+    }
+    w
+}
+
+fn ptr_slot(node: u64, idx: usize) -> u64 {
+    node + PTRS + 8 * idx as u64
+}
+
+pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
+    let w = pool.load_u64(node + KEYS)?;
+    Ok(decode(w)
+        .into_iter()
+        .find(|&(k, _)| k == unit)
+        .map(|(_, p)| ptr_slot(node, p)))
+}
+
+pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
+    let w = pool.load_u64(node + KEYS)?;
+    decode(w)
+        .into_iter()
+        .map(|(k, p)| {
+            let slot = ptr_slot(node, p);
+            Ok(Entry {
+                unit: k,
+                slot,
+                ptr: pool.load_u64(slot)?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn orphans(pool: &Pool, node: u64) -> Result<Vec<u64>> {
+    let used: Vec<usize> = decode(pool.load_u64(node + KEYS)?)
+        .into_iter()
+        .map(|e| e.1)
+        .collect();
+    let mut out = Vec::new();
+    for i in 0..4 {
+        if !used.contains(&i) && pool.load_u64(ptr_slot(node, i))? != 0 {
+            out.push(ptr_slot(node, i));
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
+    let e: Vec<(u8, usize)> = children
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.0, i))
+        .collect();
+    body[0..8].copy_from_slice(&encode(&e).to_le_bytes());
+    for (i, &(_, p)) in children.iter().enumerate() {
+        body[8 + 8 * i..16 + 8 * i].copy_from_slice(&p.to_le_bytes());
+    }
+}
+
+/// Algorithm 3 (see the module's persist order). The node must not be full
+/// and must not list `unit`. `commit_first` is a fault-injection switch: the
+/// `keys` word is stored before the child is activated.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation, commit_first: bool) -> Result<()> {
+    let mut e = decode(pool.load_u64(node + KEYS)?);
+    if e.len() >= 4 {
+        return Err(Error::corrupt(node, "radix: add to a full NODE4"));
+    }
+    let idx = (0..4)
+        .find(|i| !e.iter().any(|x| x.1 == *i))
+        .expect("a NODE4 with < 4 entries has a free pointer");
+    let pos = e.partition_point(|x| x.0 < unit);
+    e.insert(pos, (unit, idx));
+    let slot = ptr_slot(node, idx);
+    if commit_first {
+        pool.store_u64(node + KEYS, encode(&e))?;
+    }
+    pool.activate(child, slot)?; // commits the child's allocation: ptr[idx] = child
+    pool.store_u64(node + KEYS, encode(&e))?; // commit point of the insert
+    pool.persist(node + KEYS, 8);
+    Ok(())
+}
+
+/// Removes `unit` (see the module's persist order).
+pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
+    let mut e = decode(pool.load_u64(node + KEYS)?);
+    let pos = e
+        .iter()
+        .position(|x| x.0 == unit)
+        .ok_or_else(|| Error::corrupt(node, "radix: NODE4 remove of a missing key"))?;
+    let (_, idx) = e.remove(pos);
+    pool.store_u64(node + KEYS, encode(&e))?; // commit point of the delete
+    pool.persist(node + KEYS, 8);
+    pool.free(ptr_slot(node, idx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_word_round_trip() {
+        let e = vec![(3, 2), (9, 0), (200, 3)];
+        assert_eq!(decode(encode(&e)), e);
+        assert!(decode(0).is_empty());
+    }
+}

@@ -1,0 +1,44 @@
+//! WORT node (§3.4): 16 child pointers indexed by a nibble.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | header |
+//! | 8 | 8 | `end` |
+//! | 16 | 128 | `children[16]` |
+//!
+//! Insert of a child: `activate` the leaf into its (null) slot; the slot
+//! store is the commit point. Delete: `free` the slot (frees and nulls in
+//! one failure-atomic step).
+
+use super::{Entry, BODY};
+use crate::error::Result;
+use crate::pm::Pool;
+
+/// Node size (a 256-byte block).
+pub const SIZE: u64 = BODY + 16 * 8;
+const _: () = assert!(SIZE == 144);
+
+/// Slot of child `unit`.
+pub fn slot(node: u64, unit: u8) -> u64 {
+    debug_assert!(unit < 16);
+    node + BODY + 8 * u64::from(unit)
+}
+
+pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for u in 0..16u8 {
+        let s = slot(node, u);
+        let ptr = pool.load_u64(s)?;
+        if ptr != 0 {
+            out.push(Entry { unit: u, slot: s, ptr });
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
+    for &(u, p) in children {
+        let o = 8 * usize::from(u);
+        body[o..o + 8].copy_from_slice(&p.to_le_bytes());
+    }
+}

@@ -1,0 +1,71 @@
+//! The superblock: one 64-byte block that root slot 0 of the pool points to.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | `magic`: [`MAGIC`] |
+//! | 8 | 8 | `flavor` (bits 0..8: 1 wort, 2 woart, 3 art-cow), format version (bits 8..16) |
+//! | 16 | 8 | `root`: the tree's root (a leaf, a node or null); an activation slot |
+//! | 24 | 8 | `pending`: ART+CoW's pending block (see `radix/mod.rs`); null otherwise |
+//!
+//! Each pool holds one engine (its id is in the pool header), so the radix
+//! engines use root slot 0 as the other engines do.
+
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// `"PMRADIX\0"`, little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"PMRADIX\0");
+/// Format version of the radix trees' layout.
+pub const VERSION: u64 = 1;
+/// Block size.
+pub const SIZE: u64 = 64;
+/// Offset of the root slot.
+pub const ROOT: u64 = 16;
+/// Offset of the pending slot.
+pub const PENDING: u64 = 24;
+
+const _: () = assert!(PENDING + 8 <= SIZE);
+
+/// Makes the superblock and publishes it in root slot 0. Persist order:
+/// write magic, flavor, null root and pending; flush; `activate` into root
+/// slot 0 (its first fence orders the flush).
+pub fn create(pool: &Pool, flavor: u8) -> Result<u64> {
+    let r = pool.reserve(SIZE)?;
+    let sb = r.offset();
+    let mut buf = [0u8; SIZE as usize];
+    buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    buf[8..16].copy_from_slice(&(u64::from(flavor) | VERSION << 8).to_le_bytes());
+    // SAFETY: reserved by us and not yet published.
+    unsafe { pool.write_bytes(sb, &buf)? };
+    pool.flush(sb, SIZE);
+    pool.activate(r, pool.root_slot(0)?)?;
+    Ok(sb)
+}
+
+/// Finds the superblock (making it if creation crashed before publishing
+/// it) and checks it.
+pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<u64> {
+    let slot = pool.root_slot(0)?;
+    let sb = pool.load_u64(slot)?;
+    if sb == 0 {
+        return create(pool, flavor);
+    }
+    if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
+        return Err(Error::corrupt(
+            sb,
+            format!("{name}: root slot 0 does not point to a radix superblock"),
+        ));
+    }
+    let f = pool.load_u64(sb + 8)?;
+    if f & 0xFF != u64::from(flavor) || f >> 8 != VERSION {
+        return Err(Error::corrupt(
+            sb + 8,
+            format!(
+                "{name}: superblock says flavor {} version {}, expected {flavor} version {VERSION}",
+                f & 0xFF,
+                f >> 8
+            ),
+        ));
+    }
+    Ok(sb)
+}
