@@ -58,7 +58,27 @@ fn hart_commit_before_slot_is_caught() {
 }
 
 #[test]
+fn wort_missing_leaf_flush_is_caught() {
+    must_catch(Fault::WortSkipLeafFlush, "wort");
+}
+
+#[test]
+fn wort_torn_split_header_is_caught() {
+    must_catch(Fault::WortTornHeader, "wort");
+}
+
+#[test]
+fn woart_node4_commit_before_child_is_caught() {
+    must_catch(Fault::WoartNode4CommitFirst, "woart");
+}
+
+#[test]
+fn art_cow_missing_copy_flush_is_caught() {
+    must_catch(Fault::ArtCowSkipCopyFlush, "art-cow");
+}
+
+#[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 6);
+    assert_eq!(Fault::ALL.len(), 10);
 }

@@ -38,7 +38,7 @@ const PREFIX_SHIFT: u32 = 24;
 const PREFIX_BITS: u32 = 40;
 
 const _: () = assert!(PREFIX_SHIFT + PREFIX_BITS == 64);
-const _: () = assert!(MAX_POS >= 2 * crate::engine::MAX_KEY_LEN + 1);
+const _: () = assert!(MAX_POS > 2 * crate::engine::MAX_KEY_LEN);
 
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,8 +124,8 @@ mod tests {
             let d = Header::decode(h.encode());
             assert_eq!(d, h);
             assert_eq!(d.branch(), 29);
-            for i in 0..d.stored(span) {
-                assert_eq!(d.unit(span, i), units[i]);
+            for (i, &u) in units.iter().enumerate().take(d.stored(span)) {
+                assert_eq!(d.unit(span, i), u);
             }
         }
         assert_eq!(Header::cap(Span::Nibble), 10);

@@ -94,7 +94,7 @@ pub fn word(pool: &Pool, leaf: u64) -> Result<LeafWord> {
 /// # Safety
 /// No writer may change or free the leaf while the slice lives (the tree's
 /// lock guarantees it; leaves are never written after publication).
-pub unsafe fn key<'p>(pool: &'p Pool, leaf: u64, w: LeafWord) -> Result<&'p [u8]> {
+pub unsafe fn key(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
     pool.touch(leaf + HEADER, w.key_len as u64);
     // SAFETY: forwarded from the caller.
     unsafe { pool.bytes(leaf + HEADER, w.key_len as u64) }
@@ -104,7 +104,7 @@ pub unsafe fn key<'p>(pool: &'p Pool, leaf: u64, w: LeafWord) -> Result<&'p [u8]
 ///
 /// # Safety
 /// As for [`key`].
-pub unsafe fn value<'p>(pool: &'p Pool, leaf: u64, w: LeafWord) -> Result<&'p [u8]> {
+pub unsafe fn value(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
     let off = leaf + HEADER + w.key_len as u64;
     pool.touch(off, w.value_len as u64);
     // SAFETY: forwarded from the caller.

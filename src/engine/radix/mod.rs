@@ -218,7 +218,10 @@ impl RadixTree {
         }
         let key = leaf::key_vec(&self.pool, self.any_leaf(node)?)?;
         if self.span.len(&key) < b {
-            return Err(Error::corrupt(node, "radix: leaf shorter than its node's path"));
+            return Err(Error::corrupt(
+                node,
+                "radix: leaf shorter than its node's path",
+            ));
         }
         Ok(self.span.units(&key, d, b))
     }

@@ -37,7 +37,7 @@ impl Span {
         match self {
             Span::Nibble => {
                 let b = key[i / 2];
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     b >> 4
                 } else {
                     b & 0x0F

@@ -65,7 +65,12 @@ impl RadixTree {
             .collect())
     }
 
-    pub(super) fn put_impl(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+    pub(super) fn put_impl(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        mode: PutMode,
+    ) -> Result<PutOutcome> {
         let span = self.span;
         let klen = span.len(key);
         let mut slot = self.root_slot();
@@ -226,9 +231,7 @@ impl RadixTree {
         value: &[u8],
     ) -> Result<()> {
         loop {
-            let full = || -> Result<bool> {
-                Ok(self.children(p, kind)?.len() >= kind.capacity())
-            };
+            let full = || -> Result<bool> { Ok(self.children(p, kind)?.len() >= kind.capacity()) };
             match (self.flavor, kind) {
                 (_, Kind::W16) | (_, Kind::N256) => {
                     let s = nodes::find(&self.pool, p, kind, u)?.expect("direct slot");
@@ -398,9 +401,17 @@ impl RadixTree {
             let ch = Header::decode(self.pool.load_u64(q)?);
             let lk = leaf::key_vec(&self.pool, self.any_leaf(q)?)?;
             if self.span.len(&lk) < ch.branch() {
-                return Err(Error::corrupt(q, "radix: leaf shorter than its node's path"));
+                return Err(Error::corrupt(
+                    q,
+                    "radix: leaf shorter than its node's path",
+                ));
             }
-            let merged = Header::new(ch.kind, self.span, nd, &self.span.units(&lk, nd, ch.branch()));
+            let merged = Header::new(
+                ch.kind,
+                self.span,
+                nd,
+                &self.span.units(&lk, nd, ch.branch()),
+            );
             let target = if self.flavor == Flavor::ArtCow {
                 // Persist order: copy with the merged header flushed;
                 // replace it into the node's slot for the child (frees the

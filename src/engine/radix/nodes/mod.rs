@@ -64,7 +64,12 @@ impl Kind {
             4 => Kind::N16,
             5 => Kind::N48,
             6 => Kind::N256,
-            k => return Err(Error::corrupt(off, format!("radix: unknown block kind {k}"))),
+            k => {
+                return Err(Error::corrupt(
+                    off,
+                    format!("radix: unknown block kind {k}"),
+                ))
+            }
         })
     }
 

@@ -28,7 +28,11 @@ pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
         let s = slot(node, u);
         let ptr = pool.load_u64(s)?;
         if ptr != 0 {
-            out.push(Entry { unit: u, slot: s, ptr });
+            out.push(Entry {
+                unit: u,
+                slot: s,
+                ptr,
+            });
         }
     }
     Ok(out)

@@ -95,11 +95,7 @@ pub(super) fn orphans(pool: &Pool, node: u64) -> Result<Vec<u64>> {
 }
 
 pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
-    let e: Vec<(u8, usize)> = children
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.0, i))
-        .collect();
+    let e: Vec<(u8, usize)> = children.iter().enumerate().map(|(i, c)| (c.0, i)).collect();
     body[0..8].copy_from_slice(&encode(&e).to_le_bytes());
     for (i, &(_, p)) in children.iter().enumerate() {
         body[8 + 8 * i..16 + 8 * i].copy_from_slice(&p.to_le_bytes());

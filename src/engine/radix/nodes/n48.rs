@@ -131,7 +131,10 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     let w = pool.load_u64(iw)?;
     let v = byte(w, usize::from(unit) % 8);
     if v == 0 || v > 48 {
-        return Err(Error::corrupt(node, "radix: NODE48 remove of a missing key"));
+        return Err(Error::corrupt(
+            node,
+            "radix: NODE48 remove of a missing key",
+        ));
     }
     pool.store_u64(iw, with_byte(w, usize::from(unit) % 8, 0))?; // commit point of the delete
     pool.persist(iw, 8);
