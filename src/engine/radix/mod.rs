@@ -53,6 +53,7 @@ pub mod superblock;
 mod write;
 
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{
@@ -153,6 +154,20 @@ pub struct RadixTree {
     count: u64,
 }
 
+/// Allocator steps (activate, replace, free, free_and_store) the radix
+/// trees have taken in this process: the `radix_shape` example uses it to
+/// split flushes per insert between the tree and the allocator.
+static ALLOC_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// Allocator steps taken by the radix trees so far (process-wide).
+pub fn allocator_steps() -> u64 {
+    ALLOC_STEPS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn count_step() {
+    ALLOC_STEPS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Counts the distinct cache lines of the words a search reads.
 struct Lines(Vec<u64>);
 
@@ -195,6 +210,54 @@ impl RadixTree {
         };
         t.recover()?;
         Ok(t)
+    }
+
+    /// `Pool::activate`, counted.
+    fn activate(&self, r: crate::pm::Reservation, slot: u64) -> Result<()> {
+        count_step();
+        self.pool.activate(r, slot)
+    }
+
+    /// `Pool::replace`, counted.
+    fn replace(&self, r: crate::pm::Reservation, slot: u64) -> Result<()> {
+        count_step();
+        self.pool.replace(r, slot)
+    }
+
+    /// `Pool::free`, counted.
+    fn free(&self, slot: u64) -> Result<()> {
+        count_step();
+        self.pool.free(slot)
+    }
+
+    /// `Pool::free_and_store`, counted.
+    fn free_and_store(&self, slot: u64, value: u64) -> Result<()> {
+        count_step();
+        self.pool.free_and_store(slot, value)
+    }
+
+    /// Average depth of the leaves (inner nodes above each leaf), and the
+    /// number of leaves: Table 1(d) of the paper.
+    pub fn leaf_depth(&self) -> Result<(f64, u64)> {
+        fn walk(t: &RadixTree, p: u64, depth: u64, acc: &mut (u64, u64)) -> Result<()> {
+            if p == 0 {
+                return Ok(());
+            }
+            let kind = nodes::kind(&t.pool, p)?;
+            if kind == Kind::Leaf {
+                acc.0 += depth;
+                acc.1 += 1;
+                return Ok(());
+            }
+            walk(t, t.pool.load_u64(p + END)?, depth + 1, acc)?;
+            for e in nodes::entries(&t.pool, p, kind)? {
+                walk(t, e.ptr, depth + 1, acc)?;
+            }
+            Ok(())
+        }
+        let mut acc = (0, 0);
+        walk(self, self.pool.load_u64(self.root_slot())?, 0, &mut acc)?;
+        Ok((acc.0 as f64 / acc.1.max(1) as f64, acc.1))
     }
 
     fn root_slot(&self) -> u64 {

@@ -43,7 +43,7 @@ impl RadixTree {
                 self.clear_pending_at_open()?;
             } else {
                 cases::record(Case::RadixPendingFreed);
-                self.pool.free(self.pending_slot())?;
+                self.free(self.pending_slot())?;
             }
         }
         let mut w = Walk {
@@ -187,7 +187,7 @@ impl RadixTree {
                 }
                 for s in orphans {
                     cases::record(Case::RadixOrphanFreed);
-                    self.pool.free(s)?;
+                    self.free(s)?;
                 }
             }
             let entries = nodes::entries(&self.pool, p, kind)?;

@@ -71,6 +71,38 @@ impl RadixTree {
         value: &[u8],
         mode: PutMode,
     ) -> Result<PutOutcome> {
+        // An insert that takes two steps (a split or an expansion, then the
+        // insert) reserves its leaf before the first, so that running out of
+        // space cannot stop it half way; a reservation left over after an
+        // error is given back.
+        let mut leaf = None;
+        let r = self.put_steps(key, value, mode, &mut leaf);
+        if let Some(l) = leaf.take() {
+            self.pool.cancel(l)?;
+        }
+        r
+    }
+
+    /// The leaf reserved in `leaf`, or a new one.
+    fn take_leaf(
+        &self,
+        leaf: &mut Option<Reservation>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Reservation> {
+        match leaf.take() {
+            Some(r) => Ok(r),
+            None => self.new_leaf(key, value),
+        }
+    }
+
+    fn put_steps(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        mode: PutMode,
+        leaf: &mut Option<Reservation>,
+    ) -> Result<PutOutcome> {
         let span = self.span;
         let klen = span.len(key);
         let mut slot = self.root_slot();
@@ -82,8 +114,8 @@ impl RadixTree {
                     return Ok(PutOutcome::Unchanged);
                 }
                 // Persist order: leaf flushed; activate (commit: slot = leaf).
-                let r = self.new_leaf(key, value)?;
-                self.pool.activate(r, slot)?;
+                let r = self.take_leaf(leaf, key, value)?;
+                self.activate(r, slot)?;
                 self.count += 1;
                 return Ok(PutOutcome::Inserted);
             }
@@ -98,11 +130,14 @@ impl RadixTree {
                     // Persist order: new leaf flushed; replace (commit:
                     // slot = new leaf; the old leaf is freed with it).
                     let r = self.new_leaf(key, value)?;
-                    self.pool.replace(r, slot)?;
+                    self.replace(r, slot)?;
                     return Ok(PutOutcome::Replaced);
                 }
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
+                }
+                if leaf.is_none() {
+                    *leaf = Some(self.new_leaf(key, value)?);
                 }
                 self.expand_leaf(slot, p, &lkey, key, d)?;
                 continue;
@@ -115,6 +150,9 @@ impl RadixTree {
             if let Some(i) = mismatch {
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
+                }
+                if leaf.is_none() {
+                    *leaf = Some(self.new_leaf(key, value)?);
                 }
                 self.split(slot, p, kind, &h, d, i, &prefix)?;
                 continue;
@@ -134,7 +172,7 @@ impl RadixTree {
             if mode == PutMode::Update {
                 return Ok(PutOutcome::Unchanged);
             }
-            self.add_child(slot, p, kind, u, key, value)?;
+            self.add_child(slot, p, kind, u, key, value, leaf)?;
             self.count += 1;
             return Ok(PutOutcome::Inserted);
         }
@@ -154,7 +192,7 @@ impl RadixTree {
         } else {
             self.new_node(kind, &h, 0, &[(span.unit(lkey, b), p)])?
         };
-        self.pool.activate(r, slot)
+        self.activate(r, slot)
     }
 
     /// Algorithm 1 (SplitCmp): the node `p` in `slot`, reached at depth `d`,
@@ -177,16 +215,23 @@ impl RadixTree {
         let node_h = Header::new(h.kind, span, d + i + 1, &prefix[i + 1..]);
         let small = self.flavor.small_kind();
         if self.flavor == Flavor::ArtCow {
-            // Persist order: copy with the new header flushed; activate it
-            // into `pending`; parent (holding the copy) flushed; replace
+            // Persist order: copy with the new header flushed, parent
+            // (holding the copy) flushed; activate the copy into `pending`;
+            // replace
             // into `slot` (commit; frees the old node); pending = 0, fence.
             let end = self.pool.load_u64(p + END)?;
             let ch = self.children(p, kind)?;
             let copy = self.new_node(kind, &node_h, end, &ch)?;
             let copy_off = copy.offset();
-            self.pool.activate(copy, self.pending_slot())?;
-            let parent = self.new_node(small, &parent_h, 0, &[(prefix[i], copy_off)])?;
-            self.pool.replace(parent, slot)?;
+            let parent = match self.new_node(small, &parent_h, 0, &[(prefix[i], copy_off)]) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.pool.cancel(copy)?;
+                    return Err(e);
+                }
+            };
+            self.activate(copy, self.pending_slot())?;
+            self.replace(parent, slot)?;
             return self.clear_pending();
         }
         // Persist order (Algorithm 1): new parent (holding the node) flushed;
@@ -208,7 +253,7 @@ impl RadixTree {
             self.pool.store_u64(p, word)?;
         }
         self.pool.flush(p, 8);
-        self.pool.activate(parent, slot)
+        self.activate(parent, slot)
     }
 
     /// Stores null into `pending` and makes it durable (before anything can
@@ -221,6 +266,7 @@ impl RadixTree {
 
     /// Adds a leaf for `key` as child `u` of node `p` (in `slot`), which
     /// does not have it; grows the node first if it is full.
+    #[allow(clippy::too_many_arguments)]
     fn add_child(
         &self,
         slot: u64,
@@ -229,20 +275,22 @@ impl RadixTree {
         u: u8,
         key: &[u8],
         value: &[u8],
+        leaf: &mut Option<Reservation>,
     ) -> Result<()> {
         loop {
             let full = || -> Result<bool> { Ok(self.children(p, kind)?.len() >= kind.capacity()) };
             match (self.flavor, kind) {
                 (_, Kind::W16) | (_, Kind::N256) => {
                     let s = nodes::find(&self.pool, p, kind, u)?.expect("direct slot");
-                    let r = self.new_leaf(key, value)?;
-                    return self.pool.activate(r, s);
+                    let r = self.take_leaf(leaf, key, value)?;
+                    return self.activate(r, s);
                 }
                 (Flavor::ArtCow, Kind::N4 | Kind::N16) => {
-                    return self.cow_add(slot, p, kind, u, key, value);
+                    let r = self.take_leaf(leaf, key, value)?;
+                    return self.cow_add(slot, p, kind, u, r);
                 }
                 (_, Kind::N4 | Kind::N16 | Kind::N48) if !full()? => {
-                    let r = self.new_leaf(key, value)?;
+                    let r = self.take_leaf(leaf, key, value)?;
                     return match kind {
                         Kind::N4 => n4::add(
                             &self.pool,
@@ -256,6 +304,9 @@ impl RadixTree {
                     };
                 }
                 (_, Kind::N4 | Kind::N16 | Kind::N48) => {
+                    if leaf.is_none() {
+                        *leaf = Some(self.new_leaf(key, value)?);
+                    }
                     self.resize(slot, p, kind, kind.grown())?;
                     p = self.pool.load_u64(slot)?;
                     kind = nodes::kind(&self.pool, p)?;
@@ -266,24 +317,13 @@ impl RadixTree {
     }
 
     /// ART+CoW insert into NODE4/NODE16 (a full one becomes the next kind).
-    /// Persist order: leaf flushed; `activate(leaf, pending)`; copy holding
-    /// the leaf flushed; `replace(copy, slot)` (commit; frees the old node);
+    /// Persist order: leaf flushed, copy holding the leaf flushed;
+    /// `activate(leaf, pending)`; `replace(copy, slot)` (commit; frees the old node);
     /// `pending = 0`, flushed, fenced.
-    fn cow_add(
-        &self,
-        slot: u64,
-        p: u64,
-        kind: Kind,
-        u: u8,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<()> {
+    fn cow_add(&self, slot: u64, p: u64, kind: Kind, u: u8, leaf: Reservation) -> Result<()> {
         let mut ch = self.children(p, kind)?;
-        let r = self.new_leaf(key, value)?;
-        let leaf_off = r.offset();
-        self.pool.activate(r, self.pending_slot())?;
         let pos = ch.partition_point(|c| c.0 < u);
-        ch.insert(pos, (u, leaf_off));
+        ch.insert(pos, (u, leaf.offset()));
         let new_kind = if ch.len() > kind.capacity() {
             kind.grown()
         } else {
@@ -291,8 +331,15 @@ impl RadixTree {
         };
         let h = Header::decode(self.pool.load_u64(p)?);
         let end = self.pool.load_u64(p + END)?;
-        let copy = self.new_node(new_kind, &h, end, &ch)?;
-        self.pool.replace(copy, slot)?;
+        let copy = match self.new_node(new_kind, &h, end, &ch) {
+            Ok(r) => r,
+            Err(e) => {
+                self.pool.cancel(leaf)?;
+                return Err(e);
+            }
+        };
+        self.activate(leaf, self.pending_slot())?;
+        self.replace(copy, slot)?;
         self.clear_pending()
     }
 
@@ -304,7 +351,7 @@ impl RadixTree {
         let end = self.pool.load_u64(p + END)?;
         let ch = self.children(p, kind)?;
         let copy = self.new_node(to, &h, end, &ch)?;
-        self.pool.replace(copy, slot)
+        self.replace(copy, slot)
     }
 
     pub(super) fn delete_impl(&mut self, key: &[u8]) -> Result<bool> {
@@ -349,16 +396,16 @@ impl RadixTree {
         }
         let Some((nslot, n, nkind, pos, nd)) = parent else {
             // The root is the leaf. Persist order: free (commit: root = null).
-            self.pool.free(slot)?;
+            self.free(slot)?;
             self.count -= 1;
             return Ok(true);
         };
         match (self.flavor, nkind, pos) {
             // Persist order: free (commit: the slot's null store).
-            (_, _, None) | (_, Kind::W16 | Kind::N256, _) => self.pool.free(slot)?,
+            (_, _, None) | (_, Kind::W16 | Kind::N256, _) => self.free(slot)?,
             // ART+CoW: the entry stays listed with a null pointer (absent)
             // until the copy below drops it.
-            (Flavor::ArtCow, Kind::N4 | Kind::N16, _) => self.pool.free(slot)?,
+            (Flavor::ArtCow, Kind::N4 | Kind::N16, _) => self.free(slot)?,
             (_, Kind::N4, Some(u)) => n4::remove(&self.pool, n, u)?,
             (_, Kind::N16, Some(u)) => n16::remove(&self.pool, n, u)?,
             (_, Kind::N48, Some(u)) => n48::remove(&self.pool, n, u)?,
@@ -380,7 +427,7 @@ impl RadixTree {
         let total = live.len() + usize::from(end != 0);
         if total == 0 {
             // Persist order: free (commit: the slot's null store).
-            self.pool.free(nslot)?;
+            self.free(nslot)?;
             return Ok(true);
         }
         if total == 1 {
@@ -393,7 +440,7 @@ impl RadixTree {
             if qkind == Kind::Leaf {
                 // Persist order: free_and_store (commit: the node's slot
                 // holds the leaf; the node is freed with it).
-                self.pool.free_and_store(nslot, q)?;
+                self.free_and_store(nslot, q)?;
                 return Ok(true);
             }
             // Merge paths: the child takes the node's path, its unit and
@@ -420,7 +467,7 @@ impl RadixTree {
                 let cch = self.children(q, qkind)?;
                 let copy = self.new_node(qkind, &merged, cend, &cch)?;
                 let off = copy.offset();
-                self.pool.replace(copy, qslot)?;
+                self.replace(copy, qslot)?;
                 off
             } else {
                 // Persist order: the child's header, one 8-byte store,
@@ -430,13 +477,17 @@ impl RadixTree {
                 q
             };
             // Commit: the node's slot holds the child; the node is freed.
-            self.pool.free_and_store(nslot, target)?;
+            self.free_and_store(nslot, target)?;
             return Ok(true);
         }
         if self.flavor != Flavor::Wort {
             if let Some(to) = nkind.shrunk(live.len()) {
-                self.resize(nslot, n, nkind, to)?;
-                return Ok(true);
+                // In a full pool the node keeps its kind (deletes must work
+                // there); it shrinks on a later delete.
+                return match self.resize(nslot, n, nkind, to) {
+                    Err(Error::PoolFull { .. }) => Ok(false),
+                    r => r.map(|()| true),
+                };
             }
             if live.len() != entries.len() && matches!(nkind, Kind::N4 | Kind::N16) {
                 // ART+CoW: drop the deleted entry by copy-on-write.

@@ -102,6 +102,7 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
     let kw = node + KEYS + 8 * (i as u64 / 8);
     pool.store_u64(kw, with_byte(pool.load_u64(kw)?, i % 8, unit))?;
     pool.flush(kw, 8);
+    super::super::count_step();
     pool.activate(child, ptr_slot(node, i))?; // F1 orders the key's flush
     pool.store_u64(node + BITMAP, bitmap | 1 << i)?; // commit point of the insert
     pool.persist(node + BITMAP, 8);
@@ -117,5 +118,6 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     let bitmap = pool.load_u64(node + BITMAP)?;
     pool.store_u64(node + BITMAP, bitmap & !(1 << i))?; // commit point of the delete
     pool.persist(node + BITMAP, 8);
+    super::super::count_step();
     pool.free(ptr_slot(node, i))
 }

@@ -119,6 +119,7 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation, commit_first: b
     if commit_first {
         pool.store_u64(node + KEYS, encode(&e))?;
     }
+    super::super::count_step();
     pool.activate(child, slot)?; // commits the child's allocation: ptr[idx] = child
     pool.store_u64(node + KEYS, encode(&e))?; // commit point of the insert
     pool.persist(node + KEYS, 8);
@@ -135,6 +136,7 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     let (_, idx) = e.remove(pos);
     pool.store_u64(node + KEYS, encode(&e))?; // commit point of the delete
     pool.persist(node + KEYS, 8);
+    super::super::count_step();
     pool.free(ptr_slot(node, idx))
 }
 

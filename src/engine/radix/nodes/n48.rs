@@ -117,6 +117,7 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
         .iter()
         .position(|u| !u)
         .ok_or_else(|| Error::corrupt(node, "radix: add to a full NODE48"))?;
+    super::super::count_step();
     pool.activate(child, ptr_slot(node, i))?;
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
     let w = with_byte(pool.load_u64(iw)?, usize::from(unit) % 8, i as u8 + 1);
@@ -138,5 +139,6 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     }
     pool.store_u64(iw, with_byte(w, usize::from(unit) % 8, 0))?; // commit point of the delete
     pool.persist(iw, 8);
+    super::super::count_step();
     pool.free(ptr_slot(node, usize::from(v - 1)))
 }
