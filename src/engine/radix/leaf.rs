@@ -112,7 +112,7 @@ pub unsafe fn value(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
 }
 
 /// The leaf's key, copied.
-pub fn key_vec(pool: &Pool, leaf: u64) -> Result<Vec<u8>> {
+pub(super) fn key_vec(pool: &Pool, leaf: u64) -> Result<Vec<u8>> {
     let w = word(pool, leaf)?;
     // SAFETY: the caller holds the tree (every caller is a tree method under
     // its lock), so the leaf is not freed while we copy.
