@@ -33,10 +33,12 @@ fn workload(v: usize) -> Vec<Op> {
                  // A permutation of 0..n (37 is prime to 130).
     let key = |i: usize| key((i * 37 + v * 11) % n);
     let mut ops = Vec::new();
+    // Values of 8 bytes are inline in the leaf's first line (an insert of
+    // one cannot be torn); 24-byte values are value objects in another line.
     for i in 0..n {
-        ops.push(Op::Insert(key(i), val(8, i)));
+        ops.push(Op::Insert(key(i), val(if i % 2 == 0 { 8 } else { 24 }, i)));
     }
-    // New 100-byte values for the first 60 keys: the first chunk of 8-byte
+    // New 100-byte values for the first 60 keys: the first chunk of 32-byte
     // value objects empties and is recycled.
     for i in 0..60 {
         ops.push(Op::Update(key(i), val(100, i + 1)));

@@ -6,7 +6,7 @@
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | `commit`: 0 = free; else [`COMMIT_TAG`] (bits 48..64), key length (bits 8..16), active slot (bit 0) |
-//! | 8 | 8 | slot 0 `p_value`: offset of the value object or large block (0 for an empty value) |
+//! | 8 | 8 | slot 0 `p_value`: offset of the value object or large block (0 for an empty value), or the value itself if it has 1 to [`INLINE_MAX`] bytes |
 //! | 16 | 8 | slot 0 `meta`: CRC-32 of key ‖ value (bits 0..32), value length (bits 32..53), [`WRITTEN`] (bit 61), [`LARGE`] (bit 62) |
 //! | 24 | 8 | slot 1 `p_value` |
 //! | 32 | 8 | slot 1 `meta` |
@@ -43,6 +43,10 @@ pub const HEADER: u64 = 40;
 pub const LEAF_SIZES: [u64; 4] = [64, 128, 256, 320];
 /// Largest value kept in value-object chunks; larger values get a block.
 pub const MAX_OBJECT: usize = 4096;
+/// Largest value kept in the slot itself (`p_value` holds its bytes, zero
+/// padded): no value object, no second line to flush or read. The paper's
+/// workloads use 8-byte values.
+pub const INLINE_MAX: usize = 8;
 
 const _: () = assert!(HEADER + 250 <= LEAF_SIZES[3]);
 
@@ -105,6 +109,11 @@ impl Meta {
             | ((self.value_len as u64) << 32)
             | WRITTEN
             | if self.large { LARGE } else { 0 }
+    }
+
+    /// Whether the value is in the slot's `p_value` word itself.
+    pub fn inline(&self) -> bool {
+        !self.large && self.value_len > 0 && self.value_len <= INLINE_MAX
     }
 
     /// Decodes a word; `None` for a slot that was never written.

@@ -242,9 +242,13 @@ struct Stripe {
 /// Where a value lives, read from a slot.
 #[derive(Debug, Clone, Copy)]
 struct ValueRef {
+    /// `p_value`: the value object's or block's offset, or the value itself
+    /// (see [`Meta::inline`]).
     p: u64,
     meta: Meta,
     written: bool,
+    /// Offset of the slot (an inline value's bytes are its first word).
+    at: u64,
 }
 
 /// Reads slot `s` of `leaf`; a never-written slot reads as an empty value
@@ -254,6 +258,7 @@ fn read_slot(pool: &Pool, leaf: u64, s: u64) -> Result<ValueRef> {
     let meta = Meta::decode(pool.load_u64(so + 8)?);
     Ok(ValueRef {
         p: pool.load_u64(so)?,
+        at: so,
         written: meta.is_some(),
         meta: meta.unwrap_or(Meta {
             crc: 0,
@@ -359,6 +364,12 @@ impl Hart {
         if len == 0 {
             return Ok(&[]);
         }
+        if v.meta.inline() {
+            // SAFETY: the slot of a live leaf is not written while the leaf
+            // is reachable under the caller's ART lock (updates write the
+            // other slot, under the write lock). Its line was read already.
+            return unsafe { self.pool.bytes(v.at, len) };
+        }
         self.pool.touch(v.p, len);
         // SAFETY: a live value object or block is never written while it is
         // the current value of a leaf reachable under the caller's ART lock.
@@ -366,8 +377,9 @@ impl Hart {
     }
 
     /// Writes `value` into a fresh value object (or reserves a large block
-    /// and writes it there) and flushes it. Returns the pointer for the slot
-    /// (0 for a large value, which is activated later) and the reservation.
+    /// and writes it there) and flushes it. Returns the word for the slot
+    /// (the value itself if it is inline, 0 for a large value, which is
+    /// activated later) and the reservation.
     fn write_value(
         &self,
         st: usize,
@@ -375,6 +387,11 @@ impl Hart {
     ) -> Result<(u64, Option<crate::pm::Reservation>)> {
         if value.is_empty() {
             return Ok((0, None));
+        }
+        if value.len() <= leaf::INLINE_MAX {
+            let mut w = [0u8; 8];
+            w[..value.len()].copy_from_slice(value);
+            return Ok((u64::from_le_bytes(w), None));
         }
         if value.len() > MAX_OBJECT {
             let r = self.pool.reserve(value.len() as u64)?;
@@ -400,7 +417,7 @@ impl Hart {
     /// Frees a value that is no longer current (its replacement or removal
     /// is durable). `slot_off` is the slot that points to it.
     fn drop_value(&self, st: usize, v: ValueRef, slot_off: u64) -> Result<()> {
-        if v.meta.value_len == 0 {
+        if v.meta.value_len == 0 || v.meta.inline() {
             return Ok(());
         }
         if v.meta.large {
@@ -463,7 +480,7 @@ impl Hart {
     /// `paper` order: persist the chunk header that holds a value object's
     /// bit (the header word itself is kept current by the chunk list).
     fn persist_value_bit(&self, st: usize, p: u64, len: usize) {
-        if self.order != PersistOrder::Paper || len == 0 || len > MAX_OBJECT {
+        if self.order != PersistOrder::Paper || len <= leaf::INLINE_MAX || len > MAX_OBJECT {
             return;
         }
         if let Some((c, _)) = self.values(st, value_class(len)).lock().locate(p) {

@@ -117,6 +117,10 @@ pub(super) fn slot_is_valid(
             return Ok(false);
         }
         &[]
+    } else if v.meta.inline() {
+        // SAFETY: the slot is 16 bytes of a leaf in a chunk (allocated);
+        // nobody writes it meanwhile (as below).
+        unsafe { pool.bytes(v.at, len as u64)? }
     } else if v.meta.large {
         if len <= MAX_OBJECT || pool.block_size(v.p).map_or(true, |b| b < len as u64) {
             return Ok(false);
@@ -196,7 +200,7 @@ fn scan_leaf(
                     pool.flush(leaf, 8);
                     *repaired = true;
                 }
-                if v.meta.value_len > 0 && !v.meta.large {
+                if v.meta.value_len > 0 && !v.meta.large && !v.meta.inline() {
                     let vc = value_class(v.meta.value_len);
                     let (chunk, i) = lists.values[vc].locate(v.p).expect("validated");
                     out.values.push((vc, chunk, i));
@@ -282,11 +286,14 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     } else {
         0
     };
-    if magic == superblock::MAGIC_V1 {
+    if superblock::OLD_MAGICS.contains(&magic) {
         return Err(Error::corrupt(
             sb,
-            "hart: this pool has HART format 1 (one chunk list per object type), \
-             which this version no longer reads; re-create it",
+            format!(
+                "hart: this pool has HART format {}, which this version (format 3) \
+                 no longer reads; re-create it",
+                magic >> 56
+            ),
         ));
     }
     if magic != superblock::MAGIC {

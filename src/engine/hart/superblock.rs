@@ -21,12 +21,19 @@
 //! and belong to its own ARTs. (The paper has one list per object type.)
 //!
 //! Version history: format 1 (magic `...\x01`) had one list per object type
-//! at offsets 64 and 128; it is refused with a clear error.
+//! at offsets 64 and 128; format 2 kept values of 1..=8 bytes in value
+//! objects (format 3 keeps them inline in the leaf's slot). Both are refused
+//! with a clear error.
 
-/// "HARTSB\0\x02".
-pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x02");
-/// The magic of format 1 (one chunk list per object type).
-pub const MAGIC_V1: u64 = u64::from_le_bytes(*b"HARTSB\x00\x01");
+/// "HARTSB\0\x03".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x03");
+/// The magics of the formats this version no longer reads: 1 (one chunk
+/// list per object type) and 2 (values of 1..=8 bytes in value objects
+/// instead of inline).
+pub const OLD_MAGICS: [u64; 2] = [
+    u64::from_le_bytes(*b"HARTSB\x00\x01"),
+    u64::from_le_bytes(*b"HARTSB\x00\x02"),
+];
 /// Size of the superblock block.
 pub const SIZE: u64 = 4096;
 /// Offset of the `k_h` field.
