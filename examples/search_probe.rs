@@ -1,10 +1,14 @@
 //! Point-search cost of one engine without the benchmark harness: loads N
 //! sparse 8-byte keys (splitmix64 of 0..N, the keys of `pmindex bench --keys
 //! sparse --seed 42`, inserted in the same order), then searches all of them
-//! three times in a shuffled order and prints ns per operation.
+//! three times in a shuffled order and prints ns per operation. Values are
+//! 8 bytes (`i + 1`, as in the comparison drivers).
 //!
-//! `cargo run --release --example search_probe -- [N] [ENGINE]`
-//! (default 1000000 hart). The pool is a temporary file in `/dev/shm` when
+//! `cargo run --release --example search_probe -- [N] [ENGINE] [KEYS]`
+//! (default 1000000 hart). `KEYS` is a key file instead of the sparse keys:
+//! records of a little-endian `u32` length and that many bytes, the first N
+//! used in file order (the format of the comparison drivers for the
+//! authors' code, see docs/design.md §7). The pool is a temporary file in `/dev/shm` when
 //! that exists, else in the temporary directory; `ANON=1` uses anonymous
 //! memory instead.
 
@@ -44,10 +48,24 @@ fn main() {
         Db::create(dir.path().join("probe.pool"), &opts)
     }
     .expect("create the pool");
-    let keys: Vec<[u8; 8]> = (0..n).map(|i| splitmix(i).to_be_bytes()).collect();
+    let keys: Vec<Vec<u8>> = match args.next() {
+        Some(file) => {
+            let raw = std::fs::read(&file).expect("read the key file");
+            let mut keys = Vec::new();
+            let mut at = 0;
+            while keys.len() < n as usize && at + 4 <= raw.len() {
+                let len = u32::from_le_bytes(raw[at..at + 4].try_into().expect("4 bytes")) as usize;
+                keys.push(raw[at + 4..at + 4 + len].to_vec());
+                at += 4 + len;
+            }
+            keys
+        }
+        None => (0..n).map(|i| splitmix(i).to_be_bytes().to_vec()).collect(),
+    };
+    let n = keys.len() as u64;
     let t = Instant::now();
-    for k in &keys {
-        db.put(k, &k[..]).expect("put");
+    for (i, k) in keys.iter().enumerate() {
+        db.put(k, &(i as u64 + 1).to_le_bytes()).expect("put");
     }
     println!(
         "{engine}: insert {:.0} ns/op",
@@ -75,12 +93,18 @@ fn main() {
         let j = (splitmix(i as u64 ^ 77) % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
+    // LFENCE=1 serializes successive searches (no overlap of their misses).
+    let lfence = std::env::var_os("LFENCE").is_some();
     for _ in 0..3 {
         let t = Instant::now();
         let mut found = 0u64;
         for &i in &order {
             if db.get_with(&keys[i], |v| v.len()).expect("get").is_some() {
                 found += 1;
+            }
+            if lfence {
+                // SAFETY: lfence has no preconditions (x86-64 always has SSE2).
+                unsafe { std::arch::x86_64::_mm_lfence() };
             }
         }
         assert_eq!(found, n, "every key is found");

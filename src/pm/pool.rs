@@ -744,6 +744,20 @@ impl Pool {
         self.fence();
     }
 
+    /// Read hook for `lines` cache lines an engine has counted itself (a
+    /// search that tallies the distinct lines of its path): counts them and
+    /// charges the emulated read latency, as [`Pool::touch`] does.
+    #[inline]
+    pub fn touch_lines(&self, lines: u64) {
+        if lines == 0 {
+            return;
+        }
+        counters::count_read(lines);
+        if self.persist.read_extra_ns != 0 {
+            persist::spin_ns(lines * u64::from(self.persist.read_extra_ns));
+        }
+    }
+
     /// Read hook: an engine reports that it read PM `off..off + len`. Counts
     /// the cache lines and charges the emulated read latency.
     #[inline]
@@ -751,11 +765,7 @@ impl Pool {
         if len == 0 {
             return;
         }
-        let lines = ((off + len - 1) / CACHE_LINE) - (off / CACHE_LINE) + 1;
-        counters::count_read(lines);
-        if self.persist.read_extra_ns != 0 {
-            persist::spin_ns(lines * u64::from(self.persist.read_extra_ns));
-        }
+        self.touch_lines(((off + len - 1) / CACHE_LINE) - (off / CACHE_LINE) + 1);
     }
 }
 

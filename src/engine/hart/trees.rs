@@ -48,10 +48,14 @@ pub(super) struct HashKey {
 impl HashKey {
     pub(super) fn new(hk: &[u8]) -> Self {
         debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
-        let mut bytes = [0u8; 8];
-        bytes[..hk.len()].copy_from_slice(hk);
+        // Shifts instead of `copy_from_slice`: a variable-length copy is a
+        // `memcpy` call, the largest cost of a search's index step.
+        let mut w = 0u64;
+        for (i, &b) in hk.iter().take(8).enumerate() {
+            w |= u64::from(b) << (8 * i);
+        }
         HashKey {
-            bytes,
+            bytes: w.to_le_bytes(),
             len: hk.len() as u8,
         }
     }
@@ -154,6 +158,9 @@ const PAGE: usize = 256;
 /// Hash keys of at most `k_h` ≤ 2 bytes.
 pub(super) struct Direct {
     k_h: usize,
+    /// `stride[d]`: slots taken by the hash keys that extend a given key of
+    /// `d + 1` bytes, itself included (`strings_up_to(k_h - d - 1)`).
+    stride: [usize; 2],
     /// Slot count.
     n: usize,
     /// Slot `i` is `pages[i / PAGE][i % PAGE]`; a page is allocated when
@@ -186,8 +193,8 @@ impl Direct {
     /// strings of at most `k_h` bytes.
     fn index(&self, hk: &HashKey) -> usize {
         let mut idx = 0;
-        for (depth, &c) in hk.as_slice().iter().enumerate() {
-            idx += 1 + usize::from(c) * strings_up_to(self.k_h - depth - 1);
+        for (depth, &c) in hk.as_slice().iter().take(2).enumerate() {
+            idx += 1 + usize::from(c) * self.stride[depth];
         }
         idx
     }
@@ -248,6 +255,10 @@ impl Trees {
             let n = strings_up_to(k_h);
             Trees::Direct(Direct {
                 k_h,
+                stride: [
+                    strings_up_to(k_h.saturating_sub(1)),
+                    strings_up_to(k_h.saturating_sub(2)),
+                ],
                 n,
                 pages: (0..n.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
                 used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
