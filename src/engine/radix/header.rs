@@ -102,6 +102,7 @@ impl Header {
     }
 
     /// Decodes a word.
+    #[inline]
     pub fn decode(w: u64) -> Header {
         Header {
             kind: (w & ((1 << KIND_BITS) - 1)) as u8,

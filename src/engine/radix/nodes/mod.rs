@@ -56,6 +56,7 @@ pub enum Kind {
 
 impl Kind {
     /// Decodes the kind bits of a block's first word.
+    #[inline]
     pub fn of(off: u64, w: u64) -> Result<Kind> {
         Ok(match w & 0xF {
             1 => Kind::Leaf,
@@ -147,6 +148,7 @@ pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
 
 /// The slot of child `unit`, if the node lists it (its pointer may be null:
 /// an empty WORT or NODE256 slot, or an ART+CoW entry deleted in place).
+#[inline]
 pub fn find(pool: &Pool, node: u64, kind: Kind, unit: u8) -> Result<Option<u64>> {
     match kind {
         Kind::W16 => Ok(Some(w16::slot(node, unit))),
@@ -208,6 +210,7 @@ pub(crate) fn with_byte(w: u64, i: usize, v: u8) -> u64 {
 }
 
 /// Byte `i` of the 8-byte word `w`.
+#[inline]
 pub(crate) fn byte(w: u64, i: usize) -> u8 {
     (w >> (8 * i)) as u8
 }

@@ -49,11 +49,22 @@ fn valid(pool: &Pool, node: u64) -> Result<Vec<(u8, usize)>> {
     Ok(out)
 }
 
+/// The slot of the child for `unit`, if a valid entry has it (the lowest
+/// such entry, as in [`valid`]'s order; read in place, no allocation).
+#[inline]
 pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
-    Ok(valid(pool, node)?
-        .into_iter()
-        .find(|&(k, _)| k == unit)
-        .map(|(_, i)| ptr_slot(node, i)))
+    let mut bits = pool.load_u64(node + BITMAP)? & 0xFFFF;
+    let k0 = pool.load_u64(node + KEYS)?;
+    let k1 = pool.load_u64(node + KEYS + 8)?;
+    while bits != 0 {
+        let i = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let k = if i < 8 { byte(k0, i) } else { byte(k1, i - 8) };
+        if k == unit {
+            return Ok(Some(ptr_slot(node, i)));
+        }
+    }
+    Ok(None)
 }
 
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
@@ -120,4 +131,37 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     pool.persist(node + BITMAP, 8);
     super::super::count_step();
     pool.free(ptr_slot(node, i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_agrees_with_valid() {
+        let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
+        let node = pool.reserve(256).unwrap().offset();
+        // Random bitmaps and keys from a small alphabet, so that keys repeat
+        // (the lowest valid entry wins) and are often absent.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..2000 {
+            x = x.wrapping_mul(0x5851_F42D_4C95_7F2D).wrapping_add(1);
+            let (mut k0, mut k1) = (x, x.rotate_left(29));
+            for i in 0..8 {
+                k0 = with_byte(k0, i, byte(k0, i) % 9);
+                k1 = with_byte(k1, i, byte(k1, i) % 9);
+            }
+            pool.store_u64(node + BITMAP, x >> 40).unwrap();
+            pool.store_u64(node + KEYS, k0).unwrap();
+            pool.store_u64(node + KEYS + 8, k1).unwrap();
+            let valid = valid(&pool, node).unwrap();
+            for unit in 0..10u8 {
+                let want = valid
+                    .iter()
+                    .find(|&&(k, _)| k == unit)
+                    .map(|&(_, i)| ptr_slot(node, i));
+                assert_eq!(find(&pool, node, unit).unwrap(), want, "{x:#x} {unit}");
+            }
+        }
+    }
 }

@@ -18,6 +18,7 @@ pub const SIZE: u64 = BODY + 256 * 8;
 const _: () = assert!(SIZE == 2064);
 
 /// Slot of child `unit`.
+#[inline]
 pub fn slot(node: u64, unit: u8) -> u64 {
     node + BODY + 8 * u64::from(unit)
 }

@@ -57,12 +57,21 @@ fn ptr_slot(node: u64, idx: usize) -> u64 {
     node + PTRS + 8 * idx as u64
 }
 
+/// The slot of the child for `unit`, if listed (the entries of [`decode`],
+/// read in place: a search allocates nothing).
+#[inline]
 pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
     let w = pool.load_u64(node + KEYS)?;
-    Ok(decode(w)
-        .into_iter()
-        .find(|&(k, _)| k == unit)
-        .map(|(_, p)| ptr_slot(node, p)))
+    for i in 0..4 {
+        let s = byte(w, 4 + i);
+        if s == 0 {
+            break;
+        }
+        if byte(w, i) == unit {
+            return Ok(Some(ptr_slot(node, usize::from(s - 1))));
+        }
+    }
+    Ok(None)
 }
 
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
@@ -149,5 +158,30 @@ mod tests {
         let e = vec![(3, 2), (9, 0), (200, 3)];
         assert_eq!(decode(encode(&e)), e);
         assert!(decode(0).is_empty());
+    }
+
+    #[test]
+    fn find_agrees_with_decode() {
+        let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
+        let node = pool.reserve(64).unwrap().offset();
+        // Every slot-byte pattern, including gaps after a zero (ignored) and
+        // repeated keys (the first listed wins), over a few key choices.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2000 {
+            x = x.wrapping_mul(0x5851_F42D_4C95_7F2D).wrapping_add(1);
+            let mut w = x;
+            for i in 0..4 {
+                w = with_byte(w, i, byte(w, i) % 6);
+                w = with_byte(w, 4 + i, byte(w, 4 + i) % 5);
+            }
+            pool.store_u64(node + KEYS, w).unwrap();
+            for unit in 0..7u8 {
+                let want = decode(w)
+                    .into_iter()
+                    .find(|&(k, _)| k == unit)
+                    .map(|(_, p)| ptr_slot(node, p));
+                assert_eq!(find(&pool, node, unit).unwrap(), want, "{w:#x} {unit}");
+            }
+        }
     }
 }

@@ -49,6 +49,7 @@ fn at(w: &[u64; 32], unit: u8) -> u8 {
     byte(w[usize::from(unit) / 8], usize::from(unit) % 8)
 }
 
+#[inline]
 pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
     let v = byte(pool.load_u64(iw)?, usize::from(unit) % 8);

@@ -19,6 +19,7 @@ pub const SIZE: u64 = BODY + 16 * 8;
 const _: () = assert!(SIZE == 144);
 
 /// Slot of child `unit`.
+#[inline]
 pub fn slot(node: u64, unit: u8) -> u64 {
     debug_assert!(unit < 16);
     node + BODY + 8 * u64::from(unit)
