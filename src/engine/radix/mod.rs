@@ -329,7 +329,17 @@ impl RadixTree {
 
     /// The leaf holding `key`, if any. Reports the PM lines it reads.
     fn lookup(&self, key: &[u8]) -> Result<Option<(u64, LeafWord)>> {
-        let span = self.span;
+        // One copy of the loop per span, so that unit arithmetic is
+        // compiled for a known span instead of matching on it per unit.
+        match self.span {
+            Span::Nibble => self.lookup_in::<true>(key),
+            Span::Byte => self.lookup_in::<false>(key),
+        }
+    }
+
+    #[inline(always)]
+    fn lookup_in<const NIBBLE: bool>(&self, key: &[u8]) -> Result<Option<(u64, LeafWord)>> {
+        let span = if NIBBLE { Span::Nibble } else { Span::Byte };
         let klen = span.len(key);
         let mut lines = Lines::new();
         let mut slot = self.root_slot();

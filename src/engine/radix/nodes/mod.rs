@@ -148,7 +148,7 @@ pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
 
 /// The slot of child `unit`, if the node lists it (its pointer may be null:
 /// an empty WORT or NODE256 slot, or an ART+CoW entry deleted in place).
-#[inline]
+#[inline(always)]
 pub fn find(pool: &Pool, node: u64, kind: Kind, unit: u8) -> Result<Option<u64>> {
     match kind {
         Kind::W16 => Ok(Some(w16::slot(node, unit))),
