@@ -142,6 +142,32 @@ fn csv_and_json_come_out_whole() {
 }
 
 #[test]
+fn pools_go_to_the_documented_default_directory() {
+    // `--dir` left out: /dev/shm when it has 1 GiB free, else the temp dir
+    // (docs/bench.md). The command line once used the temp dir always.
+    let o = pmindex(&[
+        "bench",
+        "--records",
+        "200",
+        "--rounds",
+        "1",
+        "--flush",
+        "eadr",
+        "--engines",
+        "pmlog",
+        "--mix",
+        "read=100",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let want = format!(
+        "pools in {};",
+        pmindex::bench::suite::default_pool_dir().display()
+    );
+    assert!(out.contains(&want), "want {want:?} in:\n{out}");
+}
+
+#[test]
 fn plots_are_written_and_listed() {
     let dir = std::env::temp_dir().join(format!("pmindex-bench-cli-plot-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -131,7 +131,10 @@ pub fn run(
     } else {
         Some(parse_size(a.pool_size).map_err(|e| CliError::Usage(format!("--pool-size: {e}")))?)
     };
-    let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = a
+        .dir
+        .clone()
+        .unwrap_or_else(pmindex::bench::suite::default_pool_dir);
     let suite = match a.preset {
         Some(p) => {
             if pm_latency.is_some() {
