@@ -140,6 +140,17 @@ pub struct Entry {
     pub ptr: u64,
 }
 
+impl Entry {
+    /// The entry for `unit` whose pointer is in `slot` (read now).
+    pub fn read(pool: &Pool, unit: u8, slot: u64) -> Result<Entry> {
+        Ok(Entry {
+            unit,
+            slot,
+            ptr: pool.load_u64(slot)?,
+        })
+    }
+}
+
 /// The kind of the block at `off` (reads its first word).
 pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
     pool.touch(off, 8);

@@ -70,14 +70,7 @@ pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
     valid(pool, node)?
         .into_iter()
-        .map(|(k, i)| {
-            let slot = ptr_slot(node, i);
-            Ok(Entry {
-                unit: k,
-                slot,
-                ptr: pool.load_u64(slot)?,
-            })
-        })
+        .map(|(k, i)| Entry::read(pool, k, ptr_slot(node, i)))
         .collect()
 }
 

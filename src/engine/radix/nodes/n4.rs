@@ -78,14 +78,7 @@ pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
     let w = pool.load_u64(node + KEYS)?;
     decode(w)
         .into_iter()
-        .map(|(k, p)| {
-            let slot = ptr_slot(node, p);
-            Ok(Entry {
-                unit: k,
-                slot,
-                ptr: pool.load_u64(slot)?,
-            })
-        })
+        .map(|(k, p)| Entry::read(pool, k, ptr_slot(node, p)))
         .collect()
 }
 

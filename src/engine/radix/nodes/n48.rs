@@ -71,11 +71,7 @@ pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
             return Err(Error::corrupt(node, "radix: NODE48 index out of range"));
         }
         let slot = ptr_slot(node, usize::from(v - 1));
-        out.push(Entry {
-            unit: u,
-            slot,
-            ptr: pool.load_u64(slot)?,
-        });
+        out.push(Entry::read(pool, u, slot)?);
     }
     Ok(out)
 }
