@@ -53,9 +53,20 @@ fn main() {
             let raw = std::fs::read(&file).expect("read the key file");
             let mut keys = Vec::new();
             let mut at = 0;
-            while keys.len() < n as usize && at + 4 <= raw.len() {
-                let len = u32::from_le_bytes(raw[at..at + 4].try_into().expect("4 bytes")) as usize;
-                keys.push(raw[at + 4..at + 4 + len].to_vec());
+            while keys.len() < n as usize {
+                let Some(len) = raw.get(at..at + 4) else {
+                    break;
+                };
+                let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+                let Some(key) = raw.get(at + 4..at + 4 + len) else {
+                    eprintln!(
+                        "{file}: record {} is truncated; using the {} before it",
+                        keys.len(),
+                        keys.len()
+                    );
+                    break;
+                };
+                keys.push(key.to_vec());
                 at += 4 + len;
             }
             keys
@@ -95,6 +106,9 @@ fn main() {
     }
     // LFENCE=1 serializes successive searches (no overlap of their misses).
     let lfence = std::env::var_os("LFENCE").is_some();
+    if lfence && !cfg!(target_arch = "x86_64") {
+        eprintln!("LFENCE=1 is ignored: not an x86-64 machine");
+    }
     for _ in 0..3 {
         let t = Instant::now();
         let mut found = 0u64;
@@ -102,6 +116,7 @@ fn main() {
             if db.get_with(&keys[i], |v| v.len()).expect("get").is_some() {
                 found += 1;
             }
+            #[cfg(target_arch = "x86_64")]
             if lfence {
                 // SAFETY: lfence has no preconditions (x86-64 always has SSE2).
                 unsafe { std::arch::x86_64::_mm_lfence() };

@@ -47,7 +47,7 @@ pub(super) struct HashKey {
 
 impl HashKey {
     pub(super) fn new(hk: &[u8]) -> Self {
-        debug_assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
+        assert!(hk.len() <= 8, "hash keys are at most 8 bytes");
         // Shifts instead of `copy_from_slice`: a variable-length copy is a
         // `memcpy` call, the largest cost of a search's index step.
         let mut w = 0u64;

@@ -168,13 +168,13 @@ pub(crate) fn count_step() {
     ALLOC_STEPS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counts the distinct cache lines of the words a search reads. A search
-/// path reads a node's lines one after another and never returns to an
-/// earlier node, so comparing with the last two lines read finds every
-/// repeat. Branch-free and allocation-free: a search is a chain of
+/// Counts the distinct cache lines of the words a search reads. Blocks are
+/// at least one line and line-aligned, so no two blocks share a line; a
+/// search reads at most two lines of a node (header, then keys or index)
+/// before its child slot and never returns to an earlier node, so comparing
+/// with the last two lines read finds every repeat. Branch-free and allocation-free: a search is a chain of
 /// dependent misses, and the fewer instructions it takes, the more of the
 /// next search's misses the CPU can start before this one ends.
-#[derive(Default)]
 struct Lines {
     n: u64,
     last: u64,
