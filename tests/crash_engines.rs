@@ -3,13 +3,10 @@
 //! `PMINDEX_CRASH_STATES=1000000 cargo test --release --test crash_engines`
 //! runs the long budget.
 
-use pmindex::sim::{run, CrashConfig};
+use pmindex::sim::{run, states_from_env, CrashConfig};
 
 fn budget() -> usize {
-    std::env::var("PMINDEX_CRASH_STATES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000)
+    states_from_env(2000)
 }
 
 fn crash_test(engine: &str, eadr: bool) {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use pmindex::pm::cases::{self, Case};
 use pmindex::sim::workload::Op;
-use pmindex::sim::{run_ops, CrashConfig};
+use pmindex::sim::{run_ops, states_from_env, CrashConfig};
 
 fn key(i: usize) -> Vec<u8> {
     // One hash key ("rc"), so one ART and one allocation stripe: the
@@ -70,10 +70,7 @@ fn workload(v: usize) -> Vec<Op> {
 
 #[test]
 fn every_recovery_case_is_reached_and_survived() {
-    let states = std::env::var("PMINDEX_CRASH_STATES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4000);
+    let states = states_from_env(4000);
     // HART never calls the allocator's `replace`.
     let wanted = [
         Case::AllocActivateRolledBack,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use pmindex::pm::cases::{self, Case};
 use pmindex::sim::workload::Op;
-use pmindex::sim::{run_ops, CrashConfig};
+use pmindex::sim::{run_ops, states_from_env, CrashConfig};
 
 fn val(tag: usize) -> Arc<[u8]> {
     vec![tag as u8; 8].into()
@@ -98,10 +98,7 @@ fn run(engine: &str, states: usize, wanted: &[Case]) -> Vec<Case> {
 
 #[test]
 fn every_radix_recovery_case_is_reached_and_survived() {
-    let states = std::env::var("PMINDEX_CRASH_STATES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6000);
+    let states = states_from_env(6000);
     let mut missing = Vec::new();
     let common = [
         Case::AllocActivateRolledBack,

@@ -16,6 +16,23 @@ pub mod workload;
 
 pub use harness::{run, run_ops, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT};
 
+/// The crash-image budget of a crash test: `PMINDEX_CRASH_STATES` when it is
+/// set, else `default` (the quick budget CI runs).
+///
+/// # Panics
+/// If the variable is set but is not a positive integer: a long run that
+/// silently fell back to the quick budget would report figures nobody asked
+/// for.
+pub fn states_from_env(default: usize) -> usize {
+    match std::env::var("PMINDEX_CRASH_STATES") {
+        Err(_) => default,
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("PMINDEX_CRASH_STATES={s:?}: expected a positive number of crash images"),
+        },
+    }
+}
+
 /// A key for messages: printable ASCII as is, anything else in hex.
 pub fn show_key(k: &[u8]) -> String {
     let short = &k[..k.len().min(24)];

@@ -151,6 +151,29 @@ impl Entry {
     }
 }
 
+/// Entries of a node whose body is a plain array of `n` child pointers
+/// indexed by unit (WORT's 16 and NODE256): the non-null slots.
+fn direct_entries(pool: &Pool, node: u64, n: u16) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for u in 0..n {
+        let unit = u as u8;
+        let slot = node + BODY + 8 * u64::from(unit);
+        let ptr = pool.load_u64(slot)?;
+        if ptr != 0 {
+            out.push(Entry { unit, slot, ptr });
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `children` into a direct array body (WORT's 16 and NODE256).
+fn fill_direct(body: &mut [u8], children: &[(u8, u64)]) {
+    for &(u, p) in children {
+        let o = 8 * usize::from(u);
+        body[o..o + 8].copy_from_slice(&p.to_le_bytes());
+    }
+}
+
 /// The kind of the block at `off` (reads its first word).
 pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
     pool.touch(off, 8);

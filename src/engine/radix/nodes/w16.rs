@@ -26,24 +26,9 @@ pub fn slot(node: u64, unit: u8) -> u64 {
 }
 
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    for u in 0..16u8 {
-        let s = slot(node, u);
-        let ptr = pool.load_u64(s)?;
-        if ptr != 0 {
-            out.push(Entry {
-                unit: u,
-                slot: s,
-                ptr,
-            });
-        }
-    }
-    Ok(out)
+    super::direct_entries(pool, node, 16)
 }
 
 pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
-    for &(u, p) in children {
-        let o = 8 * usize::from(u);
-        body[o..o + 8].copy_from_slice(&p.to_le_bytes());
-    }
+    super::fill_direct(body, children);
 }
