@@ -39,21 +39,13 @@ pub enum Case {
     /// its leaves (WORT Algorithm 2).
     RadixHeaderRepaired,
     /// Radix trees: a WOART node held a pointer it does not list (a crash
-    /// inside an insert or a delete); the block was freed.
-    RadixOrphanFreed,
-    /// Radix trees: a node with fewer than two children (a crash between
-    /// the two steps of a split or an expansion, or before a delete's merge)
-    /// was merged into its parent's slot.
-    RadixNodeMerged,
-    /// ART+CoW: an entry deleted in place (listed, null pointer) was
-    /// compacted away by copy-on-write.
-    RadixNullEntryCompacted,
-    /// ART+CoW: the pending slot named a block the tree reaches (the
-    /// copy-on-write had committed); the slot was cleared.
-    RadixPendingKept,
-    /// ART+CoW: the pending slot named a block the tree does not reach (the
-    /// copy-on-write had not committed); the block was freed.
-    RadixPendingFreed,
+    /// inside an insert or a delete); the pointer was cleared (its block is
+    /// free, being unreached).
+    RadixOrphanCleared,
+    /// Radix trees: a chunk held no block the tree reaches (a crash after a
+    /// new chunk was linked and before a block of it was published, or
+    /// after its last block was unlinked); it went back to the substrate.
+    RadixChunkReleasedAtOpen,
 }
 
 impl Case {
@@ -67,11 +59,8 @@ impl Case {
         Case::HartLeftoverBlock,
         Case::HartChunkRecycledAtOpen,
         Case::RadixHeaderRepaired,
-        Case::RadixOrphanFreed,
-        Case::RadixNodeMerged,
-        Case::RadixNullEntryCompacted,
-        Case::RadixPendingKept,
-        Case::RadixPendingFreed,
+        Case::RadixOrphanCleared,
+        Case::RadixChunkReleasedAtOpen,
     ];
 
     fn index(self) -> usize {
@@ -82,7 +71,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
+static COUNTS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.

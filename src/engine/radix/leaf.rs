@@ -7,21 +7,17 @@
 //! | 8 + key length | value length | the value |
 //!
 //! A leaf is written whole into a reserved block, flushed, and published by
-//! the allocator's `activate` (or `replace`) into the slot that points to
-//! it; it is never changed in place afterwards. An update writes a new leaf
-//! and `replace`s the old one in the same slot (one failure-atomic step).
+//! the 8-byte store of its offset into the slot that points to it (after a
+//! fence); it is never changed in place afterwards. An update writes a new
+//! leaf and stores it over the old one in the same slot.
 //!
 //! **Decision: the value lives in the leaf's block**, not behind a pointer
-//! to a separate block as in the paper. With reserve/activate, one block is
-//! published failure-atomically with one slot store. A leaf and a separate
-//! value block would be two activations: a crash between them leaks the
-//! value (activated into a leaf that is still only reserved) or publishes a
-//! leaf without its value. With one block, an insert commits with the one
-//! 8-byte store of the leaf's offset (inside `activate`), and an 8-byte key
-//! with an 8-byte value is one 64-byte line.
+//! to a separate block as in the paper: one block to write, flush and
+//! publish, and an 8-byte key with an 8-byte value is one 64-byte line (one
+//! flush where the paper's layout needs two).
 
 use crate::error::{Error, Result};
-use crate::pm::{Pool, Reservation};
+use crate::pm::Pool;
 
 /// Kind of a leaf (low 4 bits of its first word).
 pub const LEAF_KIND: u8 = 1;
@@ -61,26 +57,35 @@ impl LeafWord {
     }
 }
 
-/// Reserves a block and writes a leaf into it, then flushes it (no fence:
-/// the `activate` that publishes it fences first). With `skip_flush` (a
-/// fault-injection switch) the flush is left out.
-pub fn write(pool: &Pool, key: &[u8], value: &[u8], skip_flush: bool) -> Result<Reservation> {
+/// Writes a leaf into the reserved block at `off` (of at least
+/// [`LeafWord::size`] bytes), then flushes it (no fence: the store that
+/// publishes it fences first). With `skip_flush` (a fault-injection switch)
+/// the flush is left out.
+///
+/// # Safety
+/// The block is reserved by the caller and not yet published: nothing else
+/// reads or writes it.
+pub unsafe fn write(
+    pool: &Pool,
+    off: u64,
+    key: &[u8],
+    value: &[u8],
+    skip_flush: bool,
+) -> Result<()> {
     let w = LeafWord {
         key_len: key.len(),
         value_len: value.len(),
     };
-    let r = pool.reserve(w.size())?;
     let mut buf = Vec::with_capacity(w.size() as usize);
     buf.extend_from_slice(&w.encode().to_le_bytes());
     buf.extend_from_slice(key);
     buf.extend_from_slice(value);
-    // SAFETY: the block is reserved by us and not yet published; no other
-    // thread can reach it.
-    unsafe { pool.write_bytes(r.offset(), &buf)? };
+    // SAFETY: forwarded from the caller (the block is ours alone).
+    unsafe { pool.write_bytes(off, &buf)? };
     if !skip_flush {
-        pool.flush(r.offset(), w.size());
+        pool.flush(off, w.size());
     }
-    Ok(r)
+    Ok(())
 }
 
 /// Reads a leaf's word (and counts the line read).

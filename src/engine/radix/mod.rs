@@ -14,22 +14,16 @@
 //! (see [`leaf`] for why).
 //!
 //! # Allocation
-//! Every block goes through the allocator's reserve → write → flush →
-//! `activate` (or `replace`, `free`, `free_and_store`), whose slot store is
-//! failure-atomic with the block's allocation: no crash leaks a block or
-//! leaves a pointer to a free one. An operation that creates two blocks does
-//! it in two failure-atomic steps, each leaving a valid tree:
-//! - a **split** (Algorithm 1) first publishes the new parent with the old
-//!   node as its only child, then adds the new leaf to it;
-//! - an **expansion** of a leaf into a node (lazy expansion) publishes the
-//!   node holding the old leaf, then adds the new one;
-//! - **ART+CoW** copies a node *and* adds a leaf to the copy. The leaf is
-//!   first activated into the superblock's `pending` slot (so the allocator
-//!   owns it through that slot), the copy is written with a pointer to it and
-//!   `replace`d into the parent slot (the commit: it frees the old node),
-//!   and `pending` is cleared with one store and a fence. At open a non-null
-//!   `pending` whose block the tree reaches is cleared; one it does not
-//!   reach is freed.
+//! Blocks are carved from chunks of the pool ([`chunks`]); a block is in
+//! use exactly when the tree reaches it, which open rebuilds from its walk.
+//! So publishing a block is the paper's protocol and nothing more: write
+//! it, flush it, fence, store its offset with one 8-byte store, flush,
+//! fence ([`RadixTree::publish`]). Every change, including a split, a leaf
+//! expansion, a node growth and an ART+CoW copy, writes its new blocks
+//! (the new leaf included) and publishes them with that one store; the
+//! blocks it unlinks go back to the DRAM free map after the store is
+//! durable. A crash leaves either the old tree or the new one, and any
+//! block written but not reached is free after it.
 //!
 //! # Recovery
 //! [`RadixTree::open`] walks the tree once (it also counts the keys):
@@ -37,13 +31,15 @@
 //!   crash inside a split or a merge: its header is rebuilt from two leaves
 //!   under two different children (Algorithm 2) and stored with one 8-byte
 //!   store (the published WORT code printed and exited here);
-//! - orphans (non-null pointers a WOART node does not list) are freed;
+//! - orphan pointers (non-null pointers a WOART node does not list) are
+//!   cleared (their blocks are free, being unreachable);
 //! - ART+CoW entries deleted in place (listed, null pointer) are compacted;
 //! - a node left with one child (a crash between the two steps above, or
 //!   between a delete and its merge) is merged into its parent's slot.
 //!
 //! Each case is counted in [`crate::pm::cases`].
 
+pub mod chunks;
 pub mod header;
 pub mod leaf;
 pub mod nodes;
@@ -62,9 +58,11 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::pm::{Pool, CACHE_LINE};
+use chunks::{Block, Chunks};
 use header::Header;
 use leaf::LeafWord;
 use nodes::{Kind, END};
+use parking_lot::Mutex;
 use span::Span;
 
 /// Which of the paper's three trees.
@@ -152,11 +150,14 @@ pub struct RadixTree {
     sb: u64,
     /// Keys in the tree (counted at open, kept in DRAM).
     count: u64,
+    /// Which blocks of the tree's chunks are in use (DRAM only). Writers
+    /// hold the tree lock already; the mutex only makes it `Sync`.
+    heap: Mutex<Chunks>,
 }
 
-/// Allocator steps (activate, replace, free, free_and_store) the radix
-/// trees have taken in this process: the `radix_shape` example uses it to
-/// split flushes per insert between the tree and the allocator.
+/// Substrate allocator steps (a chunk's `activate`, or its release) the
+/// radix trees have taken in this process: the `radix_shape` example uses
+/// it to split flushes per insert between the tree and the allocator.
 static ALLOC_STEPS: AtomicU64 = AtomicU64::new(0);
 
 /// Allocator steps taken by the radix trees so far (process-wide).
@@ -206,51 +207,75 @@ impl RadixTree {
     /// Makes an empty tree in a new pool.
     pub fn create(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
         let sb = superblock::create(&pool, flavor as u8)?;
+        let heap = Chunks::load(&pool, sb + superblock::CHUNKS)?;
         Ok(RadixTree {
             span: flavor.span(),
             pool,
             flavor,
             sb,
             count: 0,
+            heap: Mutex::new(heap),
         })
     }
 
     /// Opens the tree and runs recovery (see the module doc).
     pub fn open(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
         let sb = superblock::open(&pool, flavor as u8, flavor.name())?;
+        let heap = Chunks::load(&pool, sb + superblock::CHUNKS)?;
         let mut t = RadixTree {
             span: flavor.span(),
             pool,
             flavor,
             sb,
             count: 0,
+            heap: Mutex::new(heap),
         };
         t.recover()?;
         Ok(t)
     }
 
-    /// `Pool::activate`, counted.
-    fn activate(&self, r: crate::pm::Reservation, slot: u64) -> Result<()> {
-        count_step();
-        self.pool.activate(r, slot)
+    /// Reserves a block of at least `size` bytes (DRAM only, unless a new
+    /// chunk is taken: see [`chunks`]).
+    fn reserve(&self, size: u64) -> Result<Block> {
+        self.heap.lock().reserve(&self.pool, size)
     }
 
-    /// `Pool::replace`, counted.
-    fn replace(&self, r: crate::pm::Reservation, slot: u64) -> Result<()> {
-        count_step();
-        self.pool.replace(r, slot)
+    /// Gives back a reserved block that will not be published.
+    fn cancel(&self, b: Block) -> Result<()> {
+        self.heap.lock().cancel(&self.pool, b)
     }
 
-    /// `Pool::free`, counted.
-    fn free(&self, slot: u64) -> Result<()> {
-        count_step();
-        self.pool.free(slot)
+    /// Gives back a block the tree no longer reaches; the store that
+    /// unlinked it is durable.
+    fn release(&self, off: u64) -> Result<()> {
+        self.heap.lock().release(&self.pool, off)
     }
 
-    /// `Pool::free_and_store`, counted.
-    fn free_and_store(&self, slot: u64, value: u64) -> Result<()> {
-        count_step();
-        self.pool.free_and_store(slot, value)
+    /// The commit of a change that publishes new blocks. Persist order:
+    /// **fence** (every flush issued before, the new blocks' contents among
+    /// them, is durable first); store `value` into `slot` (one 8-byte
+    /// store: the commit point); flush; **fence**. Returns what `slot` held.
+    fn publish(&self, slot: u64, value: u64) -> Result<u64> {
+        let old = self.pool.load_u64(slot)?;
+        self.pool.fence();
+        self.pool.store_u64(slot, value)?;
+        self.pool.persist(slot, 8);
+        Ok(old)
+    }
+
+    /// The commit of a change that publishes nothing new (a delete, or a
+    /// merge into a leaf). Persist order: store `value` into `slot` (the
+    /// commit point); flush; **fence**. Returns what `slot` held.
+    fn retract(&self, slot: u64, value: u64) -> Result<u64> {
+        let old = self.pool.load_u64(slot)?;
+        self.pool.store_u64(slot, value)?;
+        self.pool.persist(slot, 8);
+        Ok(old)
+    }
+
+    /// Usable bytes of the block at `off` (an error if it is not a block).
+    fn block_size(&self, off: u64) -> Result<u64> {
+        self.heap.lock().block_size(off)
     }
 
     /// Average depth of the leaves (inner nodes above each leaf), and the
@@ -279,10 +304,6 @@ impl RadixTree {
 
     fn root_slot(&self) -> u64 {
         self.sb + superblock::ROOT
-    }
-
-    fn pending_slot(&self) -> u64 {
-        self.sb + superblock::PENDING
     }
 
     /// The units of `node`'s compressed path (positions `d .. branch`):
@@ -567,6 +588,33 @@ impl SerialEngine for RadixTree {
     }
 
     fn dram_bytes(&self) -> u64 {
-        std::mem::size_of::<Self>() as u64
+        std::mem::size_of::<Self>() as u64 + self.heap.lock().dram_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_finds_a_dram_map_that_differs_from_the_tree() {
+        let pool =
+            Arc::new(Pool::create_anonymous(16 << 20, "woart", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Woart).unwrap();
+        for i in 0..100u32 {
+            t.put(&i.to_be_bytes(), b"v", PutMode::Upsert).unwrap();
+        }
+        t.check_impl().unwrap();
+        // In use in DRAM, never published: a leak until reopen.
+        let b = t.reserve(64).unwrap();
+        let e = t.check_impl().unwrap_err().to_string();
+        assert!(e.contains("leak"), "{e}");
+        t.cancel(b).unwrap();
+        t.check_impl().unwrap();
+        // Reached, but free in DRAM: it would be handed out twice.
+        let (leaf, _) = t.lookup(&5u32.to_be_bytes()).unwrap().unwrap();
+        t.release(leaf).unwrap();
+        let e = t.check_impl().unwrap_err().to_string();
+        assert!(e.contains("free in the DRAM map"), "{e}");
     }
 }

@@ -1,20 +1,23 @@
 //! Recovery at open, and the structural check: one walk of the tree.
 //!
-//! With `fix`, the walk repairs what a crash can leave (see the module doc
-//! of [`super`]); without, it reports the same things as errors, because
-//! between operations none of them exists.
+//! Open first marks every block the tree reaches ([`super::chunks`]: a block
+//! is in use exactly when it is reached), gives the rest back to the DRAM
+//! free map and empty chunks back to the substrate, then walks the tree
+//! again to repair what a crash can leave. Without `fix`, the walk reports
+//! the same things as errors, because between operations none of them
+//! exists.
 //!
 //! | found at a node reached at depth `d` | left by a crash in | fix | persist order |
 //! |---|---|---|---|
 //! | header depth ≠ `d` | a split (depth > `d`) or a merge (depth < `d`) | Algorithm 2: rebuild the header from two leaves under two children | one 8-byte store, flush, fence |
-//! | non-null pointer the node does not list | a WOART insert or delete | `free` it | allocator (3 fences) |
-//! | listed entry with a null pointer | an ART+CoW delete | copy without it, `replace` | 3 fences |
-//! | fewer than two children (`end` counts) | a split, an expansion, a delete before its merge | merge into the parent's slot, or free | as for a delete |
+//! | non-null pointer the node does not list | a WOART insert or delete | store null in it (its block is free, being unreachable, or is in use elsewhere) | stores, flush, fence |
 //!
-//! ART+CoW's `pending` slot is settled first: cleared if the tree reaches
-//! its block, freed otherwise.
+//! Every change commits with one store (see `write.rs`), so a crash never
+//! leaves a node with fewer than two children or a listed null pointer:
+//! both are corruption here.
 
-use super::header::Header;
+use super::chunks::Chunks;
+use super::header::{self, Header};
 use super::nodes::{self, Kind, END};
 use super::{leaf, Flavor, RadixTree};
 use crate::engine::CheckReport;
@@ -24,94 +27,93 @@ use crate::pm::cases::{self, Case};
 struct Walk {
     fix: bool,
     keys: u64,
-    blocks: Vec<u64>,
 }
 
 impl RadixTree {
     /// Recovery (see the module doc).
     pub(super) fn recover(&mut self) -> Result<()> {
-        let pending = self.pool.load_u64(self.pending_slot())?;
-        if pending != 0 {
-            if self.flavor != Flavor::ArtCow {
-                return Err(Error::corrupt(
-                    self.pending_slot(),
-                    "radix: pending block in a tree that does not use it",
-                ));
-            }
-            if self.reachable(pending)? {
-                cases::record(Case::RadixPendingKept);
-                self.clear_pending_at_open()?;
-            } else {
-                cases::record(Case::RadixPendingFreed);
-                self.free(self.pending_slot())?;
-            }
+        {
+            let mut heap = self.heap.lock();
+            self.mark(&mut heap, self.root_slot(), 0)?;
+            heap.settle(&self.pool)?;
         }
-        let mut w = Walk {
-            fix: true,
-            keys: 0,
-            blocks: Vec::new(),
-        };
+        let mut w = Walk { fix: true, keys: 0 };
         self.visit(self.root_slot(), 0, &mut Vec::new(), false, &mut w)?;
         self.count = w.keys;
         Ok(())
     }
 
-    fn clear_pending_at_open(&self) -> Result<()> {
-        self.pool.store_u64(self.pending_slot(), 0)?;
-        self.pool.persist(self.pending_slot(), 8);
+    /// Marks the blocks reached from `slot` (at tree level `level`) in
+    /// `heap`: the listed children and `end` of every node, not orphans.
+    fn mark(&self, heap: &mut Chunks, slot: u64, level: usize) -> Result<()> {
+        let p = self.pool.load_u64(slot)?;
+        if p == 0 {
+            return Ok(());
+        }
+        if level > header::MAX_POS + 1 {
+            return Err(Error::corrupt(p, "radix: tree deeper than any key"));
+        }
+        heap.mark(p)?;
+        let kind = nodes::kind(&self.pool, p)?;
+        if kind == Kind::Leaf {
+            return Ok(());
+        }
+        self.mark(heap, p + END, level + 1)?;
+        for e in nodes::entries(&self.pool, p, kind)? {
+            if e.ptr != 0 {
+                self.mark(heap, e.slot, level + 1)?;
+            }
+        }
         Ok(())
     }
 
-    /// Whether the search path of some key under `block` passes through it.
-    fn reachable(&self, block: u64) -> Result<bool> {
-        let key = leaf::key_vec(&self.pool, self.any_leaf(block)?)?;
-        let span = self.span;
-        let mut slot = self.root_slot();
-        loop {
-            let p = self.pool.load_u64(slot)?;
-            if p == block {
-                return Ok(true);
-            }
-            if p == 0 {
-                return Ok(false);
-            }
-            let kind = nodes::kind(&self.pool, p)?;
-            if kind == Kind::Leaf {
-                return Ok(false);
-            }
-            let b = Header::decode(self.pool.load_u64(p)?).branch();
-            if span.len(&key) == b {
-                slot = p + END;
-                continue;
-            }
-            if span.len(&key) < b {
-                return Ok(false);
-            }
-            match nodes::find(&self.pool, p, kind, span.unit(&key, b))? {
-                Some(s) => slot = s,
-                None => return Ok(false),
-            }
-        }
-    }
-
-    /// The structural check.
+    /// The structural check, and a check that the DRAM free map is exactly
+    /// what the tree does not reach (a block free in DRAM but reached would
+    /// be handed out twice; one in use but unreached is a leak).
     pub(super) fn check_impl(&self) -> Result<CheckReport> {
-        if self.pool.load_u64(self.pending_slot())? != 0 {
-            return Err(Error::CheckFailed("radix: pending slot is not null".into()));
-        }
         let mut w = Walk {
             fix: false,
             keys: 0,
-            blocks: vec![self.sb],
         };
         self.visit(self.root_slot(), 0, &mut Vec::new(), false, &mut w)?;
+        let heap = self.heap.lock();
+        let mut fresh = heap.unmarked();
+        self.mark(&mut fresh, self.root_slot(), 0)
+            .map_err(|e| Error::CheckFailed(format!("{}: {e}", self.flavor.name())))?;
+        for ((o, have), (_, reached)) in heap.used_blocks().into_iter().zip(fresh.used_blocks()) {
+            if have != reached {
+                let i = have
+                    .iter()
+                    .zip(&reached)
+                    .position(|(a, b)| a != b)
+                    .expect("the bitmaps differ in some word");
+                let what = if have[i] & !reached[i] != 0 {
+                    "a block in use is not reached by the tree (leak)"
+                } else {
+                    "a block the tree reaches is free in the DRAM map"
+                };
+                return self
+                    .bad(false, o, &format!("chunk: {what}"))
+                    .map(|()| unreachable!());
+            }
+        }
+        let mut blocks = vec![self.sb];
+        blocks.extend(heap.offsets());
         Ok(CheckReport {
             keys: w.keys,
-            referenced_blocks: w.blocks,
+            referenced_blocks: blocks,
         })
     }
 
-    fn bad(&self, off: u64, what: &str) -> Result<()> {
+    /// A finding of the walk: corruption at open (`fix`), a failed check
+    /// otherwise.
+    fn bad(&self, fix: bool, off: u64, what: &str) -> Result<()> {
+        if fix {
+            return Err(Error::corrupt(
+                off,
+                format!("{}: {what}", self.flavor.name()),
+            ));
+        }
         Err(Error::CheckFailed(format!(
             "{}: {what} at {off:#x}",
             self.flavor.name()
@@ -130,108 +132,94 @@ impl RadixTree {
         w: &mut Walk,
     ) -> Result<()> {
         let span = self.span;
-        // A fix can change what `slot` holds; visit it again then.
-        'again: loop {
-            let p = self.pool.load_u64(slot)?;
-            if p == 0 {
-                return Ok(());
-            }
-            let word = self.pool.load_u64(p)?;
-            let kind = Kind::of(p, word)?;
-            if kind == Kind::Leaf {
-                let lw = leaf::LeafWord::decode(p, word)?;
-                let size = self.pool.block_size(p)?;
-                if size < lw.size() {
-                    return Err(Error::corrupt(p, "radix: leaf larger than its block"));
-                }
-                let key = leaf::key_vec(&self.pool, p)?;
-                let n = span.len(&key);
-                let fits = if at_end { n == d } else { n >= d } && path.len() <= n;
-                if !fits
-                    || path
-                        .iter()
-                        .enumerate()
-                        .any(|(i, u)| u.is_some_and(|u| span.unit(&key, i) != u))
-                {
-                    return Err(Error::corrupt(p, "radix: leaf key does not match its path"));
-                }
-                w.keys += 1;
-                w.blocks.push(p);
-                return Ok(());
-            }
-            if self.pool.block_size(p)? < kind.size() {
-                return Err(Error::corrupt(p, "radix: node larger than its block"));
-            }
-            let allowed = match self.flavor {
-                Flavor::Wort => kind == Kind::W16,
-                _ => kind != Kind::W16,
-            };
-            if !allowed || at_end {
-                return Err(Error::corrupt(p, "radix: wrong node kind here"));
-            }
-            let mut h = Header::decode(word);
-            if h.branch() < d {
-                return Err(Error::corrupt(p, "radix: node branches above its depth"));
-            }
-            if h.depth != d {
-                if !w.fix {
-                    return self.bad(p, "node depth differs from the depth it is reached at");
-                }
-                self.repair_header(p, kind, &h, d)?;
-                h = Header::decode(self.pool.load_u64(p)?);
-            }
-            let orphans = nodes::orphans(&self.pool, p, kind)?;
-            if !orphans.is_empty() {
-                if !w.fix {
-                    return self.bad(p, "node holds a pointer it does not list");
-                }
-                for s in orphans {
-                    cases::record(Case::RadixOrphanFreed);
-                    self.free(s)?;
-                }
-            }
-            let entries = nodes::entries(&self.pool, p, kind)?;
-            let nulls = entries.iter().filter(|e| e.ptr == 0).count();
-            if nulls > 0 {
-                if !w.fix || self.flavor != Flavor::ArtCow || !matches!(kind, Kind::N4 | Kind::N16)
-                {
-                    return self.bad(p, "node lists a child with a null pointer");
-                }
-                cases::record(Case::RadixNullEntryCompacted);
-                if self.after_remove(slot, p, kind, d)? {
-                    continue 'again;
-                }
-                self.resize(slot, p, kind, kind)?;
-                continue 'again;
-            }
-            let end = self.pool.load_u64(p + END)?;
-            let total = entries.len() + usize::from(end != 0);
-            if total < 2 {
-                if !w.fix {
-                    return self.bad(p, "node with fewer than two children");
-                }
-                cases::record(Case::RadixNodeMerged);
-                self.after_remove(slot, p, kind, d)?;
-                continue 'again;
-            }
-            if !w.fix && self.flavor != Flavor::Wort && kind.capacity() < entries.len() {
-                return self.bad(p, "node over its capacity");
-            }
-            w.blocks.push(p);
-            let b = h.branch();
-            path.truncate(d);
-            for i in 0..h.plen {
-                path.push((i < h.stored(span)).then(|| h.unit(span, i)));
-            }
-            self.visit(p + END, b, path, true, w)?;
-            for e in entries {
-                path.truncate(b);
-                path.push(Some(e.unit));
-                self.visit(e.slot, b + 1, path, false, w)?;
-            }
-            path.truncate(d);
+        let p = self.pool.load_u64(slot)?;
+        if p == 0 {
             return Ok(());
         }
+        let word = self.pool.load_u64(p)?;
+        let kind = Kind::of(p, word)?;
+        if kind == Kind::Leaf {
+            let lw = leaf::LeafWord::decode(p, word)?;
+            let size = self.block_size(p)?;
+            if size < lw.size() {
+                return Err(Error::corrupt(p, "radix: leaf larger than its block"));
+            }
+            let key = leaf::key_vec(&self.pool, p)?;
+            let n = span.len(&key);
+            let fits = if at_end { n == d } else { n >= d } && path.len() <= n;
+            if !fits
+                || path
+                    .iter()
+                    .enumerate()
+                    .any(|(i, u)| u.is_some_and(|u| span.unit(&key, i) != u))
+            {
+                return Err(Error::corrupt(p, "radix: leaf key does not match its path"));
+            }
+            w.keys += 1;
+            return Ok(());
+        }
+        if self.block_size(p)? < kind.size() {
+            return Err(Error::corrupt(p, "radix: node larger than its block"));
+        }
+        let allowed = match self.flavor {
+            Flavor::Wort => kind == Kind::W16,
+            _ => kind != Kind::W16,
+        };
+        if !allowed || at_end {
+            return Err(Error::corrupt(p, "radix: wrong node kind here"));
+        }
+        let mut h = Header::decode(word);
+        if h.branch() < d {
+            return Err(Error::corrupt(p, "radix: node branches above its depth"));
+        }
+        if h.depth != d {
+            if !w.fix {
+                return self.bad(
+                    false,
+                    p,
+                    "node depth differs from the depth it is reached at",
+                );
+            }
+            self.repair_header(p, kind, &h, d)?;
+            h = Header::decode(self.pool.load_u64(p)?);
+        }
+        let orphans = nodes::orphans(&self.pool, p, kind)?;
+        if !orphans.is_empty() {
+            if !w.fix {
+                return self.bad(false, p, "node holds a pointer it does not list");
+            }
+            // Persist order: null stores; flush each; fence.
+            for &s in &orphans {
+                cases::record(Case::RadixOrphanCleared);
+                self.pool.store_u64(s, 0)?;
+                self.pool.flush(s, 8);
+            }
+            self.pool.fence();
+        }
+        let entries = nodes::entries(&self.pool, p, kind)?;
+        if entries.iter().any(|e| e.ptr == 0) {
+            return self.bad(w.fix, p, "node lists a child with a null pointer");
+        }
+        let end = self.pool.load_u64(p + END)?;
+        if entries.len() + usize::from(end != 0) < 2 {
+            return self.bad(w.fix, p, "node with fewer than two children");
+        }
+        if !w.fix && self.flavor != Flavor::Wort && kind.capacity() < entries.len() {
+            return self.bad(false, p, "node over its capacity");
+        }
+        let b = h.branch();
+        path.truncate(d);
+        for i in 0..h.plen {
+            path.push((i < h.stored(span)).then(|| h.unit(span, i)));
+        }
+        self.visit(p + END, b, path, true, w)?;
+        for e in entries {
+            path.truncate(b);
+            path.push(Some(e.unit));
+            self.visit(e.slot, b + 1, path, false, w)?;
+        }
+        path.truncate(d);
+        Ok(())
     }
 
     /// Algorithm 2 (RecoverHeader): node `p`, reached at depth `d`, has a

@@ -5,7 +5,7 @@
 //! | 0 | 8 | `magic`: [`MAGIC`] |
 //! | 8 | 8 | `flavor` (bits 0..8: 1 wort, 2 woart, 3 art-cow), format version (bits 8..16) |
 //! | 16 | 8 | `root`: the tree's root (a leaf, a node or null); an activation slot |
-//! | 24 | 8 | `pending`: ART+CoW's pending block (see `radix/mod.rs`); null otherwise |
+//! | 24 | 8 | `chunks`: the first chunk of the tree's block heap ([`super::chunks`]), or null; an activation slot |
 //!
 //! Each pool holds one engine (its id is in the pool header), so the radix
 //! engines use root slot 0 as the other engines do.
@@ -15,19 +15,21 @@ use crate::pm::Pool;
 
 /// `"PMRADIX\0"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMRADIX\0");
-/// Format version of the radix trees' layout.
-pub const VERSION: u64 = 1;
+/// Format version of the radix trees' layout: 2 since blocks are carved
+/// from chunks ([`super::chunks`]); version 1 published every block through
+/// the substrate allocator and is not read.
+pub const VERSION: u64 = 2;
 /// Block size.
 pub const SIZE: u64 = 64;
 /// Offset of the root slot.
 pub const ROOT: u64 = 16;
-/// Offset of the pending slot.
-pub const PENDING: u64 = 24;
+/// Offset of the chunk list's head.
+pub const CHUNKS: u64 = 24;
 
-const _: () = assert!(PENDING + 8 <= SIZE);
+const _: () = assert!(CHUNKS + 8 <= SIZE);
 
 /// Makes the superblock and publishes it in root slot 0. Persist order:
-/// write magic, flavor, null root and pending; flush; `activate` into root
+/// write magic, flavor, null root and chunk list; flush; `activate` into root
 /// slot 0 (its first fence orders the flush).
 pub fn create(pool: &Pool, flavor: u8) -> Result<u64> {
     let r = pool.reserve(SIZE)?;

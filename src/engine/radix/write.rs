@@ -1,18 +1,27 @@
 //! Insert, update and delete, with the persist order of each step.
 //!
+//! `publish(slot, p)` is: fence; store `p` into `slot` (the commit point);
+//! flush; fence. `retract(slot, p)` is the same without the first fence
+//! (nothing new to make durable first). Blocks unlinked by a commit are
+//! released to the DRAM free map after it (see [`super::chunks`]).
+//!
 //! | step | stores, in order | commit point | fences |
 //! |---|---|---|---|
-//! | insert into an empty slot (WORT child, NODE256 child, `end`, root) | leaf written, flushed; `activate(leaf, slot)` | the slot store inside `activate` | 3 |
-//! | insert into a WOART NODE4 / NODE16 / NODE48 | leaf flushed; `activate` into a free pointer; commit word / bitmap / index byte stored, flushed, fenced | the commit word | 4 |
-//! | insert into an ART+CoW NODE4 / NODE16 | leaf flushed; `activate(leaf, pending)`; copy with the leaf flushed; `replace(copy, parent slot)`; `pending = 0`, flushed, fenced | the parent slot store inside `replace` | 7 |
-//! | update (any tree) | new leaf flushed; `replace(new, slot of the old leaf)` | the slot store inside `replace` | 3 |
-//! | delete from a pointer slot (WORT, NODE256, `end`, root, ART+CoW NODE4/16) | `free(slot)` | the null store inside `free` | 3 |
-//! | delete from a WOART NODE4 / NODE16 / NODE48 | commit word / bitmap / index byte stored, flushed, fenced; `free(pointer)` | the commit word | 4 |
-//! | expansion of a leaf into a node | node (holding the old leaf) flushed; `activate(node, slot)`; then an insert into it | the slot store | 3 + insert |
-//! | split (Algorithm 1; WORT, WOART) | new parent (holding the old node) flushed; old node's header stored (one 8-byte store), flushed; `activate(parent, slot)`; then an insert into it | the slot store | 3 + insert |
-//! | split (ART+CoW) | copy of the node with the new header flushed; `activate(copy, pending)`; parent (holding the copy) flushed; `replace(parent, slot)`; `pending = 0`, fenced | the slot store inside `replace` | 7 + insert |
-//! | growth / shrink (ART) | copy into the new kind, flushed; `replace(copy, slot)` | the slot store | 3 |
-//! | merge of a node with one child left (delete) | child's header stored with the merged path, flushed (ART+CoW: a copy with it, `replace`d into the node); `free_and_store(slot, child)` | the slot store inside `free_and_store` | 3 (6) |
+//! | insert into an empty pointer slot (WORT child, NODE256 child, `end`, root) | leaf written, flushed; `publish(slot, leaf)` | the slot store | 2 |
+//! | insert into a WOART NODE4 (Alg. 3) | leaf flushed; fence; `ptr[idx]` stored; the packed word stored; the node's line flushed; fence | the packed word (same line as `ptr[idx]`, stored after it) | 2 |
+//! | insert into a WOART NODE16 (Alg. 4) / NODE48 | leaf flushed; key byte (NODE16) and `ptr[i]` stored, flushed; fence; bitmap / index byte stored, flushed, fenced | the bitmap / index byte | 2 |
+//! | insert into a full ART node (growth) | leaf flushed; a node of the next kind holding the children and the leaf, flushed; `publish(slot, copy)` | the slot store | 2 |
+//! | insert into an ART+CoW NODE4 / NODE16 | leaf flushed; copy holding it (grown if full) flushed; `publish(slot, copy)` | the slot store | 2 |
+//! | update (any tree) | new leaf flushed; `publish(slot, new)` | the slot store | 2 |
+//! | insert that meets a leaf (lazy expansion) | new leaf and a node holding both leaves flushed; `publish(slot, node)` | the slot store | 2 |
+//! | insert that leaves a compressed path (Algorithm 1; WORT, WOART) | new leaf and a new parent holding the node and the leaf flushed; the node's header stored (one 8-byte store), flushed; `publish(slot, parent)` | the slot store | 2 |
+//! | the same in ART+CoW | new leaf, a copy of the node with its new header, and a parent holding both, flushed; `publish(slot, parent)` | the slot store | 2 |
+//! | delete from a pointer slot (WORT, NODE256, `end`, root, ART+CoW NODE4/16) | `retract(slot, null)` | the null store | 1 |
+//! | delete from a WOART NODE4 / NODE16 / NODE48 | packed word / bitmap / index byte stored, flushed, fenced; the pointer nulled (not flushed: an orphan pointer is cleared at open) | the commit word | 1 |
+//! | shrink (ART), compaction (ART+CoW) | copy flushed; `publish(slot, copy)` | the slot store | 2 |
+//! | merge of a node left with one leaf | `retract(node's slot, leaf)` | the slot store | 1 |
+//! | merge of a node left with one node (WORT, WOART) | the child's header stored with the merged path, flushed; `publish(node's slot, child)` | the slot store | 2 |
+//! | the same in ART+CoW | a copy of the child with the merged header flushed; `publish(node's slot, copy)` | the slot store | 2 |
 //!
 //! A crash inside a split after the header store and before the parent's
 //! slot store leaves the old node reached at a smaller depth than its header
@@ -20,40 +29,91 @@
 //! (Algorithm 2), and readers meanwhile use the branch position, which
 //! neither changes.
 
+use super::chunks::Block;
 use super::header::Header;
-use super::nodes::{self, n16, n4, n48, Entry, Kind, END};
+use super::nodes::{self, n16, n4, n48, Kind, END};
 use super::{leaf, Flavor, RadixTree};
 use crate::engine::{PutMode, PutOutcome};
 use crate::error::{Error, Result};
-use crate::pm::{Fault, Reservation};
+use crate::pm::Fault;
+
+/// Where a key goes in a node that branches at unit position `b`: the `end`
+/// slot if it has exactly `b` units, else the child for its unit `b`.
+fn place(span: super::Span, key: &[u8], b: usize) -> Option<u8> {
+    (span.len(key) > b).then(|| span.unit(key, b))
+}
 
 impl RadixTree {
     /// Reserves and writes a leaf, flushed (not fenced).
-    fn new_leaf(&self, key: &[u8], value: &[u8]) -> Result<Reservation> {
+    fn new_leaf(&self, key: &[u8], value: &[u8]) -> Result<Block> {
         let skip = self.pool.fault(Fault::WortSkipLeafFlush) && self.flavor == Flavor::Wort;
-        leaf::write(&self.pool, key, value, skip)
+        let size = leaf::LeafWord {
+            key_len: key.len(),
+            value_len: value.len(),
+        }
+        .size();
+        let b = self.reserve(size)?;
+        // SAFETY: the block is reserved by us and not yet published.
+        match unsafe { leaf::write(&self.pool, b.offset(), key, value, skip) } {
+            Ok(()) => Ok(b),
+            Err(e) => {
+                self.cancel(b)?;
+                Err(e)
+            }
+        }
     }
 
-    /// Reserves and writes a fresh node, flushed (not fenced).
+    /// Reserves and writes a fresh node, flushed (not fenced). `end` and
+    /// `children` (in unit order) are its visible pointers.
     pub(super) fn new_node(
         &self,
         kind: Kind,
         h: &Header,
         end: u64,
         children: &[(u8, u64)],
-    ) -> Result<Reservation> {
+    ) -> Result<Block> {
         let hdr = Header {
             kind: kind as u8,
             ..*h
         };
         let img = nodes::image(kind, hdr.encode(), end, children);
-        let r = self.pool.reserve(kind.size())?;
+        let b = self.reserve(kind.size())?;
         // SAFETY: the block is reserved by us and not yet published.
-        unsafe { self.pool.write_bytes(r.offset(), &img)? };
-        if !(self.pool.fault(Fault::ArtCowSkipCopyFlush) && self.flavor == Flavor::ArtCow) {
-            self.pool.flush(r.offset(), kind.size());
+        if let Err(e) = unsafe { self.pool.write_bytes(b.offset(), &img) } {
+            self.cancel(b)?;
+            return Err(e);
         }
-        Ok(r)
+        if !(self.pool.fault(Fault::ArtCowSkipCopyFlush) && self.flavor == Flavor::ArtCow) {
+            self.pool.flush(b.offset(), kind.size());
+        }
+        Ok(b)
+    }
+
+    /// A new node holding `end` and `children` plus the leaf `leaf` at
+    /// `at` (None: in `end`); the kind is `kind`, or the ART kind that fits
+    /// when `kind` is an ART kind too small for them.
+    fn node_with(
+        &self,
+        kind: Kind,
+        h: &Header,
+        mut end: u64,
+        mut children: Vec<(u8, u64)>,
+        at: Option<u8>,
+        leaf: u64,
+    ) -> Result<Block> {
+        match at {
+            None => end = leaf,
+            Some(u) => {
+                let pos = children.partition_point(|c| c.0 < u);
+                children.insert(pos, (u, leaf));
+            }
+        }
+        let kind = if kind != Kind::W16 && children.len() > kind.capacity() {
+            Kind::art_for(children.len())
+        } else {
+            kind
+        };
+        self.new_node(kind, h, end, &children)
     }
 
     /// Non-null visible children as (unit, pointer).
@@ -65,43 +125,20 @@ impl RadixTree {
             .collect())
     }
 
+    /// Publishes `block` into `slot` and releases what `slot` held.
+    fn publish_block(&self, slot: u64, block: Block) -> Result<()> {
+        let old = self.publish(slot, block.offset())?;
+        if old != 0 {
+            self.release(old)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn put_impl(
         &mut self,
         key: &[u8],
         value: &[u8],
         mode: PutMode,
-    ) -> Result<PutOutcome> {
-        // An insert that takes two steps (a split or an expansion, then the
-        // insert) reserves its leaf before the first, so that running out of
-        // space cannot stop it half way; a reservation left over after an
-        // error is given back.
-        let mut leaf = None;
-        let r = self.put_steps(key, value, mode, &mut leaf);
-        if let Some(l) = leaf.take() {
-            self.pool.cancel(l)?;
-        }
-        r
-    }
-
-    /// The leaf reserved in `leaf`, or a new one.
-    fn take_leaf(
-        &self,
-        leaf: &mut Option<Reservation>,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<Reservation> {
-        match leaf.take() {
-            Some(r) => Ok(r),
-            None => self.new_leaf(key, value),
-        }
-    }
-
-    fn put_steps(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        mode: PutMode,
-        leaf: &mut Option<Reservation>,
     ) -> Result<PutOutcome> {
         let span = self.span;
         let klen = span.len(key);
@@ -113,9 +150,9 @@ impl RadixTree {
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
                 }
-                // Persist order: leaf flushed; activate (commit: slot = leaf).
-                let r = self.take_leaf(leaf, key, value)?;
-                self.activate(r, slot)?;
+                // Persist order: leaf flushed; publish (commit: slot = leaf).
+                let l = self.new_leaf(key, value)?;
+                self.publish_block(slot, l)?;
                 self.count += 1;
                 return Ok(PutOutcome::Inserted);
             }
@@ -127,20 +164,18 @@ impl RadixTree {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
                     }
-                    // Persist order: new leaf flushed; replace (commit:
-                    // slot = new leaf; the old leaf is freed with it).
-                    let r = self.new_leaf(key, value)?;
-                    self.replace(r, slot)?;
+                    // Persist order: new leaf flushed; publish (commit:
+                    // slot = new leaf); the old leaf is released.
+                    let l = self.new_leaf(key, value)?;
+                    self.publish_block(slot, l)?;
                     return Ok(PutOutcome::Replaced);
                 }
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
                 }
-                if leaf.is_none() {
-                    *leaf = Some(self.new_leaf(key, value)?);
-                }
-                self.expand_leaf(slot, p, &lkey, key, d)?;
-                continue;
+                self.expand_leaf(slot, p, &lkey, key, value, d)?;
+                self.count += 1;
+                return Ok(PutOutcome::Inserted);
             }
             let h = Header::decode(w);
             let b = h.branch();
@@ -151,11 +186,9 @@ impl RadixTree {
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
                 }
-                if leaf.is_none() {
-                    *leaf = Some(self.new_leaf(key, value)?);
-                }
-                self.split(slot, p, kind, &h, d, i, &prefix)?;
-                continue;
+                self.split(slot, p, kind, &h, d, i, &prefix, key, value)?;
+                self.count += 1;
+                return Ok(PutOutcome::Inserted);
             }
             if klen == b {
                 slot = p + END;
@@ -172,33 +205,50 @@ impl RadixTree {
             if mode == PutMode::Update {
                 return Ok(PutOutcome::Unchanged);
             }
-            self.add_child(slot, p, kind, u, key, value, leaf)?;
+            self.add_child(slot, p, kind, u, key, value)?;
             self.count += 1;
             return Ok(PutOutcome::Inserted);
         }
     }
 
-    /// Lazy expansion: the leaf `p` in `slot` (reached at depth `d`) gets a
-    /// node above it whose path is the units `key` shares with the leaf's
-    /// key. Persist order: node (holding the leaf) flushed; `activate(node,
-    /// slot)` (commit). The caller then inserts `key` into the node.
-    fn expand_leaf(&self, slot: u64, p: u64, lkey: &[u8], key: &[u8], d: usize) -> Result<()> {
+    /// Lazy expansion: the leaf `p` in `slot` (reached at depth `d`) and the
+    /// new key's leaf go under a new node whose path is the units the two
+    /// keys share. Persist order: new leaf, node holding both, flushed;
+    /// `publish(slot, node)` (commit).
+    fn expand_leaf(
+        &self,
+        slot: u64,
+        p: u64,
+        lkey: &[u8],
+        key: &[u8],
+        value: &[u8],
+        d: usize,
+    ) -> Result<()> {
         let span = self.span;
         let b = d + span.common(lkey, key, d);
         let h = Header::new(0, span, d, &span.units(key, d, b));
         let kind = self.flavor.small_kind();
-        let r = if span.len(lkey) == b {
-            self.new_node(kind, &h, p, &[])?
-        } else {
-            self.new_node(kind, &h, 0, &[(span.unit(lkey, b), p)])?
+        let (end, children) = match place(span, lkey, b) {
+            None => (p, vec![]),
+            Some(u) => (0, vec![(u, p)]),
         };
-        self.activate(r, slot)
+        let l = self.new_leaf(key, value)?;
+        let node = match self.node_with(kind, &h, end, children, place(span, key, b), l.offset()) {
+            Ok(n) => n,
+            Err(e) => {
+                self.cancel(l)?;
+                return Err(e);
+            }
+        };
+        // The old leaf moves under the node: nothing to release.
+        self.publish(slot, node.offset())?;
+        Ok(())
     }
 
-    /// Algorithm 1 (SplitCmp): the node `p` in `slot`, reached at depth `d`,
-    /// has a path `prefix` that the key leaves at index `i`. A new parent
-    /// takes the first `i` units; the node keeps the units after `i`. The
-    /// caller then inserts the key into the new parent.
+    /// Algorithm 1 (SplitCmp) with the insert folded in: the node `p` in
+    /// `slot`, reached at depth `d`, has a path `prefix` that `key` leaves
+    /// at index `i`. A new parent takes the first `i` units and holds the
+    /// node (which keeps the units after `i`) and the new leaf.
     #[allow(clippy::too_many_arguments)]
     fn split(
         &self,
@@ -209,37 +259,61 @@ impl RadixTree {
         d: usize,
         i: usize,
         prefix: &[u8],
+        key: &[u8],
+        value: &[u8],
     ) -> Result<()> {
         let span = self.span;
         let parent_h = Header::new(0, span, d, &prefix[..i]);
         let node_h = Header::new(h.kind, span, d + i + 1, &prefix[i + 1..]);
         let small = self.flavor.small_kind();
+        let at = place(span, key, d + i);
+        let l = self.new_leaf(key, value)?;
         if self.flavor == Flavor::ArtCow {
-            // Persist order: copy with the new header flushed, parent
-            // (holding the copy) flushed; activate the copy into `pending`;
-            // replace
-            // into `slot` (commit; frees the old node); pending = 0, fence.
-            let end = self.pool.load_u64(p + END)?;
-            let ch = self.children(p, kind)?;
-            let copy = self.new_node(kind, &node_h, end, &ch)?;
-            let copy_off = copy.offset();
-            let parent = match self.new_node(small, &parent_h, 0, &[(prefix[i], copy_off)]) {
-                Ok(r) => r,
+            // Persist order: new leaf, copy of the node with the new header,
+            // parent holding both, flushed; publish the parent into `slot`
+            // (commit); the old node is released.
+            let made = (|| {
+                let end = self.pool.load_u64(p + END)?;
+                let ch = self.children(p, kind)?;
+                let copy = self.new_node(kind, &node_h, end, &ch)?;
+                match self.node_with(
+                    small,
+                    &parent_h,
+                    0,
+                    vec![(prefix[i], copy.offset())],
+                    at,
+                    l.offset(),
+                ) {
+                    Ok(parent) => Ok((copy, parent)),
+                    Err(e) => {
+                        self.cancel(copy)?;
+                        Err(e)
+                    }
+                }
+            })();
+            // The copy is published under the parent.
+            let (_copy, parent) = match made {
+                Ok(x) => x,
                 Err(e) => {
-                    self.pool.cancel(copy)?;
+                    self.cancel(l)?;
                     return Err(e);
                 }
             };
-            self.activate(copy, self.pending_slot())?;
-            self.replace(parent, slot)?;
-            return self.clear_pending();
+            return self.publish_block(slot, parent);
         }
-        // Persist order (Algorithm 1): new parent (holding the node) flushed;
-        // the node's header stored with one 8-byte store and flushed;
-        // activate the parent into `slot`: its first fence makes both
-        // durable (lines 8-12), its slot store swaps the old parent's
-        // pointer (lines 14-17, the commit).
-        let parent = self.new_node(small, &parent_h, 0, &[(prefix[i], p)])?;
+        // Persist order (Algorithm 1): new leaf and new parent (holding the
+        // node and the leaf) flushed; the node's header stored with one
+        // 8-byte store and flushed; publish the parent into `slot`: its first
+        // fence makes all of them durable (lines 8-12), its store swaps the
+        // old parent's pointer (lines 14-17, the commit).
+        let parent = match self.node_with(small, &parent_h, 0, vec![(prefix[i], p)], at, l.offset())
+        {
+            Ok(x) => x,
+            Err(e) => {
+                self.cancel(l)?;
+                return Err(e);
+            }
+        };
         let word = node_h.encode();
         if self.pool.fault(Fault::WortTornHeader) && self.flavor == Flavor::Wort {
             // Injected bug: the header written as two 4-byte halves.
@@ -253,105 +327,76 @@ impl RadixTree {
             self.pool.store_u64(p, word)?;
         }
         self.pool.flush(p, 8);
-        self.activate(parent, slot)
-    }
-
-    /// Stores null into `pending` and makes it durable (before anything can
-    /// free the block it named).
-    fn clear_pending(&self) -> Result<()> {
-        self.pool.store_u64(self.pending_slot(), 0)?;
-        self.pool.persist(self.pending_slot(), 8);
+        // The node moves under the parent: nothing to release.
+        self.publish(slot, parent.offset())?;
         Ok(())
     }
 
     /// Adds a leaf for `key` as child `u` of node `p` (in `slot`), which
-    /// does not have it; grows the node first if it is full.
-    #[allow(clippy::too_many_arguments)]
+    /// does not list it; a full node is replaced by a grown copy holding it.
     fn add_child(
         &self,
         slot: u64,
-        mut p: u64,
-        mut kind: Kind,
+        p: u64,
+        kind: Kind,
         u: u8,
         key: &[u8],
         value: &[u8],
-        leaf: &mut Option<Reservation>,
     ) -> Result<()> {
-        loop {
-            let full = || -> Result<bool> { Ok(self.children(p, kind)?.len() >= kind.capacity()) };
-            match (self.flavor, kind) {
-                (_, Kind::W16) | (_, Kind::N256) => {
-                    let s = nodes::find(&self.pool, p, kind, u)?.expect("direct slot");
-                    let r = self.take_leaf(leaf, key, value)?;
-                    return self.activate(r, s);
-                }
-                (Flavor::ArtCow, Kind::N4 | Kind::N16) => {
-                    let r = self.take_leaf(leaf, key, value)?;
-                    return self.cow_add(slot, p, kind, u, r);
-                }
-                (_, Kind::N4 | Kind::N16 | Kind::N48) if !full()? => {
-                    let r = self.take_leaf(leaf, key, value)?;
-                    return match kind {
-                        Kind::N4 => n4::add(
-                            &self.pool,
-                            p,
-                            u,
-                            r,
-                            self.pool.fault(Fault::WoartNode4CommitFirst),
-                        ),
-                        Kind::N16 => n16::add(&self.pool, p, u, r),
-                        _ => n48::add(&self.pool, p, u, r),
-                    };
-                }
-                (_, Kind::N4 | Kind::N16 | Kind::N48) => {
-                    if leaf.is_none() {
-                        *leaf = Some(self.new_leaf(key, value)?);
-                    }
-                    self.resize(slot, p, kind, kind.grown())?;
-                    p = self.pool.load_u64(slot)?;
-                    kind = nodes::kind(&self.pool, p)?;
-                }
-                (_, Kind::Leaf) => return Err(Error::corrupt(p, "radix: leaf used as a node")),
-            }
+        let l = self.new_leaf(key, value)?;
+        let c = l.offset();
+        let r = match (self.flavor, kind) {
+            // Persist order: leaf flushed; publish (commit: the slot).
+            (_, Kind::W16) | (_, Kind::N256) => match nodes::find(&self.pool, p, kind, u) {
+                Ok(Some(s)) => self.publish(s, c).map(drop),
+                Ok(None) => Err(Error::corrupt(p, "radix: direct node without a slot")),
+                Err(e) => Err(e),
+            },
+            (Flavor::ArtCow, Kind::N4 | Kind::N16) => self.copy_with(slot, p, kind, u, c),
+            (_, Kind::N4 | Kind::N16 | Kind::N48) => match self.children(p, kind) {
+                Ok(ch) if ch.len() >= kind.capacity() => self.copy_with(slot, p, kind, u, c),
+                Ok(_) => match kind {
+                    Kind::N4 => n4::add(
+                        &self.pool,
+                        p,
+                        u,
+                        c,
+                        self.pool.fault(Fault::WoartNode4CommitFirst),
+                    ),
+                    Kind::N16 => n16::add(&self.pool, p, u, c),
+                    _ => n48::add(&self.pool, p, u, c),
+                },
+                Err(e) => Err(e),
+            },
+            (_, Kind::Leaf) => Err(Error::corrupt(p, "radix: leaf used as a node")),
+        };
+        if r.is_err() {
+            self.cancel(l)?;
         }
+        r
     }
 
-    /// ART+CoW insert into NODE4/NODE16 (a full one becomes the next kind).
-    /// Persist order: leaf flushed, copy holding the leaf flushed;
-    /// `activate(leaf, pending)`; `replace(copy, slot)` (commit; frees the old node);
-    /// `pending = 0`, flushed, fenced.
-    fn cow_add(&self, slot: u64, p: u64, kind: Kind, u: u8, leaf: Reservation) -> Result<()> {
-        let mut ch = self.children(p, kind)?;
-        let pos = ch.partition_point(|c| c.0 < u);
-        ch.insert(pos, (u, leaf.offset()));
-        let new_kind = if ch.len() > kind.capacity() {
-            kind.grown()
-        } else {
-            kind
-        };
+    /// Replaces node `p` (in `slot`) by a copy that also holds the leaf `l`
+    /// as child `u` (of the next kind if `p` is full): ART+CoW's insert into
+    /// NODE4/NODE16, and growth. Persist order: leaf and copy flushed;
+    /// `publish(slot, copy)` (commit); the old node is released.
+    fn copy_with(&self, slot: u64, p: u64, kind: Kind, u: u8, l: u64) -> Result<()> {
         let h = Header::decode(self.pool.load_u64(p)?);
         let end = self.pool.load_u64(p + END)?;
-        let copy = match self.new_node(new_kind, &h, end, &ch) {
-            Ok(r) => r,
-            Err(e) => {
-                self.pool.cancel(leaf)?;
-                return Err(e);
-            }
-        };
-        self.activate(leaf, self.pending_slot())?;
-        self.replace(copy, slot)?;
-        self.clear_pending()
+        let ch = self.children(p, kind)?;
+        let copy = self.node_with(kind, &h, end, ch, Some(u), l)?;
+        self.publish_block(slot, copy)
     }
 
     /// Copies node `p` (in `slot`) into a node of kind `to` and swaps it in.
-    /// Persist order: copy flushed; `replace(copy, slot)` (commit; frees the
-    /// old node).
+    /// Persist order: copy flushed; `publish(slot, copy)` (commit); the old
+    /// node is released.
     pub(super) fn resize(&self, slot: u64, p: u64, kind: Kind, to: Kind) -> Result<()> {
         let h = Header::decode(self.pool.load_u64(p)?);
         let end = self.pool.load_u64(p + END)?;
         let ch = self.children(p, kind)?;
         let copy = self.new_node(to, &h, end, &ch)?;
-        self.replace(copy, slot)
+        self.publish_block(slot, copy)
     }
 
     pub(super) fn delete_impl(&mut self, key: &[u8]) -> Result<bool> {
@@ -395,106 +440,149 @@ impl RadixTree {
             }
         }
         let Some((nslot, n, nkind, pos, nd)) = parent else {
-            // The root is the leaf. Persist order: free (commit: root = null).
-            self.free(slot)?;
+            // The root is the leaf. Persist order: retract (commit: root =
+            // null); the leaf is released.
+            let old = self.retract(slot, 0)?;
+            self.release(old)?;
             self.count -= 1;
             return Ok(true);
         };
-        match (self.flavor, nkind, pos) {
-            // Persist order: free (commit: the slot's null store).
-            (_, _, None) | (_, Kind::W16 | Kind::N256, _) => self.free(slot)?,
-            // ART+CoW: the entry stays listed with a null pointer (absent)
-            // until the copy below drops it.
-            (Flavor::ArtCow, Kind::N4 | Kind::N16, _) => self.free(slot)?,
-            (_, Kind::N4, Some(u)) => n4::remove(&self.pool, n, u)?,
-            (_, Kind::N16, Some(u)) => n16::remove(&self.pool, n, u)?,
-            (_, Kind::N48, Some(u)) => n48::remove(&self.pool, n, u)?,
-            (_, Kind::Leaf, _) => return Err(Error::corrupt(n, "radix: leaf used as a node")),
+        let leaf = self.pool.load_u64(slot)?;
+        let end = self.pool.load_u64(n + END)?;
+        // The node's other children.
+        let mut rest: Vec<(u8, u64)> = self.children(n, nkind)?;
+        if let Some(u) = pos {
+            rest.retain(|c| c.0 != u);
         }
+        let rest_end = if pos.is_none() { 0 } else { end };
+        let others = rest.len() + usize::from(rest_end != 0);
+        if others <= 1 {
+            // The node would keep one child (or none): it goes, and the
+            // child takes its place, in one commit (see `merge`).
+            let q = if rest_end != 0 {
+                rest_end
+            } else {
+                rest.first().map_or(0, |c| c.1)
+            };
+            self.merge(nslot, n, q, nd)?;
+        } else {
+            self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
+        }
+        self.release(leaf)?;
         self.count -= 1;
-        self.after_remove(nslot, n, nkind, nd)?;
         Ok(true)
     }
 
-    /// After a child of `n` (in `nslot`, reached at depth `nd`) went away:
-    /// merge a node left with one child, free one left with none, shrink an
-    /// ART node below its kind's threshold, compact an ART+CoW node.
-    /// Returns whether it changed anything.
-    pub(super) fn after_remove(&self, nslot: u64, n: u64, nkind: Kind, nd: usize) -> Result<bool> {
-        let entries: Vec<Entry> = nodes::entries(&self.pool, n, nkind)?;
-        let live: Vec<&Entry> = entries.iter().filter(|e| e.ptr != 0).collect();
-        let end = self.pool.load_u64(n + END)?;
-        let total = live.len() + usize::from(end != 0);
-        if total == 0 {
-            // Persist order: free (commit: the slot's null store).
-            self.free(nslot)?;
-            return Ok(true);
-        }
-        if total == 1 {
-            let (q, qslot) = if end != 0 {
-                (end, n + END)
-            } else {
-                (live[0].ptr, live[0].slot)
+    /// Removes the child in `slot` (unit `pos`, or `end`) from node `n` (in
+    /// `nslot`), which keeps at least two children: `rest` and `rest_end`.
+    /// The child's block is released by the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn remove_child(
+        &self,
+        nslot: u64,
+        n: u64,
+        nkind: Kind,
+        pos: Option<u8>,
+        slot: u64,
+        rest: &[(u8, u64)],
+        rest_end: u64,
+    ) -> Result<()> {
+        let live = rest.len();
+        let in_place = |u: u8| -> Result<()> {
+            // WOART (and ART+CoW's fallback in a full pool): the commit word
+            // hides the entry (stored, flushed, fenced); then the pointer is
+            // nulled without a flush (an orphan pointer left by a crash is
+            // cleared at open).
+            let s = match nkind {
+                Kind::N4 => n4::remove(&self.pool, n, u)?,
+                Kind::N16 => n16::remove(&self.pool, n, u)?,
+                _ => n48::remove(&self.pool, n, u)?,
             };
-            let qkind = nodes::kind(&self.pool, q)?;
-            if qkind == Kind::Leaf {
-                // Persist order: free_and_store (commit: the node's slot
-                // holds the leaf; the node is freed with it).
-                self.free_and_store(nslot, q)?;
-                return Ok(true);
+            self.pool.store_u64(s, 0)
+        };
+        match (self.flavor, nkind, pos) {
+            // Persist order: retract (commit: the slot's null store).
+            (_, _, None) | (_, Kind::W16 | Kind::N256, _) => {
+                self.retract(slot, 0)?;
             }
-            // Merge paths: the child takes the node's path, its unit and
-            // its own path, starting at the node's depth.
-            let ch = Header::decode(self.pool.load_u64(q)?);
-            let lk = leaf::key_vec(&self.pool, self.any_leaf(q)?)?;
-            if self.span.len(&lk) < ch.branch() {
-                return Err(Error::corrupt(
-                    q,
-                    "radix: leaf shorter than its node's path",
-                ));
+            (Flavor::ArtCow, Kind::N4 | Kind::N16, Some(u)) => {
+                // Persist order: a copy without the entry (of the smaller
+                // kind if it shrinks) flushed; publish (commit); the node is
+                // released. A full pool removes in place, as WOART does.
+                let h = Header::decode(self.pool.load_u64(n)?);
+                let to = nkind.shrunk(live).unwrap_or(nkind);
+                return match self.new_node(to, &h, rest_end, rest) {
+                    Ok(copy) => self.publish_block(nslot, copy),
+                    Err(Error::PoolFull { .. }) => in_place(u),
+                    Err(e) => Err(e),
+                };
             }
-            let merged = Header::new(
-                ch.kind,
-                self.span,
-                nd,
-                &self.span.units(&lk, nd, ch.branch()),
-            );
-            let target = if self.flavor == Flavor::ArtCow {
-                // Persist order: copy with the merged header flushed;
-                // replace it into the node's slot for the child (frees the
-                // child); then unlink the node as below.
-                let cend = self.pool.load_u64(q + END)?;
-                let cch = self.children(q, qkind)?;
-                let copy = self.new_node(qkind, &merged, cend, &cch)?;
-                let off = copy.offset();
-                self.replace(copy, qslot)?;
-                off
-            } else {
-                // Persist order: the child's header, one 8-byte store,
-                // flushed (ordered by free_and_store's first fence).
-                self.pool.store_u64(q, merged.encode())?;
-                self.pool.flush(q, 8);
-                q
-            };
-            // Commit: the node's slot holds the child; the node is freed.
-            self.free_and_store(nslot, target)?;
-            return Ok(true);
+            (_, Kind::N4 | Kind::N16 | Kind::N48, Some(u)) => in_place(u)?,
+            (_, Kind::Leaf, _) => return Err(Error::corrupt(n, "radix: leaf used as a node")),
         }
         if self.flavor != Flavor::Wort {
-            if let Some(to) = nkind.shrunk(live.len()) {
+            if let Some(to) = nkind.shrunk(live) {
                 // In a full pool the node keeps its kind (deletes must work
                 // there); it shrinks on a later delete.
                 return match self.resize(nslot, n, nkind, to) {
-                    Err(Error::PoolFull { .. }) => Ok(false),
-                    r => r.map(|()| true),
+                    Err(Error::PoolFull { .. }) => Ok(()),
+                    r => r,
                 };
             }
-            if live.len() != entries.len() && matches!(nkind, Kind::N4 | Kind::N16) {
-                // ART+CoW: drop the deleted entry by copy-on-write.
-                self.resize(nslot, n, nkind, nkind)?;
-                return Ok(true);
+        }
+        Ok(())
+    }
+
+    /// Node `n` (in `nslot`, reached at depth `nd`) is left with the one
+    /// child `q` (or none: `q` = 0, only in a damaged tree): `q` takes its
+    /// place, and the node is released.
+    ///
+    /// Persist order: a leaf (or null): `retract(nslot, q)` (commit). A node:
+    /// its header stored with the merged path (the node's path, the unit,
+    /// its own path; one 8-byte store), flushed; `publish(nslot, q)` (its
+    /// first fence makes the header durable first; commit). ART+CoW instead
+    /// publishes a copy of `q` with the merged header and releases `q` too
+    /// (in a full pool it merges in place as above).
+    fn merge(&self, nslot: u64, n: u64, q: u64, nd: usize) -> Result<()> {
+        let qkind = if q == 0 {
+            Kind::Leaf
+        } else {
+            nodes::kind(&self.pool, q)?
+        };
+        if qkind == Kind::Leaf {
+            self.retract(nslot, q)?;
+            return self.release(n);
+        }
+        let ch = Header::decode(self.pool.load_u64(q)?);
+        let lk = leaf::key_vec(&self.pool, self.any_leaf(q)?)?;
+        if self.span.len(&lk) < ch.branch() {
+            return Err(Error::corrupt(
+                q,
+                "radix: leaf shorter than its node's path",
+            ));
+        }
+        let merged = Header::new(
+            ch.kind,
+            self.span,
+            nd,
+            &self.span.units(&lk, nd, ch.branch()),
+        );
+        if self.flavor == Flavor::ArtCow {
+            let cend = self.pool.load_u64(q + END)?;
+            let cch = self.children(q, qkind)?;
+            match self.new_node(qkind, &merged, cend, &cch) {
+                Ok(copy) => {
+                    self.publish(nslot, copy.offset())?;
+                    self.release(n)?;
+                    return self.release(q);
+                }
+                Err(Error::PoolFull { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
-        Ok(false)
+        self.pool.store_u64(q, merged.encode())?;
+        self.pool.flush(q, 8);
+        self.publish(nslot, q)?;
+        self.release(n)
     }
 }

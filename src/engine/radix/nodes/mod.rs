@@ -12,14 +12,15 @@
 //! before a node's branch position has nowhere to go among the children; it
 //! lives in the node's `end` slot (a "value at inner node" slot, like a 17th
 //! or 257th child that sorts before all others). Its commit is one 8-byte
-//! store, as for a WORT child: `activate` into `end`, `free` of `end`.
+//! store, as for a WORT child.
 //!
-//! **Ownership.** A node owns every non-null pointer in its pointer array,
-//! visible or not. WOART's protocols write a pointer before the word that
-//! makes it visible (insert) and hide it before freeing it (delete); a crash
-//! between leaves an allocated block in an invisible slot (an *orphan*).
-//! Recovery frees orphans at open; between operations there are none, and
-//! `check` refuses them.
+//! **Orphans.** A node owns only the pointers it lists. WOART's protocols
+//! write a pointer before the word that makes it visible (insert) and hide
+//! it before nulling it (delete); a crash between leaves a non-null pointer
+//! in an invisible slot (an *orphan pointer*). Its block is not reached, so
+//! it is free after the crash (or, if it was reused, in use elsewhere); open
+//! stores null in the slot, never frees through it. Between operations there
+//! are none, and `check` refuses them.
 
 pub mod n16;
 pub mod n256;

@@ -11,16 +11,18 @@
 //! | 40 | 128 | `ptr[16]` |
 //!
 //! # Persist order
-//! - **add** (Algorithm 4): take the first clear bit `i`; store the 8-byte
-//!   word holding `keys[i]`, flush it; `activate` the child into `ptr[i]`
-//!   (its first fence orders the key's flush); store `bitmap | 1 << i`,
-//!   flush, **fence** (commit). 4 fences.
-//! - **remove**: store `bitmap & !(1 << i)`, flush, **fence** (commit);
-//!   `free(ptr[i])`. A crash between leaves an orphan, freed at open.
+//! - **add** (Algorithm 4): the child written and flushed by the caller;
+//!   take the first clear bit `i`; store the 8-byte word holding `keys[i]`
+//!   and the child into `ptr[i]`, flush both; **fence** (child, key and
+//!   pointer durable); store `bitmap | 1 << i`, flush, **fence** (commit).
+//!   2 fences. A crash before the commit leaves `ptr[i]` unlisted (an
+//!   orphan pointer, cleared at open).
+//! - **remove**: store `bitmap & !(1 << i)`, flush, **fence** (commit); the
+//!   caller then nulls `ptr[i]` (no flush). 1 fence.
 
 use super::{byte, with_byte, Entry, BODY};
 use crate::error::{Error, Result};
-use crate::pm::{Pool, Reservation};
+use crate::pm::Pool;
 
 /// Offset of the bitmap.
 pub const BITMAP: u64 = BODY;
@@ -95,9 +97,10 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
     }
 }
 
-/// Algorithm 4 (see the module's persist order). The node must not be full
-/// and must not list `unit`.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
+/// Algorithm 4 (see the module's persist order): adds `child` (written
+/// and flushed) for `unit`. The node must not be full and must not list
+/// `unit`.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<()> {
     let bitmap = pool.load_u64(node + BITMAP)?;
     let i = (!bitmap & 0xFFFF).trailing_zeros() as usize;
     if i >= 16 {
@@ -105,16 +108,18 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
     }
     let kw = node + KEYS + 8 * (i as u64 / 8);
     pool.store_u64(kw, with_byte(pool.load_u64(kw)?, i % 8, unit))?;
+    pool.store_u64(ptr_slot(node, i), child)?;
     pool.flush(kw, 8);
-    super::super::count_step();
-    pool.activate(child, ptr_slot(node, i))?; // F1 orders the key's flush
+    pool.flush(ptr_slot(node, i), 8);
+    pool.fence(); // child, key and pointer durable
     pool.store_u64(node + BITMAP, bitmap | 1 << i)?; // commit point of the insert
     pool.persist(node + BITMAP, 8);
     Ok(())
 }
 
-/// Removes `unit` (see the module's persist order).
-pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
+/// Removes `unit` (see the module's persist order); returns the slot of its
+/// pointer, which the caller nulls.
+pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<u64> {
     let (_, i) = valid(pool, node)?
         .into_iter()
         .find(|&(k, _)| k == unit)
@@ -122,8 +127,7 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     let bitmap = pool.load_u64(node + BITMAP)?;
     pool.store_u64(node + BITMAP, bitmap & !(1 << i))?; // commit point of the delete
     pool.persist(node + BITMAP, 8);
-    super::super::count_step();
-    pool.free(ptr_slot(node, i))
+    Ok(ptr_slot(node, i))
 }
 
 #[cfg(test)]

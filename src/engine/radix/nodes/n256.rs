@@ -6,8 +6,8 @@
 //! | 8 | 8 | `end` |
 //! | 16 | 2048 | `children[256]` |
 //!
-//! Insert: `activate` into the null slot (commit: the slot store). Delete:
-//! `free` the slot.
+//! Insert: publish the child into the null slot (commit: the slot store).
+//! Delete: store null into the slot (commit).
 
 use super::{Entry, BODY};
 use crate::error::Result;

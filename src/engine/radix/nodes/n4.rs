@@ -12,18 +12,22 @@
 //! `ptr[slot[i] - 1]`. The node is one 64-byte line.
 //!
 //! # Persist order
-//! - **add** (Algorithm 3): pick a pointer index no slot byte names;
-//!   `activate` the child into `ptr[idx]` (its first fence orders the
-//!   child's flush, its last makes `ptr[idx]` durable); store the new `keys`
-//!   word with the key inserted in order; flush; **fence**. The `keys` store
-//!   is the commit point. 4 fences.
+//! - **add** (Algorithm 3): the child written and flushed by the caller;
+//!   **fence** (the child is durable); pick a pointer index no slot byte
+//!   names; store the child into `ptr[idx]`; store the new `keys` word with
+//!   the key inserted in order; flush the node's line; **fence**. The `keys`
+//!   store is the commit point: it is in the same line as `ptr[idx]` and
+//!   stored after it, so (same-line order) a durable `keys` implies a
+//!   durable `ptr[idx]`, and the paper's separate flush of the pointer is
+//!   not needed. A crash before the commit leaves `ptr[idx]` unlisted (an
+//!   orphan pointer, cleared at open). 2 fences, 1 line.
 //! - **remove**: store `keys` without the entry; flush; **fence** (commit);
-//!   then `free(ptr[idx])` (3 fences). A crash between leaves an orphan,
-//!   freed at open.
+//!   the caller then nulls `ptr[idx]` (no flush: an orphan pointer left by a
+//!   crash is cleared at open). 1 fence.
 
 use super::{byte, with_byte, Entry, BODY};
 use crate::error::{Error, Result};
-use crate::pm::{Pool, Reservation};
+use crate::pm::Pool;
 
 /// Offset of the packed keys/slots word.
 pub const KEYS: u64 = BODY;
@@ -104,10 +108,11 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
     }
 }
 
-/// Algorithm 3 (see the module's persist order). The node must not be full
-/// and must not list `unit`. `commit_first` is a fault-injection switch: the
-/// `keys` word is stored before the child is activated.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation, commit_first: bool) -> Result<()> {
+/// Algorithm 3 (see the module's persist order): adds `child` (written
+/// and flushed) for `unit`. The node must not be full and must not list
+/// `unit`. `commit_first` is a fault-injection switch: the `keys` word is
+/// stored and persisted before the child pointer.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, commit_first: bool) -> Result<()> {
     let mut e = decode(pool.load_u64(node + KEYS)?);
     if e.len() >= 4 {
         return Err(Error::corrupt(node, "radix: add to a full NODE4"));
@@ -120,16 +125,18 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation, commit_first: b
     let slot = ptr_slot(node, idx);
     if commit_first {
         pool.store_u64(node + KEYS, encode(&e))?;
+        pool.persist(node + KEYS, 8);
     }
-    super::super::count_step();
-    pool.activate(child, slot)?; // commits the child's allocation: ptr[idx] = child
+    pool.fence(); // the child is durable
+    pool.store_u64(slot, child)?;
     pool.store_u64(node + KEYS, encode(&e))?; // commit point of the insert
-    pool.persist(node + KEYS, 8);
+    pool.persist(node, SIZE);
     Ok(())
 }
 
-/// Removes `unit` (see the module's persist order).
-pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
+/// Removes `unit` (see the module's persist order); returns the slot of its
+/// pointer, which the caller nulls.
+pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<u64> {
     let mut e = decode(pool.load_u64(node + KEYS)?);
     let pos = e
         .iter()
@@ -138,8 +145,7 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     let (_, idx) = e.remove(pos);
     pool.store_u64(node + KEYS, encode(&e))?; // commit point of the delete
     pool.persist(node + KEYS, 8);
-    super::super::count_step();
-    pool.free(ptr_slot(node, idx))
+    Ok(ptr_slot(node, idx))
 }
 
 #[cfg(test)]

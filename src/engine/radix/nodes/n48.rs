@@ -13,16 +13,16 @@
 //! indexes).
 //!
 //! # Persist order
-//! - **add**: `activate` the child into a pointer no index byte names;
-//!   store the 8-byte word holding `index[key]`, flush, **fence** (commit).
-//!   4 fences.
+//! - **add**: the child written and flushed by the caller; store it into a
+//!   pointer no index byte names, flush; **fence**; store the 8-byte word
+//!   holding `index[key]`, flush, **fence** (commit). 2 fences. A crash
+//!   before the commit leaves an orphan pointer, cleared at open.
 //! - **remove**: clear `index[key]` (one 8-byte store), flush, **fence**
-//!   (commit); `free(ptr[i])`. A crash between leaves an orphan, freed at
-//!   open.
+//!   (commit); the caller then nulls `ptr[i]` (no flush). 1 fence.
 
 use super::{byte, with_byte, Entry, BODY};
 use crate::error::{Error, Result};
-use crate::pm::{Pool, Reservation};
+use crate::pm::Pool;
 
 /// Offset of `index[0]`.
 pub const INDEX: u64 = BODY;
@@ -106,16 +106,17 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
     }
 }
 
-/// Adds `unit` (see the module's persist order). The node must not be full
-/// and must not list `unit`.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
+/// Adds `child` (written and flushed) for `unit` (see the module's persist
+/// order). The node must not be full and must not list `unit`.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<()> {
     let used = used(&index(pool, node)?);
     let i = used
         .iter()
         .position(|u| !u)
         .ok_or_else(|| Error::corrupt(node, "radix: add to a full NODE48"))?;
-    super::super::count_step();
-    pool.activate(child, ptr_slot(node, i))?;
+    pool.store_u64(ptr_slot(node, i), child)?;
+    pool.flush(ptr_slot(node, i), 8);
+    pool.fence(); // child and pointer durable
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
     let w = with_byte(pool.load_u64(iw)?, usize::from(unit) % 8, i as u8 + 1);
     pool.store_u64(iw, w)?; // commit point of the insert
@@ -123,8 +124,9 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: Reservation) -> Result<()> {
     Ok(())
 }
 
-/// Removes `unit` (see the module's persist order).
-pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
+/// Removes `unit` (see the module's persist order); returns the slot of its
+/// pointer, which the caller nulls.
+pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<u64> {
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
     let w = pool.load_u64(iw)?;
     let v = byte(w, usize::from(unit) % 8);
@@ -136,6 +138,5 @@ pub fn remove(pool: &Pool, node: u64, unit: u8) -> Result<()> {
     }
     pool.store_u64(iw, with_byte(w, usize::from(unit) % 8, 0))?; // commit point of the delete
     pool.persist(iw, 8);
-    super::super::count_step();
-    pool.free(ptr_slot(node, usize::from(v - 1)))
+    Ok(ptr_slot(node, usize::from(v - 1)))
 }

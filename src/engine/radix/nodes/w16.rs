@@ -6,9 +6,8 @@
 //! | 8 | 8 | `end` |
 //! | 16 | 128 | `children[16]` |
 //!
-//! Insert of a child: `activate` the leaf into its (null) slot; the slot
-//! store is the commit point. Delete: `free` the slot (frees and nulls in
-//! one failure-atomic step).
+//! Insert of a child: publish the leaf into its (null) slot; the slot
+//! store is the commit point. Delete: store null into the slot (commit).
 
 use super::{Entry, BODY};
 use crate::error::Result;

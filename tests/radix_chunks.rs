@@ -1,0 +1,108 @@
+//! The radix trees' block heap (`engine/radix/chunks.rs`) seen from the
+//! API: space freed by deletes is reused, a tree emptied by deletes gives
+//! its chunks back to the pool at the next open, leaves too large for a
+//! carved block come and go, and a pool of the previous format is refused
+//! with a message instead of being misread.
+
+mod common;
+
+use common::{assert_check, assert_db_eq, create_db, open_db, Model, TempPool};
+use pmindex::pm::PoolConfig;
+
+const ENGINES: [&str; 3] = ["wort", "woart", "art-cow"];
+
+fn key(i: usize) -> Vec<u8> {
+    format!("{:x}/k{i}", (i * 2_654_435_761) % 251).into_bytes()
+}
+
+fn value(i: usize) -> Vec<u8> {
+    // Mostly small, some over the 4 KiB carved-block limit.
+    let len = if i % 97 == 0 {
+        5000 + i % 3000
+    } else {
+        8 + i % 300
+    };
+    vec![(i % 251) as u8; len]
+}
+
+#[test]
+fn space_is_reused_and_an_emptied_tree_gives_its_chunks_back() {
+    for engine in ENGINES {
+        let t = TempPool::new();
+        let db = create_db(&t.path, engine, 64 << 20);
+        let empty = db.pool().usage().bytes_in_use();
+        let mut model = Model::new();
+        for i in 0..5000 {
+            db.put(&key(i), &value(i)).unwrap();
+            model.insert(key(i), value(i));
+        }
+        assert_check(&db, model.len(), engine);
+        let full = db.pool().usage().bytes_in_use();
+        // Delete and insert again: the freed blocks are reused, so the pool
+        // does not grow by more than a few chunks.
+        for round in 0..3 {
+            for i in 0..5000 {
+                assert!(db.delete(&key(i)).unwrap());
+                model.remove(&key(i));
+                if i % 2 == round % 2 {
+                    continue;
+                }
+                db.put(&key(i), &value(i + round)).unwrap();
+                model.insert(key(i), value(i + round));
+            }
+            for i in 0..5000 {
+                if !model.contains_key(&key(i)) {
+                    db.put(&key(i), &value(i)).unwrap();
+                    model.insert(key(i), value(i));
+                }
+            }
+            assert_check(&db, model.len(), engine);
+        }
+        let again = db.pool().usage().bytes_in_use();
+        assert!(
+            again <= full + 8 * 64 * 1024,
+            "{engine}: {full} bytes in use after the load, {again} after three rounds of churn"
+        );
+        assert_db_eq(&db, &model, engine);
+        for k in model.keys() {
+            assert!(db.delete(k).unwrap());
+        }
+        model.clear();
+        assert_check(&db, 0, engine);
+        drop(db);
+        let db = open_db(&t.path);
+        assert_check(&db, 0, engine);
+        assert_eq!(
+            db.pool().usage().bytes_in_use(),
+            empty,
+            "{engine}: an emptied tree holds chunks after reopening"
+        );
+        // And it is usable afterwards.
+        db.put(b"after", b"x").unwrap();
+        assert_eq!(db.get(b"after").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+}
+
+#[test]
+fn a_format_1_radix_pool_is_refused_with_a_message() {
+    for engine in ENGINES {
+        let t = TempPool::new();
+        let db = create_db(&t.path, engine, 8 << 20);
+        db.put(b"k", b"v").unwrap();
+        drop(db);
+        {
+            let pool = pmindex::pm::Pool::open(&t.path, None, &PoolConfig::default()).unwrap();
+            let sb = pool.load_u64(pool.root_slot(0).unwrap()).unwrap();
+            let f = pool.load_u64(sb + 8).unwrap();
+            assert_eq!(f >> 8, 2, "{engine}: format version 2");
+            pool.store_u64(sb + 8, (f & 0xFF) | 1 << 8).unwrap();
+            pool.persist(sb + 8, 8);
+            pool.sync().unwrap();
+        }
+        let err = pmindex::Db::open(&t.path, &Default::default())
+            .err()
+            .unwrap_or_else(|| panic!("{engine}: a format-1 pool opened"));
+        let msg = err.to_string();
+        assert!(msg.contains("version 1"), "{engine}: {msg}");
+    }
+}
