@@ -17,7 +17,7 @@ fn key(i: usize) -> Vec<u8> {
 
 fn value(i: usize) -> Vec<u8> {
     // Mostly small, some over the 4 KiB carved-block limit.
-    let len = if i % 97 == 0 {
+    let len = if i.is_multiple_of(97) {
         5000 + i % 3000
     } else {
         8 + i % 300
@@ -51,9 +51,9 @@ fn space_is_reused_and_an_emptied_tree_gives_its_chunks_back() {
                 model.insert(key(i), value(i + round));
             }
             for i in 0..5000 {
-                if !model.contains_key(&key(i)) {
+                if let std::collections::btree_map::Entry::Vacant(e) = model.entry(key(i)) {
                     db.put(&key(i), &value(i)).unwrap();
-                    model.insert(key(i), value(i));
+                    e.insert(value(i));
                 }
             }
             assert_check(&db, model.len(), engine);
