@@ -10,7 +10,8 @@
 //! node through every ART kind (4 → 16 → 48 → 256), shrinks it back by
 //! deletes (256 → 48 → 16 → 4) until it merges away, splits long
 //! compressed paths, deletes keys that are prefixes of others, writes,
-//! updates and deletes a value too large for a carved block, and reopens.
+//! updates and deletes a value too large for a carved block (over 32 KiB),
+//! and reopens.
 //!
 //! `PMINDEX_CRASH_STATES=100000 cargo test --release --test crash_radix_cases`
 //! runs the long budget. The counts in [`pmindex::pm::cases`] are
@@ -65,7 +66,7 @@ fn workload() -> Vec<Op> {
     ops.push(Op::Delete(b"pa".to_vec()));
     // A leaf too large for a carved block takes a chunk of its own, given
     // back when the leaf goes.
-    let big: Arc<[u8]> = vec![7u8; 5000].into();
+    let big: Arc<[u8]> = vec![7u8; 33_000].into();
     ops.push(Op::Insert(b"big".to_vec(), Arc::clone(&big)));
     ops.push(Op::Update(b"big".to_vec(), val(6)));
     ops.push(Op::Update(b"big".to_vec(), big));

@@ -16,9 +16,12 @@ fn key(i: usize) -> Vec<u8> {
 }
 
 fn value(i: usize) -> Vec<u8> {
-    // Mostly small, some over the 4 KiB carved-block limit.
-    let len = if i.is_multiple_of(97) {
-        5000 + i % 3000
+    // Mostly small, some in the 8 to 32 KiB classes, a few over the 32 KiB
+    // carved-block limit.
+    let len = if i.is_multiple_of(499) {
+        40_000 + i % 3000
+    } else if i.is_multiple_of(97) {
+        5000 + i * 7 % 20_000
     } else {
         8 + i % 300
     };

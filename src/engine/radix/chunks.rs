@@ -16,13 +16,15 @@
 //! pointer, flush, fence".
 //!
 //! # Layout
-//! A chunk is one substrate block of [`CHUNK_SIZE`] bytes (64 KiB) for small
-//! blocks, or of whole 64 KiB multiples for one large leaf. Its first line:
+//! A chunk is one substrate block: [`CHUNK_SIZE`] bytes (64 KiB) for blocks
+//! of 64 B to 4 KiB, 16 blocks' worth for 8 KiB to 32 KiB blocks (so that
+//! each chunk holds 15 of them), or whole 64 KiB multiples for one leaf over
+//! 32 KiB. Its first line:
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | `magic`: [`MAGIC`] |
-//! | 8 | 8 | `class`: log2 of the block size (6 ..= 12: 64 B .. 4 KiB), or 0: one large block |
+//! | 8 | 8 | `class`: log2 of the block size (6 ..= 15: 64 B .. 32 KiB), or 0: one large block |
 //! | 16 | 8 | `next`: the next chunk, or null; an activation slot |
 //!
 //! Blocks start at offset [`FIRST`] (64): block `i` of a small chunk is at
@@ -70,7 +72,7 @@ pub const FIRST: u64 = 64;
 /// Smallest block size (log2).
 pub const MIN_CLASS: u8 = 6;
 /// Largest carved block size (log2): larger leaves get a chunk each.
-pub const MAX_CLASS: u8 = 12;
+pub const MAX_CLASS: u8 = 15;
 /// `class` of a chunk holding one large block.
 pub const LARGE: u8 = 0;
 /// Largest small block.
@@ -78,7 +80,18 @@ pub const MAX_SMALL: u64 = 1 << MAX_CLASS;
 const CLASSES: usize = (MAX_CLASS - MIN_CLASS + 1) as usize;
 
 const _: () = assert!(NEXT + 8 <= FIRST);
-const _: () = assert!(FIRST + MAX_SMALL <= CHUNK_SIZE);
+const _: () = assert!(chunk_len(MAX_CLASS).is_multiple_of(CHUNK_SIZE));
+
+/// Bytes of a chunk of small blocks of `class`: 64 KiB, or 16 blocks'
+/// worth when that is more (the header line takes one block's room).
+pub const fn chunk_len(class: u8) -> u64 {
+    let sixteen = 16 << class;
+    if sixteen > CHUNK_SIZE {
+        sixteen
+    } else {
+        CHUNK_SIZE
+    }
+}
 
 /// A block carved from a chunk and not yet published (DRAM only). Give it
 /// back with [`Chunks::cancel`] if it will not be published.
@@ -268,7 +281,7 @@ impl Chunks {
         let start = match self.partial[k].first() {
             Some(&s) => s,
             None => {
-                let s = self.new_chunk(pool, class, CHUNK_SIZE)?;
+                let s = self.new_chunk(pool, class, chunk_len(class))?;
                 self.partial[k].insert(s);
                 s
             }
@@ -432,7 +445,12 @@ mod tests {
         assert_eq!(class_of(64), 6);
         assert_eq!(class_of(65), 7);
         assert_eq!(class_of(4096), 12);
-        assert_eq!(class_of(4097), LARGE);
+        assert_eq!(class_of(4097), 13);
+        assert_eq!(class_of(32768), 15);
+        assert_eq!(class_of(32769), LARGE);
+        assert_eq!(chunk_len(6), CHUNK_SIZE);
+        assert_eq!(chunk_len(12), CHUNK_SIZE);
+        assert_eq!(chunk_len(15), 8 * CHUNK_SIZE);
     }
 
     fn fresh() -> (Pool, Chunks) {
