@@ -109,3 +109,31 @@ fn a_format_1_radix_pool_is_refused_with_a_message() {
         assert!(msg.contains("version 1"), "{engine}: {msg}");
     }
 }
+
+#[test]
+fn space_freed_in_one_class_serves_another_without_reopening() {
+    for engine in ENGINES {
+        let t = TempPool::new();
+        let db = create_db(&t.path, engine, 2 << 20);
+        // Fill the pool with small leaves (64 and 128-byte blocks).
+        let mut n = 0;
+        while db.put(&key(n), &[1u8; 40]).is_ok() {
+            n += 1;
+        }
+        assert!(n > 1000, "{engine}: only {n} keys fit");
+        for i in 0..n {
+            assert!(db.delete(&key(i)).unwrap(), "{engine}: delete {i}");
+        }
+        // The small chunks are empty now; a leaf of another class (here one
+        // over 32 KiB, a chunk of its own) takes their space.
+        db.put(b"big", &vec![2u8; 40_000])
+            .unwrap_or_else(|e| panic!("{engine}: {e}"));
+        db.put(b"mid", &vec![3u8; 6000])
+            .unwrap_or_else(|e| panic!("{engine}: {e}"));
+        assert_check(&db, 2, engine);
+        drop(db);
+        let db = open_db(&t.path);
+        assert_eq!(db.get(b"big").unwrap().map(|v| v.len()), Some(40_000));
+        assert_check(&db, 2, engine);
+    }
+}

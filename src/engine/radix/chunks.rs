@@ -44,7 +44,8 @@
 //!   durable (flush, fence) before the block goes back to the DRAM free map,
 //!   so it is never handed out while a crash could still bring back the
 //!   pointer to it.
-//! - **Release a large block, or an empty chunk at open**:
+//! - **Release a large block, an empty chunk at open, or the empty chunks
+//!   when the pool is full**:
 //!   `free_and_store(previous chunk's next (or the head slot), next)`, the
 //!   substrate's failure-atomic unlink.
 //!
@@ -271,7 +272,7 @@ impl Chunks {
         let class = class_of(size);
         if class == LARGE {
             let len = (FIRST + size).div_ceil(CHUNK_SIZE) * CHUNK_SIZE;
-            let start = self.new_chunk(pool, LARGE, len)?;
+            let start = self.new_chunk_or_reclaim(pool, LARGE, len)?;
             let ch = self.chunks.get_mut(&start).expect("new chunk");
             ch.used[0] = 1;
             ch.free = 0;
@@ -281,7 +282,7 @@ impl Chunks {
         let start = match self.partial[k].first() {
             Some(&s) => s,
             None => {
-                let s = self.new_chunk(pool, class, chunk_len(class))?;
+                let s = self.new_chunk_or_reclaim(pool, class, chunk_len(class))?;
                 self.partial[k].insert(s);
                 s
             }
@@ -328,6 +329,33 @@ impl Chunks {
         }
         self.partial[usize::from(ch.class - MIN_CLASS)].insert(start);
         Ok(())
+    }
+
+    /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks
+    /// with no block in use back to the substrate (so that space freed in one
+    /// class can serve another) and tries once more.
+    fn new_chunk_or_reclaim(&mut self, pool: &Pool, class: u8, len: u64) -> Result<u64> {
+        match self.new_chunk(pool, class, len) {
+            Err(Error::PoolFull { .. }) if self.release_empty(pool)? > 0 => {
+                self.new_chunk(pool, class, len)
+            }
+            r => r,
+        }
+    }
+
+    /// Gives every small chunk with no block in use (none reached, none
+    /// reserved) back to the substrate; returns how many.
+    fn release_empty(&mut self, pool: &Pool) -> Result<usize> {
+        let empty: Vec<u64> = self
+            .chunks
+            .iter()
+            .filter(|(_, ch)| ch.class != LARGE && ch.free == ch.capacity())
+            .map(|(&o, _)| o)
+            .collect();
+        for &o in &empty {
+            self.unlink(pool, o)?;
+        }
+        Ok(empty.len())
     }
 
     /// Takes a new chunk from the substrate and puts it at the head of the

@@ -26,16 +26,15 @@
 //! block written but not reached is free after it.
 //!
 //! # Recovery
-//! [`RadixTree::open`] walks the tree once (it also counts the keys):
+//! [`RadixTree::open`] walks the tree twice (see `recovery.rs`): once to
+//! mark the blocks it reaches (the rest is free; empty chunks go back to the
+//! substrate), once to repair and count the keys:
 //! - a node whose depth is not the depth it is reached at was left by a
 //!   crash inside a split or a merge: its header is rebuilt from two leaves
 //!   under two different children (Algorithm 2) and stored with one 8-byte
 //!   store (the published WORT code printed and exited here);
-//! - orphan pointers (non-null pointers a WOART node does not list) are
-//!   cleared (their blocks are free, being unreachable);
-//! - ART+CoW entries deleted in place (listed, null pointer) are compacted;
-//! - a node left with one child (a crash between the two steps above, or
-//!   between a delete and its merge) is merged into its parent's slot.
+//! - orphan pointers (non-null pointers a node does not list) are cleared
+//!   (their blocks are free, being unreachable, or in use elsewhere).
 //!
 //! Each case is counted in [`crate::pm::cases`].
 

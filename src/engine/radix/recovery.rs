@@ -10,7 +10,7 @@
 //! | found at a node reached at depth `d` | left by a crash in | fix | persist order |
 //! |---|---|---|---|
 //! | header depth ≠ `d` | a split (depth > `d`) or a merge (depth < `d`) | Algorithm 2: rebuild the header from two leaves under two children | one 8-byte store, flush, fence |
-//! | non-null pointer the node does not list | a WOART insert or delete | store null in it (its block is free, being unreachable, or is in use elsewhere) | stores, flush, fence |
+//! | non-null pointer the node does not list | an insert into or delete from a NODE4/16/48 in place (WOART; ART+CoW's NODE48, and its NODE4/16 in a full pool) | store null in it (its block is free, being unreachable, or is in use elsewhere) | stores, flush, fence |
 //!
 //! Every change commits with one store (see `write.rs`), so a crash never
 //! leaves a node with fewer than two children or a listed null pointer:

@@ -4,7 +4,7 @@
 //! |---:|---:|---|
 //! | 0 | 8 | `magic`: [`MAGIC`] |
 //! | 8 | 8 | `flavor` (bits 0..8: 1 wort, 2 woart, 3 art-cow), format version (bits 8..16) |
-//! | 16 | 8 | `root`: the tree's root (a leaf, a node or null); an activation slot |
+//! | 16 | 8 | `root`: the tree's root (a leaf, a node or null) |
 //! | 24 | 8 | `chunks`: the first chunk of the tree's block heap ([`super::chunks`]), or null; an activation slot |
 //!
 //! Each pool holds one engine (its id is in the pool header), so the radix

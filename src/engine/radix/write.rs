@@ -16,9 +16,10 @@
 //! | insert that meets a leaf (lazy expansion) | new leaf and a node holding both leaves flushed; `publish(slot, node)` | the slot store | 2 |
 //! | insert that leaves a compressed path (Algorithm 1; WORT, WOART) | new leaf and a new parent holding the node and the leaf flushed; the node's header stored (one 8-byte store), flushed; `publish(slot, parent)` | the slot store | 2 |
 //! | the same in ART+CoW | new leaf, a copy of the node with its new header, and a parent holding both, flushed; `publish(slot, parent)` | the slot store | 2 |
-//! | delete from a pointer slot (WORT, NODE256, `end`, root, ART+CoW NODE4/16) | `retract(slot, null)` | the null store | 1 |
-//! | delete from a WOART NODE4 / NODE16 / NODE48 | packed word / bitmap / index byte stored, flushed, fenced; the pointer nulled (not flushed: an orphan pointer is cleared at open) | the commit word | 1 |
-//! | shrink (ART), compaction (ART+CoW) | copy flushed; `publish(slot, copy)` | the slot store | 2 |
+//! | delete from a pointer slot (WORT, NODE256, `end`, root) | `retract(slot, null)` | the null store | 1 |
+//! | delete from a WOART NODE4 / NODE16 / NODE48 (and an ART+CoW NODE48, or its NODE4 / NODE16 in a full pool) | packed word / bitmap / index byte stored, flushed, fenced; the pointer nulled (not flushed: an orphan pointer is cleared at open) | the commit word | 1 |
+//! | delete from an ART+CoW NODE4 / NODE16 | a copy without it (of the smaller kind if it shrinks) flushed; `publish(node's slot, copy)` | the slot store | 2 |
+//! | shrink (ART) | copy flushed; `publish(slot, copy)` | the slot store | 2 |
 //! | merge of a node left with one leaf | `retract(node's slot, leaf)` | the slot store | 1 |
 //! | merge of a node left with one node (WORT, WOART) | the child's header stored with the merged path, flushed; `publish(node's slot, child)` | the slot store | 2 |
 //! | the same in ART+CoW | a copy of the child with the merged header flushed; `publish(node's slot, copy)` | the slot store | 2 |
@@ -125,9 +126,26 @@ impl RadixTree {
             .collect())
     }
 
-    /// Publishes `block` into `slot` and releases what `slot` held.
-    fn publish_block(&self, slot: u64, block: Block) -> Result<()> {
-        let old = self.publish(slot, block.offset())?;
+    /// Publishes the new block `top` into `slot` (see
+    /// [`RadixTree::publish`]) and returns what `slot` held. `inner` are the
+    /// other new blocks that only `top` reaches. An error means nothing was
+    /// committed: `top` and `inner` are given back.
+    fn publish_new(&self, slot: u64, top: Block, inner: &[u64]) -> Result<u64> {
+        match self.publish(slot, top.offset()) {
+            Ok(old) => Ok(old),
+            Err(e) => {
+                self.cancel(top)?;
+                for &b in inner {
+                    self.release(b)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`RadixTree::publish_new`], then releases what `slot` held.
+    fn publish_block(&self, slot: u64, top: Block, inner: &[u64]) -> Result<()> {
+        let old = self.publish_new(slot, top, inner)?;
         if old != 0 {
             self.release(old)?;
         }
@@ -152,7 +170,7 @@ impl RadixTree {
                 }
                 // Persist order: leaf flushed; publish (commit: slot = leaf).
                 let l = self.new_leaf(key, value)?;
-                self.publish_block(slot, l)?;
+                self.publish_block(slot, l, &[])?;
                 self.count += 1;
                 return Ok(PutOutcome::Inserted);
             }
@@ -167,7 +185,7 @@ impl RadixTree {
                     // Persist order: new leaf flushed; publish (commit:
                     // slot = new leaf); the old leaf is released.
                     let l = self.new_leaf(key, value)?;
-                    self.publish_block(slot, l)?;
+                    self.publish_block(slot, l, &[])?;
                     return Ok(PutOutcome::Replaced);
                 }
                 if mode == PutMode::Update {
@@ -241,7 +259,7 @@ impl RadixTree {
             }
         };
         // The old leaf moves under the node: nothing to release.
-        self.publish(slot, node.offset())?;
+        self.publish_new(slot, node, &[l.offset()])?;
         Ok(())
     }
 
@@ -291,15 +309,14 @@ impl RadixTree {
                     }
                 }
             })();
-            // The copy is published under the parent.
-            let (_copy, parent) = match made {
+            let (copy, parent) = match made {
                 Ok(x) => x,
                 Err(e) => {
                     self.cancel(l)?;
                     return Err(e);
                 }
             };
-            return self.publish_block(slot, parent);
+            return self.publish_block(slot, parent, &[copy.offset(), l.offset()]);
         }
         // Persist order (Algorithm 1): new leaf and new parent (holding the
         // node and the leaf) flushed; the node's header stored with one
@@ -328,7 +345,7 @@ impl RadixTree {
         }
         self.pool.flush(p, 8);
         // The node moves under the parent: nothing to release.
-        self.publish(slot, parent.offset())?;
+        self.publish_new(slot, parent, &[l.offset()])?;
         Ok(())
     }
 
@@ -352,9 +369,11 @@ impl RadixTree {
                 Ok(None) => Err(Error::corrupt(p, "radix: direct node without a slot")),
                 Err(e) => Err(e),
             },
-            (Flavor::ArtCow, Kind::N4 | Kind::N16) => self.copy_with(slot, p, kind, u, c),
+            (Flavor::ArtCow, Kind::N4 | Kind::N16) => return self.copy_with(slot, p, kind, u, l),
             (_, Kind::N4 | Kind::N16 | Kind::N48) => match self.children(p, kind) {
-                Ok(ch) if ch.len() >= kind.capacity() => self.copy_with(slot, p, kind, u, c),
+                Ok(ch) if ch.len() >= kind.capacity() => {
+                    return self.copy_with(slot, p, kind, u, l)
+                }
                 Ok(_) => match kind {
                     Kind::N4 => n4::add(
                         &self.pool,
@@ -379,13 +398,22 @@ impl RadixTree {
     /// Replaces node `p` (in `slot`) by a copy that also holds the leaf `l`
     /// as child `u` (of the next kind if `p` is full): ART+CoW's insert into
     /// NODE4/NODE16, and growth. Persist order: leaf and copy flushed;
-    /// `publish(slot, copy)` (commit); the old node is released.
-    fn copy_with(&self, slot: u64, p: u64, kind: Kind, u: u8, l: u64) -> Result<()> {
-        let h = Header::decode(self.pool.load_u64(p)?);
-        let end = self.pool.load_u64(p + END)?;
-        let ch = self.children(p, kind)?;
-        let copy = self.node_with(kind, &h, end, ch, Some(u), l)?;
-        self.publish_block(slot, copy)
+    /// `publish(slot, copy)` (commit); the old node is released. The leaf is
+    /// given back if nothing was committed.
+    fn copy_with(&self, slot: u64, p: u64, kind: Kind, u: u8, l: Block) -> Result<()> {
+        let built = (|| {
+            let h = Header::decode(self.pool.load_u64(p)?);
+            let end = self.pool.load_u64(p + END)?;
+            let ch = self.children(p, kind)?;
+            self.node_with(kind, &h, end, ch, Some(u), l.offset())
+        })();
+        match built {
+            Ok(copy) => self.publish_block(slot, copy, &[l.offset()]),
+            Err(e) => {
+                self.cancel(l)?;
+                Err(e)
+            }
+        }
     }
 
     /// Copies node `p` (in `slot`) into a node of kind `to` and swaps it in.
@@ -396,7 +424,7 @@ impl RadixTree {
         let end = self.pool.load_u64(p + END)?;
         let ch = self.children(p, kind)?;
         let copy = self.new_node(to, &h, end, &ch)?;
-        self.publish_block(slot, copy)
+        self.publish_block(slot, copy, &[])
     }
 
     pub(super) fn delete_impl(&mut self, key: &[u8]) -> Result<bool> {
@@ -465,17 +493,31 @@ impl RadixTree {
                 rest.first().map_or(0, |c| c.1)
             };
             self.merge(nslot, n, q, nd)?;
-        } else {
-            self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
+            self.release(leaf)?;
+            self.count -= 1;
+            return Ok(true);
         }
+        let in_place = self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
         self.release(leaf)?;
         self.count -= 1;
+        if in_place && self.flavor != Flavor::Wort {
+            if let Some(to) = nkind.shrunk(rest.len()) {
+                // Persist order: as `resize`. In a full pool the node keeps
+                // its kind (deletes must work there); it shrinks on a later
+                // delete.
+                match self.resize(nslot, n, nkind, to) {
+                    Err(Error::PoolFull { .. }) | Ok(()) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         Ok(true)
     }
 
     /// Removes the child in `slot` (unit `pos`, or `end`) from node `n` (in
     /// `nslot`), which keeps at least two children: `rest` and `rest_end`.
-    /// The child's block is released by the caller.
+    /// The child's block is released by the caller. Returns whether `n` is
+    /// still the node in `nslot` (false: a copy replaced it).
     #[allow(clippy::too_many_arguments)]
     fn remove_child(
         &self,
@@ -486,8 +528,7 @@ impl RadixTree {
         slot: u64,
         rest: &[(u8, u64)],
         rest_end: u64,
-    ) -> Result<()> {
-        let live = rest.len();
+    ) -> Result<bool> {
         let in_place = |u: u8| -> Result<()> {
             // WOART (and ART+CoW's fallback in a full pool): the commit word
             // hides the entry (stored, flushed, fenced); then the pointer is
@@ -510,27 +551,17 @@ impl RadixTree {
                 // kind if it shrinks) flushed; publish (commit); the node is
                 // released. A full pool removes in place, as WOART does.
                 let h = Header::decode(self.pool.load_u64(n)?);
-                let to = nkind.shrunk(live).unwrap_or(nkind);
+                let to = nkind.shrunk(rest.len()).unwrap_or(nkind);
                 return match self.new_node(to, &h, rest_end, rest) {
-                    Ok(copy) => self.publish_block(nslot, copy),
-                    Err(Error::PoolFull { .. }) => in_place(u),
+                    Ok(copy) => self.publish_block(nslot, copy, &[]).map(|()| false),
+                    Err(Error::PoolFull { .. }) => in_place(u).map(|()| true),
                     Err(e) => Err(e),
                 };
             }
             (_, Kind::N4 | Kind::N16 | Kind::N48, Some(u)) => in_place(u)?,
             (_, Kind::Leaf, _) => return Err(Error::corrupt(n, "radix: leaf used as a node")),
         }
-        if self.flavor != Flavor::Wort {
-            if let Some(to) = nkind.shrunk(live) {
-                // In a full pool the node keeps its kind (deletes must work
-                // there); it shrinks on a later delete.
-                return match self.resize(nslot, n, nkind, to) {
-                    Err(Error::PoolFull { .. }) => Ok(()),
-                    r => r,
-                };
-            }
-        }
-        Ok(())
+        Ok(true)
     }
 
     /// Node `n` (in `nslot`, reached at depth `nd`) is left with the one
@@ -572,7 +603,7 @@ impl RadixTree {
             let cch = self.children(q, qkind)?;
             match self.new_node(qkind, &merged, cend, &cch) {
                 Ok(copy) => {
-                    self.publish(nslot, copy.offset())?;
+                    self.publish_new(nslot, copy, &[])?;
                     self.release(n)?;
                     return self.release(q);
                 }

@@ -137,7 +137,8 @@ pub struct Entry {
     pub unit: u8,
     /// The 8-byte slot holding its pointer.
     pub slot: u64,
-    /// The pointer (null only for ART+CoW's deleted-but-listed entries).
+    /// The pointer (never null in a consistent tree: recovery and `check`
+    /// refuse a listed null pointer).
     pub ptr: u64,
 }
 
@@ -182,7 +183,7 @@ pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
 }
 
 /// The slot of child `unit`, if the node lists it (its pointer may be null:
-/// an empty WORT or NODE256 slot, or an ART+CoW entry deleted in place).
+/// an empty WORT or NODE256 slot).
 #[inline(always)]
 pub fn find(pool: &Pool, node: u64, kind: Kind, unit: u8) -> Result<Option<u64>> {
     match kind {
