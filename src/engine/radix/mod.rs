@@ -206,6 +206,20 @@ impl RadixTree {
     /// Makes an empty tree in a new pool.
     pub fn create(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
         let sb = superblock::create(&pool, flavor as u8)?;
+        RadixTree::at(pool, flavor, sb)
+    }
+
+    /// Opens the tree and runs recovery (see the module doc).
+    pub fn open(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
+        let sb = superblock::open(&pool, flavor as u8, flavor.name())?;
+        let mut t = RadixTree::at(pool, flavor, sb)?;
+        t.recover()?;
+        Ok(t)
+    }
+
+    /// The tree whose superblock is `sb`, with its chunk list loaded and no
+    /// block marked in use yet (recovery marks them).
+    fn at(pool: Arc<Pool>, flavor: Flavor, sb: u64) -> Result<RadixTree> {
         let heap = Chunks::load(&pool, sb + superblock::CHUNKS)?;
         Ok(RadixTree {
             span: flavor.span(),
@@ -215,22 +229,6 @@ impl RadixTree {
             count: 0,
             heap: Mutex::new(heap),
         })
-    }
-
-    /// Opens the tree and runs recovery (see the module doc).
-    pub fn open(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
-        let sb = superblock::open(&pool, flavor as u8, flavor.name())?;
-        let heap = Chunks::load(&pool, sb + superblock::CHUNKS)?;
-        let mut t = RadixTree {
-            span: flavor.span(),
-            pool,
-            flavor,
-            sb,
-            count: 0,
-            heap: Mutex::new(heap),
-        };
-        t.recover()?;
-        Ok(t)
     }
 
     /// Reserves a block of at least `size` bytes (DRAM only, unless a new
