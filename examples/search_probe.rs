@@ -23,6 +23,39 @@ fn splitmix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Keys back to back in one buffer; key `i` ends at `ends[i]`, or when all
+/// keys have one length `width`, starts at `i * width` (one load, as in an
+/// array of integers).
+struct FlatKeys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    width: Option<usize>,
+}
+
+impl FlatKeys {
+    fn new(list: &[Vec<u8>]) -> FlatKeys {
+        let mut bytes = Vec::with_capacity(list.iter().map(Vec::len).sum());
+        let mut ends = Vec::with_capacity(list.len());
+        for k in list {
+            bytes.extend_from_slice(k);
+            ends.push(bytes.len());
+        }
+        let width = list.first().map(Vec::len);
+        let width = width.filter(|&w| list.iter().all(|k| k.len() == w));
+        FlatKeys { bytes, ends, width }
+    }
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+    fn get(&self, i: usize) -> &[u8] {
+        if let Some(w) = self.width {
+            return &self.bytes[i * w..(i + 1) * w];
+        }
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args
@@ -48,7 +81,7 @@ fn main() {
         Db::create(dir.path().join("probe.pool"), &opts)
     }
     .expect("create the pool");
-    let keys: Vec<Vec<u8>> = match args.next() {
+    let list: Vec<Vec<u8>> = match args.next() {
         Some(file) => {
             let raw = std::fs::read(&file).expect("read the key file");
             let mut keys = Vec::new();
@@ -73,9 +106,13 @@ fn main() {
         }
         None => (0..n).map(|i| splitmix(i).to_be_bytes().to_vec()).collect(),
     };
+    // One flat buffer, as the comparison drivers keep their keys in one
+    // array: a search reads its key from there, not through a pointer.
+    let keys = FlatKeys::new(&list);
+    drop(list);
     let n = keys.len() as u64;
     let t = Instant::now();
-    for (i, k) in keys.iter().enumerate() {
+    for (i, k) in (0..keys.len()).map(|i| keys.get(i)).enumerate() {
         db.put(k, &(i as u64 + 1).to_le_bytes()).expect("put");
     }
     println!(
@@ -113,7 +150,11 @@ fn main() {
         let t = Instant::now();
         let mut found = 0u64;
         for &i in &order {
-            if db.get_with(&keys[i], |v| v.len()).expect("get").is_some() {
+            if db
+                .get_with(keys.get(i), |v| v.len())
+                .expect("get")
+                .is_some()
+            {
                 found += 1;
             }
             #[cfg(target_arch = "x86_64")]

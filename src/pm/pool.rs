@@ -269,6 +269,43 @@ impl Drop for Mapping {
     }
 }
 
+/// Loads of 8-byte words from a pool, for search loops; see [`Pool::words`].
+#[derive(Clone, Copy)]
+pub struct Words<'a> {
+    pool: &'a Pool,
+    base: NonNull<u8>,
+    // Largest offset of a whole word in the mapping.
+    last: u64,
+}
+
+impl Words<'_> {
+    /// Loads the word at `off` (8-byte aligned, inside the pool), as
+    /// [`Pool::load_u64`] does but with relaxed ordering: callers are
+    /// searches that hold their structure's lock, which orders them after
+    /// every writer.
+    #[inline(always)]
+    pub fn load(self, off: u64) -> Result<u64> {
+        if off > self.last || !off.is_multiple_of(8) {
+            return Err(self.bad(off));
+        }
+        // SAFETY: `off + 8 <= map.len` and `off` is 8-byte aligned (the
+        // mapping is page aligned), so this is an aligned word inside the
+        // mapping, which lives as long as the borrowed pool; every access to
+        // PM words goes through atomics (see `Pool::word`).
+        let w = unsafe { &*(self.base.as_ptr().add(off as usize) as *const AtomicU64) };
+        Ok(w.load(Ordering::Relaxed))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad(self, off: u64) -> Error {
+        self.pool
+            .word(off)
+            .err()
+            .unwrap_or_else(|| Error::corrupt(off, "word outside the pool"))
+    }
+}
+
 /// An open pool.
 pub struct Pool {
     map: Mapping,
@@ -611,6 +648,18 @@ impl Pool {
         // Every access to PM words goes through atomics or through the unsafe
         // range methods, whose callers promise no concurrent conflicting access.
         Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+
+    /// A view for hot read loops (a tree search): the mapping's base and
+    /// length in a small copyable value, so each load is one bounds and
+    /// alignment test and one move, with nothing reloaded through the pool.
+    #[inline(always)]
+    pub fn words(&self) -> Words<'_> {
+        Words {
+            pool: self,
+            base: self.map.base,
+            last: (self.map.len as u64).saturating_sub(8),
+        }
     }
 
     /// Loads the 8-byte word at `off` (must be 8-byte aligned).

@@ -102,6 +102,13 @@ impl Header {
     }
 
     /// Decodes a word.
+    /// Whether the header word `w` is that of a node at depth `d` with no
+    /// compressed path (its branch position is `d`), without decoding it.
+    #[inline(always)]
+    pub fn plain_at(w: u64, d: usize) -> bool {
+        (w >> DEPTH_SHIFT) & ((1 << (PREFIX_SHIFT - DEPTH_SHIFT)) - 1) == d as u64
+    }
+
     #[inline]
     pub fn decode(w: u64) -> Header {
         Header {
@@ -130,6 +137,15 @@ mod tests {
             }
         }
         assert_eq!(Header::cap(Span::Nibble), 10);
+        let plain = Header::new(2, Span::Nibble, 7, &[]).encode();
+        assert!(Header::plain_at(plain, 7));
+        assert!(!Header::plain_at(plain, 6));
+        let compressed = Header::new(2, Span::Nibble, 7, &[3]).encode();
+        assert!(!Header::plain_at(compressed, 7));
+        assert!(!Header::plain_at(
+            Header::new(2, Span::Byte, MAX_POS, &[]).encode(),
+            0
+        ));
         assert_eq!(Header::cap(Span::Byte), 5);
     }
 }

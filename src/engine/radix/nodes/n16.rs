@@ -54,7 +54,7 @@ fn valid(pool: &Pool, node: u64) -> Result<Vec<(u8, usize)>> {
 /// The slot of the child for `unit`, if a valid entry has it (the lowest
 /// such entry, as in [`valid`]'s order; read in place, no allocation).
 #[inline]
-pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
+pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
     let mut bits = pool.load_u64(node + BITMAP)? & 0xFFFF;
     let k0 = pool.load_u64(node + KEYS)?;
     let k1 = pool.load_u64(node + KEYS + 8)?;

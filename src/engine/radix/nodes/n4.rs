@@ -64,7 +64,7 @@ fn ptr_slot(node: u64, idx: usize) -> u64 {
 /// The slot of the child for `unit`, if listed (the entries of [`decode`],
 /// read in place: a search allocates nothing).
 #[inline]
-pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
+pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
     let w = pool.load_u64(node + KEYS)?;
     for i in 0..4 {
         let s = byte(w, 4 + i);

@@ -50,7 +50,7 @@ fn at(w: &[u64; 32], unit: u8) -> u8 {
 }
 
 #[inline]
-pub(super) fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
+pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
     let v = byte(pool.load_u64(iw)?, usize::from(unit) % 8);
     if v == 0 || v > 48 {
