@@ -195,19 +195,26 @@ impl RadixTree {
                 self.count += 1;
                 return Ok(PutOutcome::Inserted);
             }
-            let h = Header::decode(w);
-            let b = h.branch();
-            let prefix = self.path_units(p, &h, d)?;
-            let mismatch =
-                (0..prefix.len()).find(|&i| d + i >= klen || span.unit(key, d + i) != prefix[i]);
-            if let Some(i) = mismatch {
-                if mode == PutMode::Update {
-                    return Ok(PutOutcome::Unchanged);
+            // As in `lookup_in`: a node at its own depth without a path
+            // takes the branch, so the next slot's address does not wait
+            // for the header's decoding.
+            let b = if Header::plain_at(w, d) {
+                d
+            } else {
+                let h = Header::decode(w);
+                let prefix = self.path_units(p, &h, d)?;
+                let mismatch = (0..prefix.len())
+                    .find(|&i| d + i >= klen || span.unit(key, d + i) != prefix[i]);
+                if let Some(i) = mismatch {
+                    if mode == PutMode::Update {
+                        return Ok(PutOutcome::Unchanged);
+                    }
+                    self.split(slot, p, kind, &h, d, i, &prefix, key, value)?;
+                    self.count += 1;
+                    return Ok(PutOutcome::Inserted);
                 }
-                self.split(slot, p, kind, &h, d, i, &prefix, key, value)?;
-                self.count += 1;
-                return Ok(PutOutcome::Inserted);
-            }
+                h.branch()
+            };
             if klen == b {
                 slot = p + END;
                 continue;
