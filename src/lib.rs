@@ -10,6 +10,7 @@ pub mod bench;
 pub mod db;
 pub mod engine;
 pub mod error;
+mod hint;
 pub mod pm;
 pub mod sim;
 

@@ -633,7 +633,7 @@ impl Engine for Hart {
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
         let hk = HashKey::new(hk);
-        let Some(tree) = self.trees.find(&hk, hk.route()) else {
+        let Some(tree) = self.trees.find(&hk) else {
             return Ok(false);
         };
         let t = tree.read();
@@ -652,7 +652,7 @@ impl Engine for Hart {
         let r = hk.route();
         loop {
             let tree = if mode == PutMode::Update {
-                match self.trees.find(&hk, r) {
+                match self.trees.find(&hk) {
                     Some(t) => t,
                     None => return Ok(PutOutcome::Unchanged),
                 }
@@ -702,7 +702,7 @@ impl Engine for Hart {
         let (hk, ak) = self.split(key);
         let hk = HashKey::new(hk);
         let r = hk.route();
-        let Some(tree) = self.trees.find(&hk, r) else {
+        let Some(tree) = self.trees.find(&hk) else {
             return Ok(false);
         };
         let mut t = tree.write();
@@ -767,7 +767,7 @@ impl Engine for Hart {
             if past_hi {
                 break;
             }
-            let Some(tree) = self.trees.find(&hkey, hkey.route()) else {
+            let Some(tree) = self.trees.find(&hkey) else {
                 continue;
             };
             let t = tree.read();
@@ -854,7 +854,7 @@ impl Engine for Hart {
             .keys_after(Bound::Unbounded, usize::MAX, &mut hks);
         for hk in hks {
             let r = hk.route();
-            let Some(tree) = self.trees.find(&hk, r) else {
+            let Some(tree) = self.trees.find(&hk) else {
                 return Err(Error::CheckFailed(format!(
                     "hash key {:?} is ordered but not in the index",
                     hk.as_slice()

@@ -274,11 +274,14 @@ impl Trees {
     }
 
     /// The ART of `hk`, if there may be one (the direct form always has a
-    /// slot, possibly empty).
-    pub(super) fn find(&self, hk: &HashKey, r: Route) -> Option<TreeRef<'_>> {
+    /// slot, possibly empty). The direct form does not hash `hk`.
+    pub(super) fn find(&self, hk: &HashKey) -> Option<TreeRef<'_>> {
         match self {
             Trees::Direct(d) => d.slot(d.index(hk)).map(TreeRef::Slot),
-            Trees::Hashed(h) => h.shards[r.shard].read().get(hk).cloned().map(TreeRef::Cell),
+            Trees::Hashed(h) => {
+                let shard = hk.route().shard;
+                h.shards[shard].read().get(hk).cloned().map(TreeRef::Cell)
+            }
         }
     }
 

@@ -61,6 +61,19 @@
 //! The tests check all four after every few random operations
 //! (`Art::validate`).
 //!
+//! # Search loop shape
+//! A search is a chain of cache misses, one node after another, so two
+//! things keep each step's misses side by side instead of one after the
+//! other (measured in docs/design.md §7, "Search loop shape"):
+//! - on entering a `Node4` or `Node16`, the lines of its child slots are
+//!   prefetched ([`crate::hint::prefetch`]) while its key bytes are still in
+//!   flight, so the slot is there when the keys say which one it is;
+//! - a node without a compressed path is recognised by a branch
+//!   (`Prefix::is_empty`), and the common case takes the child byte from
+//!   the depth alone, so the CPU loads a `Node48` index entry or a `Node256`
+//!   slot before the header arrives (with `depth + prefix length` it would
+//!   wait for the header).
+//!
 //! # Key loads
 //! `get` and `remove` load exactly one key (the leaf's) when they reach a
 //! leaf, none when they stop at an inner node. `insert` loads one when it
@@ -382,6 +395,9 @@ trait InnerNode<V: Copy> {
 
     fn header(&self) -> &Header<V>;
     fn header_mut(&mut self) -> &mut Header<V>;
+    /// Starts loading the lines of the child slots a search may read next.
+    #[inline]
+    fn prefetch_children(&self) {}
     /// Position of the child for `byte`.
     fn find_pos(&self, byte: u8) -> Option<usize>;
     /// The child for `byte`.
@@ -490,13 +506,22 @@ fn descend<'a, V: Copy, N: InnerNode<V>>(
     key: &[u8],
     depth: &mut usize,
 ) -> Result<&'a Child<V>, Option<V>> {
+    n.prefetch_children();
     let h = n.header();
-    let prefix = h.prefix.as_slice();
-    // Most prefixes are empty; skip the `memcmp` call for them.
-    if !prefix.is_empty() && !key[*depth..].starts_with(prefix) {
-        return Err(None);
-    }
-    let at = *depth + prefix.len();
+    // Most nodes have no compressed path. Decided by a branch, the common
+    // case's child byte comes from `depth` alone, so the CPU loads the
+    // child slot while the header is still in flight (the search-loop
+    // shape of docs/design.md §11); `depth + prefix length` would make the
+    // slot wait for the header.
+    let at = if h.prefix.is_empty() {
+        *depth
+    } else {
+        let prefix = h.prefix.as_slice();
+        if !key[*depth..].starts_with(prefix) {
+            return Err(None);
+        }
+        *depth + prefix.len()
+    };
     let Some(&byte) = key.get(at) else {
         return Err(h.value);
     };

@@ -118,6 +118,14 @@ impl<V: Copy> InnerNode<V> for Node16<V> {
     }
 
     #[inline]
+    fn prefetch_children(&self) {
+        // The slots span four or five lines (nodes are 16-byte aligned).
+        for i in [0, 4, 8, 12, 15] {
+            crate::hint::prefetch(&self.children[i]);
+        }
+    }
+
+    #[inline]
     fn find_pos(&self, byte: u8) -> Option<usize> {
         let [lo, hi] = [&self.keys[..8], &self.keys[8..]]
             .map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));

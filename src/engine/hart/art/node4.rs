@@ -95,6 +95,13 @@ impl<V: Copy> InnerNode<V> for Node4<V> {
     }
 
     #[inline]
+    fn prefetch_children(&self) {
+        // The slots span one or two lines (nodes are 16-byte aligned).
+        crate::hint::prefetch(&self.children[0]);
+        crate::hint::prefetch(&self.children[3]);
+    }
+
+    #[inline]
     fn find_pos(&self, byte: u8) -> Option<usize> {
         self.keys[..self.count()].iter().position(|&k| k == byte)
     }

@@ -82,6 +82,13 @@ impl Prefix {
         }
     }
 
+    /// Whether the node has no compressed path (inline and empty). One
+    /// compare of the first two bytes, so that a search can branch on it.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        matches!(self, Prefix::Inline { len: 0, .. })
+    }
+
     /// Heap bytes held outside the node (0 when inline).
     pub(super) fn heap_bytes(&self) -> usize {
         match self {
@@ -99,10 +106,15 @@ mod tests {
     fn short_prefixes_stay_inline_and_long_ones_spill() {
         let p = Prefix::new(b"");
         assert_eq!((p.as_slice(), p.heap_bytes()), (&b""[..], 0));
+        assert!(p.is_empty() && Prefix::default().is_empty());
+        let p = Prefix::new(&[0]);
+        assert!(!p.is_empty(), "a one-byte path of a zero byte is a path");
         let p = Prefix::new(&[7; INLINE_CAP]);
         assert_eq!((p.as_slice(), p.heap_bytes()), (&[7; INLINE_CAP][..], 0));
+        assert!(!p.is_empty());
         let p = Prefix::new(&[7; INLINE_CAP + 1]);
         assert_eq!(p.as_slice(), &[7; INLINE_CAP + 1][..]);
+        assert!(!p.is_empty());
         assert_eq!(p.heap_bytes(), INLINE_CAP + 1);
     }
 

@@ -1,0 +1,24 @@
+//! CPU hints that change no state a program can observe.
+
+/// Asks the CPU to start loading the cache line that holds `*r` into all
+/// cache levels, without waiting for it and without making any later
+/// instruction wait for it.
+///
+/// Searches use it where they know a line they will need before the data
+/// that says exactly where in it to look has arrived (the child slots of a
+/// DRAM ART node while its keys are still in flight, see
+/// `engine::hart::art`): the two misses then overlap instead of following
+/// one another. On other architectures it does nothing.
+#[inline(always)]
+pub(crate) fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` never faults, even on an invalid address, and
+    // changes no architectural state; `r` is a valid reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (r as *const T).cast::<i8>(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
