@@ -82,8 +82,8 @@ impl Prefix {
         }
     }
 
-    /// Whether the node has no compressed path (inline and empty). One
-    /// compare of the first two bytes, so that a search can branch on it.
+    /// Whether the node has no compressed path (inline and empty). Reads
+    /// only the variant and `len`, so that a search can branch on it.
     #[inline]
     pub(super) fn is_empty(&self) -> bool {
         matches!(self, Prefix::Inline { len: 0, .. })
