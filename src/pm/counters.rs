@@ -136,6 +136,15 @@ pub(crate) fn count_read(lines: u64) {
     bump(|b| add(&b.lines_read, lines));
 }
 
+/// The calling thread's own counters (tests that count one operation's PM
+/// traffic while other tests run on other threads).
+#[cfg(test)]
+pub(crate) fn this_thread() -> PmCounters {
+    let out = std::cell::Cell::new(PmCounters::default());
+    bump(|b| out.set(b.read()));
+    out.get()
+}
+
 /// The sum of every thread's counters since the process started.
 pub fn snapshot() -> PmCounters {
     let r = registry();

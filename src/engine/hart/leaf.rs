@@ -116,6 +116,24 @@ impl Meta {
         !self.large && self.value_len > 0 && self.value_len <= INLINE_MAX
     }
 
+    /// The value length in a `meta` word, 0 if the slot was never written
+    /// (what [`Meta::decode`] gives, without building a `Meta`).
+    #[inline(always)]
+    pub fn value_len_of(w: u64) -> u64 {
+        if w & WRITTEN == 0 {
+            return 0;
+        }
+        (w >> 32) & ((1 << 21) - 1)
+    }
+
+    /// Whether a `meta` word holds an inline value: [`Meta::inline`] of
+    /// its decoding, `false` for a never-written slot.
+    #[inline(always)]
+    pub fn inline_word(w: u64) -> bool {
+        let len = Self::value_len_of(w);
+        w & LARGE == 0 && len > 0 && len <= INLINE_MAX as u64
+    }
+
     /// Decodes a word; `None` for a slot that was never written.
     pub fn decode(w: u64) -> Option<Meta> {
         (w & WRITTEN != 0).then_some(Meta {
@@ -175,6 +193,31 @@ mod tests {
         };
         assert_eq!(Meta::decode(m.encode()), Some(m));
         assert_eq!(Meta::decode(0), None);
+    }
+
+    #[test]
+    fn meta_shortcuts_agree_with_decode() {
+        let mut words = vec![0, u64::MAX, WRITTEN, LARGE, LARGE | 8 << 32];
+        for value_len in [0, 1, 7, 8, 9, 4096, 1 << 20] {
+            for large in [false, true] {
+                let m = Meta {
+                    crc: 0x1234_5678,
+                    value_len,
+                    large,
+                };
+                words.push(m.encode());
+            }
+        }
+        for w in words {
+            let m = Meta::decode(w);
+            let len = m.map_or(0, |m| m.value_len as u64);
+            assert_eq!(Meta::value_len_of(w), len, "{w:#x}");
+            assert_eq!(
+                Meta::inline_word(w),
+                m.is_some_and(|m| m.inline()),
+                "{w:#x}"
+            );
+        }
     }
 
     #[test]

@@ -192,11 +192,18 @@ impl Direct {
     /// The slot of a hash key: its rank in lexicographic order among all
     /// strings of at most `k_h` bytes.
     fn index(&self, hk: &HashKey) -> usize {
-        let mut idx = 0;
-        for (depth, &c) in hk.as_slice().iter().take(2).enumerate() {
-            idx += 1 + usize::from(c) * self.stride[depth];
+        self.index_of(hk.as_slice())
+    }
+
+    /// [`Self::index`] of the hash key `hk` (at most `k_h` bytes) as bytes,
+    /// without building a [`HashKey`] (a search's first step).
+    #[inline]
+    fn index_of(&self, hk: &[u8]) -> usize {
+        match *hk {
+            [] => 0,
+            [a] => 1 + usize::from(a) * self.stride[0],
+            [a, b, ..] => 2 + usize::from(a) * self.stride[0] + usize::from(b) * self.stride[1],
         }
-        idx
     }
 
     /// The hash key of a slot (inverse of [`Self::index`]).
@@ -282,6 +289,16 @@ impl Trees {
                 let shard = hk.route().shard;
                 h.shards[shard].read().get(hk).cloned().map(TreeRef::Cell)
             }
+        }
+    }
+
+    /// [`Self::find`] of the hash key `hk` as bytes (at most `k_h` of
+    /// them): the direct form computes the slot from the bytes alone.
+    #[inline]
+    pub(super) fn find_bytes(&self, hk: &[u8]) -> Option<TreeRef<'_>> {
+        match self {
+            Trees::Direct(d) => d.slot(d.index_of(hk)).map(TreeRef::Slot),
+            Trees::Hashed(_) => self.find(&HashKey::new(hk)),
         }
     }
 

@@ -241,6 +241,28 @@ impl<V: Copy> Art<V> {
         }
     }
 
+    /// The one entry that can hold `key`, found without loading any key:
+    /// [`Self::get`] without its final comparison. Returns the leaf the
+    /// search ends at (lazy expansion: its key may differ from `key` past
+    /// the bytes the tree has seen) or the value slot of the node where
+    /// `key` ends (its key is `key`). The caller compares the entry's key
+    /// with `key` before it believes the result; HART does this in the
+    /// same pass over the PM leaf that reads the value.
+    pub fn probe(&self, key: &[u8]) -> Option<V> {
+        let mut cur = self.root.as_ref()?;
+        let mut depth = 0;
+        loop {
+            let node = match cur {
+                Child::Leaf(v) => return Some(*v),
+                Child::Inner(node) => node,
+            };
+            cur = match dispatch!(node, n => descend(&**n, key, &mut depth)) {
+                Ok(next) => next,
+                Err(found) => return found,
+            };
+        }
+    }
+
     /// Maps `key` to `value`; returns the value it replaced, if the key was
     /// present (upsert). `keys.key(value)` need not work until this returns.
     pub fn insert<K: LeafKeys<V> + ?Sized>(&mut self, key: &[u8], value: V, keys: &K) -> Option<V> {

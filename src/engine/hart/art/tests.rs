@@ -178,6 +178,17 @@ impl<G: FnMut(&mut SmallRng) -> Vec<u8>> Harness<G> {
     fn get(&self, key: &[u8]) {
         let got = self.art.get(key, &self.keys);
         assert_eq!(got, self.model.get(key).copied(), "get {key:?}");
+        // `probe` names the one candidate: the key's own entry when it is
+        // present, and otherwise nothing or an entry with another key.
+        let probed = self.art.probe(key);
+        match self.model.get(key) {
+            Some(&v) => assert_eq!(probed, Some(v), "probe {key:?}"),
+            None => {
+                if let Some(v) = probed {
+                    assert_ne!(self.keys.key(v), key, "probe {key:?} of an absent key");
+                }
+            }
+        }
     }
 
     fn bound(&mut self) -> Bound<Vec<u8>> {
