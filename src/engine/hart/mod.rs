@@ -652,7 +652,8 @@ impl Engine for Hart {
         // from `probe` to the callback is short on purpose: a search is a
         // chain of cache misses, and the fewer instructions between one
         // search's last miss and the next search's first, the more searches
-        // the CPU overlaps (docs/design.md §7, "Search loop shape").
+        // the CPU overlaps (docs/design.md §7, "Instructions between two
+        // searches").
         let pm = self.pool.words();
         let c = Commit::decode(pm.load(leaf)?)
             .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
