@@ -17,7 +17,7 @@ mod pool;
 pub use alloc::{ClassUsage, Reservation, Usage, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES};
 pub use counters::{snapshot as counters, PmCounters};
 pub use faults::Fault;
-pub use persist::{FlushKind, PersistConfig, PmLatency, CACHE_LINE};
+pub use persist::{lines_spanned, FlushKind, PersistConfig, PmLatency, CACHE_LINE};
 pub use pool::{
     MappingMode, PmObserver, Pool, PoolConfig, Words, CHUNK_SIZE, LANE_COUNT, MAX_POOL_SIZE,
     MIN_POOL_SIZE,

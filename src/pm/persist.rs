@@ -30,6 +30,15 @@ use crate::error::{Error, Result};
 /// The size of a cache line, the unit of flushing.
 pub const CACHE_LINE: u64 = 64;
 
+/// Cache lines that the `len` bytes at `off` touch (0 for no bytes).
+#[inline(always)]
+pub fn lines_spanned(off: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    (off + len - 1) / CACHE_LINE - off / CACHE_LINE + 1
+}
+
 /// Which instruction makes a cache line persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

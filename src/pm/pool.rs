@@ -811,10 +811,7 @@ impl Pool {
     /// the cache lines and charges the emulated read latency.
     #[inline]
     pub fn touch(&self, off: u64, len: u64) {
-        if len == 0 {
-            return;
-        }
-        self.touch_lines(((off + len - 1) / CACHE_LINE) - (off / CACHE_LINE) + 1);
+        self.touch_lines(persist::lines_spanned(off, len));
     }
 }
 

@@ -113,7 +113,16 @@ impl Meta {
 
     /// Whether the value is in the slot's `p_value` word itself.
     pub fn inline(&self) -> bool {
-        !self.large && self.value_len > 0 && self.value_len <= INLINE_MAX
+        Self::inline_len(self.value_len as u64, self.large)
+    }
+
+    fn inline_len(len: u64, large: bool) -> bool {
+        !large && len > 0 && len <= INLINE_MAX as u64
+    }
+
+    /// The value length field of a word, whether or not it was written.
+    fn len_field(w: u64) -> u64 {
+        (w >> 32) & ((1 << 21) - 1)
     }
 
     /// The value length in a `meta` word, 0 if the slot was never written
@@ -123,22 +132,21 @@ impl Meta {
         if w & WRITTEN == 0 {
             return 0;
         }
-        (w >> 32) & ((1 << 21) - 1)
+        Self::len_field(w)
     }
 
     /// Whether a `meta` word holds an inline value: [`Meta::inline`] of
     /// its decoding, `false` for a never-written slot.
     #[inline(always)]
     pub fn inline_word(w: u64) -> bool {
-        let len = Self::value_len_of(w);
-        w & LARGE == 0 && len > 0 && len <= INLINE_MAX as u64
+        Self::inline_len(Self::value_len_of(w), w & LARGE != 0)
     }
 
     /// Decodes a word; `None` for a slot that was never written.
     pub fn decode(w: u64) -> Option<Meta> {
         (w & WRITTEN != 0).then_some(Meta {
             crc: w as u32,
-            value_len: ((w >> 32) & ((1 << 21) - 1)) as usize,
+            value_len: Self::len_field(w) as usize,
             large: w & LARGE != 0,
         })
     }

@@ -77,8 +77,7 @@ use super::{
     MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
-use crate::pm::CACHE_LINE;
-use crate::pm::{Fault, Pool};
+use crate::pm::{lines_spanned, Fault, Pool};
 
 /// The engine's entry in [`super::ENGINES`].
 pub const INFO: EngineInfo = EngineInfo {
@@ -202,12 +201,6 @@ impl LeafKeys<u64> for PmKeys<'_> {
         let full = self.full_key(leaf);
         &full[self.k_h.min(full.len())..]
     }
-}
-
-/// PM cache lines that `start..end` (not empty) touches.
-#[inline(always)]
-fn lines_between(start: u64, end: u64) -> u64 {
-    (end - 1) / CACHE_LINE - start / CACHE_LINE + 1
 }
 
 impl PmKeys<'_> {
@@ -359,28 +352,36 @@ impl Hart {
         read_slot(&self.pool, leaf, s)
     }
 
-    /// The current value of a live leaf.
-    fn value_ref(&self, leaf: u64) -> Result<ValueRef> {
-        let c = leaf::commit(&self.pool, leaf)?
-            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
-        self.slot(leaf, c.active)
+    /// The commit word of a leaf the ART holds (an error if it is not
+    /// committed: an indexed leaf always is).
+    fn live_commit(&self, leaf: u64) -> Result<Commit> {
+        Commit::decode(self.pool.words().load(leaf)?)
+            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))
     }
 
-    fn value_bytes(&self, v: ValueRef) -> Result<&[u8]> {
-        let len = v.meta.value_len as u64;
+    /// The current value of a live leaf whose commit word is `c`, and the PM
+    /// lines it read besides the leaf's first line (0 for an inline or empty
+    /// value, which is in that line). Reads the slot word without building
+    /// a [`ValueRef`]: this is on every search's path.
+    fn current_value(&self, leaf: u64, c: Commit) -> Result<(&[u8], u64)> {
+        let pm = self.pool.words();
+        let so = leaf::slot_off(leaf, c.active);
+        let meta = pm.load(so + 8)?;
+        let len = Meta::value_len_of(meta);
         if len == 0 {
-            return Ok(&[]);
+            return Ok((&[], 0));
         }
-        if v.meta.inline() {
+        if Meta::inline_word(meta) {
             // SAFETY: the slot of a live leaf is not written while the leaf
             // is reachable under the caller's ART lock (updates write the
-            // other slot, under the write lock). Its line was read already.
-            return unsafe { self.pool.bytes(v.at, len) };
+            // other slot, under the write lock).
+            return Ok((unsafe { self.pool.bytes(so, len) }?, 0));
         }
-        self.pool.touch(v.p, len);
+        let p = pm.load(so)?;
         // SAFETY: a live value object or block is never written while it is
         // the current value of a leaf reachable under the caller's ART lock.
-        unsafe { self.pool.bytes(v.p, len) }
+        let v = unsafe { self.pool.bytes(p, len) }?;
+        Ok((v, lines_spanned(p, len)))
     }
 
     /// Writes `value` into a fresh value object (or reserves a large block
@@ -654,36 +655,18 @@ impl Engine for Hart {
         // search's last miss and the next search's first, the more searches
         // the CPU overlaps (docs/design.md §7, "Instructions between two
         // searches").
-        let pm = self.pool.words();
-        let c = Commit::decode(pm.load(leaf)?)
-            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
-        // SAFETY: the ART only holds live leaves, whose keys and active
-        // slots are never written while they are reachable (writers hold the
-        // ART's write lock; this holds its read lock).
+        let c = self.live_commit(leaf)?;
+        // SAFETY: the ART only holds live leaves, whose keys are never
+        // written while they are reachable (writers hold the ART's write
+        // lock; this holds its read lock).
         let k = unsafe { leaf::key(&self.pool, leaf, c)? };
-        let key_end = leaf + leaf::HEADER + c.key_len as u64;
-        let mut lines = lines_between(leaf, key_end);
+        let key_lines = lines_spanned(leaf, leaf::HEADER + c.key_len as u64);
         if k != key {
-            self.pool.touch_lines(lines);
+            self.pool.touch_lines(key_lines);
             return Ok(false);
         }
-        let so = leaf::slot_off(leaf, c.active);
-        let meta = pm.load(so + 8)?;
-        let len = Meta::value_len_of(meta);
-        let value = if Meta::inline_word(meta) {
-            // SAFETY: as above; the slot is in the leaf's first line.
-            unsafe { self.pool.bytes(so, len) }?
-        } else if len == 0 {
-            &[]
-        } else {
-            let p = pm.load(so)?;
-            lines += lines_between(p, p + len);
-            // SAFETY: a live value object or block is never written while
-            // it is the current value of a leaf reachable under the caller's
-            // ART lock.
-            unsafe { self.pool.bytes(p, len) }?
-        };
-        self.pool.touch_lines(lines);
+        let (value, value_lines) = self.current_value(leaf, c)?;
+        self.pool.touch_lines(key_lines + value_lines);
         f(value);
         Ok(true)
     }
@@ -851,8 +834,15 @@ impl Engine for Hart {
                     if !in_lo {
                         return true;
                     }
-                    let v = match self.value_ref(leaf).and_then(|v| self.value_bytes(v)) {
-                        Ok(v) => v,
+                    let value = self
+                        .live_commit(leaf)
+                        .and_then(|c| self.current_value(leaf, c));
+                    let v = match value {
+                        Ok((v, lines)) => {
+                            // `full_key` counted the leaf's own lines.
+                            self.pool.touch_lines(lines);
+                            v
+                        }
                         Err(e) => {
                             err = Some(e);
                             return false;

@@ -385,7 +385,7 @@ impl RadixTree {
                     break None;
                 }
                 // The caller reads the value: count the leaf's lines to its end.
-                lines += (p + lw.size() - 1) / CACHE_LINE - p / CACHE_LINE;
+                lines += crate::pm::lines_spanned(p, lw.size()) - 1;
                 break Some((p, lw));
             }
             if !Header::plain_at(w, d) {
