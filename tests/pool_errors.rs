@@ -750,3 +750,36 @@ fn refused_open_leaves_the_file_unchanged() {
         h.desc_offset
     );
 }
+
+/// The search loops' word loads (`Pool::words`) accept exactly the aligned
+/// words inside the pool, read what `load_u64` reads, and refuse the rest
+/// with an error (a damaged pointer read from PM must not be followed).
+#[test]
+fn word_loads_refuse_unaligned_and_outside_offsets() {
+    let size = 4 << 20;
+    let pool = Pool::create_anonymous(size, "pmlog", &PoolConfig::default()).unwrap();
+    let words = pool.words();
+    let last = size - 8;
+    pool.store_u64(last, 0x1234_5678_9ABC_DEF0).unwrap();
+    assert_eq!(words.load(last).unwrap(), 0x1234_5678_9ABC_DEF0);
+    assert_eq!(words.load(0).unwrap(), pool.load_u64(0).unwrap());
+    for bad in [
+        size,
+        last + 4,
+        last + 1,
+        1,
+        7,
+        4093,
+        u64::MAX,
+        u64::MAX - 7,
+        1 << 61,
+        (1 << 61) + 8,
+        1 << 63,
+    ] {
+        expect_err!(
+            words.load(bad),
+            Error::Corrupt { .. },
+            format!("word at {bad:#x}")
+        );
+    }
+}

@@ -274,8 +274,8 @@ impl Drop for Mapping {
 pub struct Words<'a> {
     pool: &'a Pool,
     base: NonNull<u8>,
-    // Largest offset of a whole word in the mapping.
-    last: u64,
+    // Index (offset / 8) of the last whole word in the mapping.
+    last_word: u64,
 }
 
 impl Words<'_> {
@@ -285,8 +285,10 @@ impl Words<'_> {
     /// every writer.
     #[inline(always)]
     pub fn load(self, off: u64) -> Result<u64> {
-        if off > self.last || !off.is_multiple_of(8) {
-            return Err(self.bad(off));
+        // One test for both conditions: rotating an unaligned offset moves
+        // its low bits to the top, past any word index.
+        if off.rotate_right(3) > self.last_word {
+            return Err(Words::bad(self.pool, off));
         }
         // SAFETY: `off + 8 <= map.len` and `off` is 8-byte aligned (the
         // mapping is page aligned), so this is an aligned word inside the
@@ -296,11 +298,12 @@ impl Words<'_> {
         Ok(w.load(Ordering::Relaxed))
     }
 
+    // Takes the pool alone (one register), so that a search loop need not
+    // keep the whole `Words` in memory for this call.
     #[cold]
     #[inline(never)]
-    fn bad(self, off: u64) -> Error {
-        self.pool
-            .word(off)
+    fn bad(pool: &Pool, off: u64) -> Error {
+        pool.word(off)
             .err()
             .unwrap_or_else(|| Error::corrupt(off, "word outside the pool"))
     }
@@ -658,7 +661,9 @@ impl Pool {
         Words {
             pool: self,
             base: self.map.base,
-            last: (self.map.len as u64).saturating_sub(8),
+            // The mapping's length is a multiple of the page size, so the
+            // word at `last_word * 8` ends exactly at its end.
+            last_word: (self.map.len as u64 / 8).saturating_sub(1),
         }
     }
 

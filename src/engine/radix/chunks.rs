@@ -110,6 +110,8 @@ impl Block {
 }
 
 struct Chunk {
+    /// Offset of the chunk (its substrate block).
+    start: u64,
     /// `class` field.
     class: u8,
     /// Substrate block size.
@@ -118,11 +120,28 @@ struct Chunk {
     prev: u64,
     /// Small chunks: bit `i` = block `i` in use (reached, or reserved).
     used: Vec<u64>,
+    /// Small chunks: no word of `used` before this one has a clear bit
+    /// (where [`Chunks::reserve`] starts looking).
+    low: usize,
     /// Small chunks: blocks not in use.
     free: u32,
 }
 
 impl Chunk {
+    fn new(start: u64, class: u8, len: u64, prev: u64) -> Chunk {
+        let mut ch = Chunk {
+            start,
+            class,
+            len,
+            prev,
+            used: Vec::new(),
+            low: 0,
+            free: 0,
+        };
+        ch.used = vec![0; ch.capacity().div_ceil(64) as usize];
+        ch
+    }
+
     fn capacity(&self) -> u32 {
         if self.class == LARGE {
             1
@@ -133,11 +152,22 @@ impl Chunk {
 }
 
 /// The DRAM side of the heap: every chunk, and which blocks are in use.
+///
+/// The chunks live in a slab, so that [`Chunks::reserve`], the hot path,
+/// reaches the chunk it carves from by its index (from `partial`) without a
+/// search by offset; `index` maps offsets to slab indices for the rest
+/// (release, marking, unlinking).
 pub struct Chunks {
     head_slot: u64,
-    chunks: BTreeMap<u64, Chunk>,
-    /// Per small class, the chunks with a free block.
-    partial: [BTreeSet<u64>; CLASSES],
+    /// Chunk offset → its index in `slab`.
+    index: BTreeMap<u64, usize>,
+    /// The chunks; `None` where a chunk was unlinked (reused first).
+    slab: Vec<Option<Chunk>>,
+    /// Indices of the `None`s in `slab`.
+    vacant: Vec<usize>,
+    /// Per small class, the chunks with a free block, as (offset, slab
+    /// index): blocks are carved from the lowest offset first.
+    partial: [BTreeSet<(u64, usize)>; CLASSES],
 }
 
 /// The class (log2 block size) of a request, or [`LARGE`].
@@ -153,14 +183,20 @@ pub fn class_of(size: u64) -> u8 {
 }
 
 impl Chunks {
+    fn empty(head_slot: u64) -> Chunks {
+        Chunks {
+            head_slot,
+            index: BTreeMap::new(),
+            slab: Vec::new(),
+            vacant: Vec::new(),
+            partial: Default::default(),
+        }
+    }
+
     /// Reads the chunk list whose head is in `head_slot`. Every block starts
     /// unused; the tree walk marks what it reaches, then call [`Chunks::settle`].
     pub fn load(pool: &Pool, head_slot: u64) -> Result<Chunks> {
-        let mut c = Chunks {
-            head_slot,
-            chunks: BTreeMap::new(),
-            partial: Default::default(),
-        };
+        let mut c = Chunks::empty(head_slot);
         let mut prev = 0;
         let mut at = pool.load_u64(head_slot)?;
         while at != 0 {
@@ -183,44 +219,70 @@ impl Chunks {
                     ))
                 }
             };
-            if c.chunks.contains_key(&at) {
+            if c.index.contains_key(&at) {
                 return Err(Error::corrupt(at, "radix: chunk list has a cycle"));
             }
-            let mut ch = Chunk {
-                class,
-                len,
-                prev,
-                used: Vec::new(),
-                free: 0,
-            };
-            ch.used = vec![0; ch.capacity().div_ceil(64) as usize];
-            c.chunks.insert(at, ch);
+            c.add(Chunk::new(at, class, len, prev));
             prev = at;
             at = pool.load_u64(at + NEXT)?;
         }
         Ok(c)
     }
 
-    /// The chunk holding `off` and the block index of `off` in it, if `off`
-    /// is the start of a block.
-    fn locate(&self, off: u64) -> Option<(u64, u32)> {
-        let (&start, ch) = self.chunks.range(..=off).next_back()?;
-        let rel = off.checked_sub(start + FIRST)?;
+    /// Puts `ch` in the slab and the index; returns its slab index.
+    fn add(&mut self, ch: Chunk) -> usize {
+        let start = ch.start;
+        let i = match self.vacant.pop() {
+            Some(i) => {
+                self.slab[i] = Some(ch);
+                i
+            }
+            None => {
+                self.slab.push(Some(ch));
+                self.slab.len() - 1
+            }
+        };
+        self.index.insert(start, i);
+        i
+    }
+
+    fn chunk(&self, i: usize) -> &Chunk {
+        self.slab[i]
+            .as_ref()
+            .expect("an indexed chunk is in the slab")
+    }
+
+    fn chunk_mut(&mut self, i: usize) -> &mut Chunk {
+        self.slab[i]
+            .as_mut()
+            .expect("an indexed chunk is in the slab")
+    }
+
+    /// Every chunk, in offset order.
+    fn all(&self) -> impl Iterator<Item = &Chunk> + '_ {
+        self.index.values().map(|&i| self.chunk(i))
+    }
+
+    /// The slab index of the chunk holding `off` and the block index of
+    /// `off` in it, if `off` is the start of a block.
+    fn locate(&self, off: u64) -> Option<(usize, u32)> {
+        let (_, &c) = self.index.range(..=off).next_back()?;
+        let ch = self.chunk(c);
+        let rel = off.checked_sub(ch.start + FIRST)?;
         if ch.class == LARGE {
-            return (rel == 0).then_some((start, 0));
+            return (rel == 0).then_some((c, 0));
         }
         let i = rel >> ch.class;
-        (rel & ((1 << ch.class) - 1) == 0 && i < u64::from(ch.capacity()))
-            .then_some((start, i as u32))
+        (rel & ((1 << ch.class) - 1) == 0 && i < u64::from(ch.capacity())).then_some((c, i as u32))
     }
 
     /// Usable bytes of the block at `off`; an error if `off` is not the
     /// start of a block.
     pub fn block_size(&self, off: u64) -> Result<u64> {
-        let (start, _) = self
+        let (c, _) = self
             .locate(off)
             .ok_or_else(|| Error::corrupt(off, "radix: pointer to no block"))?;
-        let ch = &self.chunks[&start];
+        let ch = self.chunk(c);
         Ok(if ch.class == LARGE {
             ch.len - FIRST
         } else {
@@ -231,10 +293,10 @@ impl Chunks {
     /// Marks the block at `off` as reached by the tree walk; an error if it
     /// is not a block or was reached before.
     pub fn mark(&mut self, off: u64) -> Result<()> {
-        let (start, i) = self
+        let (c, i) = self
             .locate(off)
             .ok_or_else(|| Error::corrupt(off, "radix: pointer to no block"))?;
-        let ch = self.chunks.get_mut(&start).expect("located chunk exists");
+        let ch = self.chunk_mut(c);
         let (w, b) = ((i / 64) as usize, i % 64);
         if ch.used[w] & 1 << b != 0 {
             return Err(Error::corrupt(off, "radix: block reached twice"));
@@ -247,20 +309,23 @@ impl Chunks {
     /// marked block go back to the substrate.
     pub fn settle(&mut self, pool: &Pool) -> Result<()> {
         let empty: Vec<u64> = self
-            .chunks
-            .iter()
-            .filter(|(_, ch)| ch.used.iter().all(|&w| w == 0))
-            .map(|(&o, _)| o)
+            .all()
+            .filter(|ch| ch.used.iter().all(|&w| w == 0))
+            .map(|ch| ch.start)
             .collect();
         for o in empty {
             crate::pm::cases::record(crate::pm::cases::Case::RadixChunkReleasedAtOpen);
             self.unlink(pool, o)?;
         }
-        for (&o, ch) in self.chunks.iter_mut() {
+        for (&o, &c) in &self.index {
+            let ch = self.slab[c]
+                .as_mut()
+                .expect("an indexed chunk is in the slab");
             let used: u32 = ch.used.iter().map(|w| w.count_ones()).sum();
             ch.free = ch.capacity() - used;
+            ch.low = 0;
             if ch.class != LARGE && ch.free > 0 {
-                self.partial[usize::from(ch.class - MIN_CLASS)].insert(o);
+                self.partial[usize::from(ch.class - MIN_CLASS)].insert((o, c));
             }
         }
         Ok(())
@@ -272,34 +337,37 @@ impl Chunks {
         let class = class_of(size);
         if class == LARGE {
             let len = (FIRST + size).div_ceil(CHUNK_SIZE) * CHUNK_SIZE;
-            let start = self.new_chunk_or_reclaim(pool, LARGE, len)?;
-            let ch = self.chunks.get_mut(&start).expect("new chunk");
+            let c = self.new_chunk_or_reclaim(pool, LARGE, len)?;
+            let ch = self.chunk_mut(c);
             ch.used[0] = 1;
             ch.free = 0;
-            return Ok(Block { off: start + FIRST });
+            return Ok(Block {
+                off: ch.start + FIRST,
+            });
         }
         let k = usize::from(class - MIN_CLASS);
-        let start = match self.partial[k].first() {
+        let (start, c) = match self.partial[k].first() {
             Some(&s) => s,
             None => {
-                let s = self.new_chunk_or_reclaim(pool, class, chunk_len(class))?;
+                let c = self.new_chunk_or_reclaim(pool, class, chunk_len(class))?;
+                let s = (self.chunk(c).start, c);
                 self.partial[k].insert(s);
                 s
             }
         };
-        let ch = self.chunks.get_mut(&start).expect("partial chunk exists");
-        let (w, word) = ch
-            .used
-            .iter()
-            .enumerate()
-            .find(|(_, &w)| w != u64::MAX)
-            .expect("a partial chunk has a clear bit");
-        let i = w as u32 * 64 + (!word).trailing_zeros();
+        let ch = self.chunk_mut(c);
+        let w = ch.low
+            + ch.used[ch.low..]
+                .iter()
+                .position(|&w| w != u64::MAX)
+                .expect("a partial chunk has a clear bit");
+        ch.low = w;
+        let i = w as u32 * 64 + (!ch.used[w]).trailing_zeros();
         debug_assert!(i < ch.capacity());
         ch.used[w] |= 1 << (i % 64);
         ch.free -= 1;
         if ch.free == 0 {
-            self.partial[k].remove(&start);
+            self.partial[k].remove(&(start, c));
         }
         Ok(Block {
             off: start + FIRST + (u64::from(i) << class),
@@ -314,27 +382,29 @@ impl Chunks {
     /// Gives back a block the tree no longer reaches. The store that
     /// unlinked it must be durable already (see the module doc).
     pub fn release(&mut self, pool: &Pool, off: u64) -> Result<()> {
-        let (start, i) = self
+        let (c, i) = self
             .locate(off)
             .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
-        let ch = self.chunks.get_mut(&start).expect("located chunk exists");
+        let ch = self.chunk_mut(c);
         let (w, b) = ((i / 64) as usize, i % 64);
         if ch.used[w] & 1 << b == 0 {
             return Err(Error::corrupt(off, "radix: release of a free block"));
         }
         ch.used[w] &= !(1 << b);
+        ch.low = ch.low.min(w);
         ch.free += 1;
-        if ch.class == LARGE {
+        let (start, class) = (ch.start, ch.class);
+        if class == LARGE {
             return self.unlink(pool, start);
         }
-        self.partial[usize::from(ch.class - MIN_CLASS)].insert(start);
+        self.partial[usize::from(class - MIN_CLASS)].insert((start, c));
         Ok(())
     }
 
     /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks
     /// with no block in use back to the substrate (so that space freed in one
     /// class can serve another) and tries once more.
-    fn new_chunk_or_reclaim(&mut self, pool: &Pool, class: u8, len: u64) -> Result<u64> {
+    fn new_chunk_or_reclaim(&mut self, pool: &Pool, class: u8, len: u64) -> Result<usize> {
         match self.new_chunk(pool, class, len) {
             Err(Error::PoolFull { .. }) if self.release_empty(pool)? > 0 => {
                 self.new_chunk(pool, class, len)
@@ -347,10 +417,9 @@ impl Chunks {
     /// reserved) back to the substrate; returns how many.
     fn release_empty(&mut self, pool: &Pool) -> Result<usize> {
         let empty: Vec<u64> = self
-            .chunks
-            .iter()
-            .filter(|(_, ch)| ch.class != LARGE && ch.free == ch.capacity())
-            .map(|(&o, _)| o)
+            .all()
+            .filter(|ch| ch.class != LARGE && ch.free == ch.capacity())
+            .map(|ch| ch.start)
             .collect();
         for &o in &empty {
             self.unlink(pool, o)?;
@@ -359,8 +428,9 @@ impl Chunks {
     }
 
     /// Takes a new chunk from the substrate and puts it at the head of the
-    /// list. Persist order: header (next = old head) flushed; `activate`.
-    fn new_chunk(&mut self, pool: &Pool, class: u8, len: u64) -> Result<u64> {
+    /// list; returns its slab index. Persist order: header (next = old
+    /// head) flushed; `activate`.
+    fn new_chunk(&mut self, pool: &Pool, class: u8, len: u64) -> Result<usize> {
         let r = pool.reserve(len)?;
         let start = r.offset();
         let head = pool.load_u64(self.head_slot)?;
@@ -374,28 +444,24 @@ impl Chunks {
         pool.flush(start, 24);
         super::count_step();
         pool.activate(r, self.head_slot)?;
-        if let Some(old) = self.chunks.get_mut(&head) {
-            old.prev = start;
+        if let Some(&h) = self.index.get(&head) {
+            self.chunk_mut(h).prev = start;
         }
-        let mut ch = Chunk {
-            class,
-            len: pool.block_size(start)?,
-            prev: 0,
-            used: Vec::new(),
-            free: 0,
-        };
-        ch.used = vec![0; ch.capacity().div_ceil(64) as usize];
+        let mut ch = Chunk::new(start, class, pool.block_size(start)?, 0);
         ch.free = ch.capacity();
-        self.chunks.insert(start, ch);
-        Ok(start)
+        Ok(self.add(ch))
     }
 
     /// Unlinks chunk `start` (none of whose blocks is in use) and frees it.
     /// Persist order: `free_and_store(previous next slot, next)`.
     fn unlink(&mut self, pool: &Pool, start: u64) -> Result<()> {
-        let ch = self.chunks.remove(&start).expect("chunk to unlink exists");
+        let c = self.index.remove(&start).expect("chunk to unlink exists");
+        let ch = self.slab[c]
+            .take()
+            .expect("an indexed chunk is in the slab");
+        self.vacant.push(c);
         if ch.class != LARGE {
-            self.partial[usize::from(ch.class - MIN_CLASS)].remove(&start);
+            self.partial[usize::from(ch.class - MIN_CLASS)].remove(&(start, c));
         }
         let next = pool.load_u64(start + NEXT)?;
         let slot = if ch.prev == 0 {
@@ -405,60 +471,41 @@ impl Chunks {
         };
         super::count_step();
         pool.free_and_store(slot, next)?;
-        if let Some(n) = self.chunks.get_mut(&next) {
-            n.prev = ch.prev;
+        if let Some(&n) = self.index.get(&next) {
+            self.chunk_mut(n).prev = ch.prev;
         }
         Ok(())
     }
 
     /// Every chunk's offset (the substrate blocks the tree owns).
     pub fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
-        self.chunks.keys().copied()
+        self.index.keys().copied()
     }
 
     /// Blocks in use per chunk, to compare with a fresh marking walk.
     pub fn used_blocks(&self) -> Vec<(u64, Vec<u64>)> {
-        self.chunks
-            .iter()
-            .map(|(&o, ch)| (o, ch.used.clone()))
-            .collect()
+        self.all().map(|ch| (ch.start, ch.used.clone())).collect()
     }
 
     /// A copy with every block unused (for `check`'s marking walk).
     pub fn unmarked(&self) -> Chunks {
-        Chunks {
-            head_slot: self.head_slot,
-            chunks: self
-                .chunks
-                .iter()
-                .map(|(&o, ch)| {
-                    (
-                        o,
-                        Chunk {
-                            class: ch.class,
-                            len: ch.len,
-                            prev: ch.prev,
-                            used: vec![0; ch.used.len()],
-                            free: 0,
-                        },
-                    )
-                })
-                .collect(),
-            partial: Default::default(),
+        let mut c = Chunks::empty(self.head_slot);
+        for ch in self.all() {
+            c.add(Chunk::new(ch.start, ch.class, ch.len, ch.prev));
         }
+        c
     }
 
     /// DRAM bytes of this map (approximate: the bitmaps and tree nodes).
     pub fn dram_bytes(&self) -> u64 {
-        let per_chunk = std::mem::size_of::<Chunk>() as u64 + 8 + 32;
-        self.chunks
-            .values()
+        let per_chunk = std::mem::size_of::<Option<Chunk>>() as u64 + 16 + 32;
+        self.all()
             .map(|ch| per_chunk + 8 * ch.used.len() as u64)
             .sum::<u64>()
             + self
                 .partial
                 .iter()
-                .map(|p| 40 * p.len() as u64)
+                .map(|p| 48 * p.len() as u64)
                 .sum::<u64>()
     }
 }
@@ -536,5 +583,35 @@ mod tests {
         assert_eq!(empty.offsets().count(), 0);
         assert_eq!(pool.load_u64(c.head_slot).unwrap(), 0);
         assert_eq!(pool.usage().bytes_in_use(), before);
+    }
+
+    /// Against a model: a reservation is always the lowest free block of
+    /// the lowest chunk with one (the `low` hint never skips a free word),
+    /// and a release makes exactly that block free again.
+    #[test]
+    fn reserve_takes_the_lowest_free_block_after_any_releases() {
+        let (pool, mut c) = fresh();
+        let mut live: BTreeSet<u64> = BTreeSet::new();
+        let mut free: BTreeSet<u64> = BTreeSet::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for step in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if !x.is_multiple_of(3) || live.is_empty() {
+                let b = c.reserve(&pool, 64).unwrap().offset();
+                if let Some(&lowest) = free.first() {
+                    assert_eq!(b, lowest, "step {step}: not the lowest free block");
+                }
+                free.remove(&b);
+                assert!(live.insert(b), "step {step}: block handed out twice");
+            } else {
+                let b = *live.iter().nth((x >> 8) as usize % live.len()).unwrap();
+                c.release(&pool, b).unwrap();
+                live.remove(&b);
+                free.insert(b);
+            }
+        }
+        assert!(c.offsets().count() >= 2, "the run spans several chunks");
     }
 }

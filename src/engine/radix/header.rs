@@ -109,6 +109,18 @@ impl Header {
         (w >> DEPTH_SHIFT) & ((1 << (PREFIX_SHIFT - DEPTH_SHIFT)) - 1) == d as u64
     }
 
+    /// The bits of a header word that [`Header::plain`] fixes: kind, depth
+    /// and prefix length.
+    pub const PLAIN_MASK: u64 = (1 << PREFIX_SHIFT) - 1;
+
+    /// The masked word (`w & PLAIN_MASK`) of a node of `kind` at depth `d`
+    /// with no compressed path: one compare tests the kind and
+    /// [`Header::plain_at`] together.
+    #[inline(always)]
+    pub fn plain(kind: u8, d: usize) -> u64 {
+        u64::from(kind) | (d as u64) << DEPTH_SHIFT
+    }
+
     #[inline]
     pub fn decode(w: u64) -> Header {
         Header {

@@ -76,12 +76,15 @@ pub unsafe fn write(
         key_len: key.len(),
         value_len: value.len(),
     };
-    let mut buf = Vec::with_capacity(w.size() as usize);
-    buf.extend_from_slice(&w.encode().to_le_bytes());
-    buf.extend_from_slice(key);
-    buf.extend_from_slice(value);
+    // Written in place, part by part: the block is not published yet, so
+    // the order of these stores does not matter (the flush below makes all
+    // of them durable before the publishing store).
     // SAFETY: forwarded from the caller (the block is ours alone).
-    unsafe { pool.write_bytes(off, &buf)? };
+    unsafe {
+        pool.write_bytes(off, &w.encode().to_le_bytes())?;
+        pool.write_bytes(off + HEADER, key)?;
+        pool.write_bytes(off + HEADER + key.len() as u64, value)?;
+    }
     if !skip_flush {
         pool.flush(off, w.size());
     }

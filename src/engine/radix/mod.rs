@@ -342,9 +342,47 @@ impl RadixTree {
         // One copy of the loop per span, so that unit arithmetic is
         // compiled for a known span instead of matching on it per unit.
         match self.span {
-            Span::Nibble => self.lookup_in::<true>(key),
-            Span::Byte => self.lookup_in::<false>(key),
+            Span::Nibble => self.lookup_w16(key),
+            Span::Byte => self.lookup_in::<false>(key, self.root_slot(), 0, 1),
         }
+    }
+
+    /// WORT's search: the common step (a node of WORT's one kind, reached
+    /// at its own depth, with no compressed path, and the key not yet at
+    /// its end) in a loop of its own, with one compare of the header word
+    /// for all of those conditions. Anything else (a leaf, a null slot, a
+    /// compressed path, a node left by a crashed split, the key's end) goes
+    /// on in [`Self::lookup_in`] from the slot that led there. Fewer
+    /// instructions per level let the CPU overlap the misses of successive
+    /// searches further (docs/design.md §11).
+    #[inline(always)]
+    fn lookup_w16(&self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
+        let pm = self.pool.words();
+        let klen = Span::Nibble.len(key);
+        let mut lines = 1;
+        let mut slot = self.root_slot();
+        let mut d = 0;
+        let mut plain = Header::plain(Kind::W16 as u8, 0);
+        loop {
+            let p = pm.load(slot)?;
+            if p == 0 || d >= klen {
+                break;
+            }
+            let w = pm.load(p)?;
+            if w & Header::PLAIN_MASK != plain {
+                break;
+            }
+            // SAFETY: `d < klen = 2 * key.len()`, so `d / 2 < key.len()`.
+            let b = unsafe { *key.get_unchecked(d / 2) };
+            // High nibble first (`Span::unit`).
+            let u = (b >> (4 * (1 - d % 2))) & 0x0F;
+            let s = nodes::w16::slot(p, u);
+            lines += 1 + new_line(p, s);
+            slot = s;
+            d += 1;
+            plain += 1 << 4;
+        }
+        self.lookup_in::<true>(key, slot, d, lines)
     }
 
     /// The search loop of §3 for one span.
@@ -361,14 +399,20 @@ impl RadixTree {
     /// cases) makes every slot load wait for its header: 1.5–2.5x slower
     /// searches on 1M keys.
     #[inline(always)]
-    fn lookup_in<const NIBBLE: bool>(&self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
+    ///
+    /// It starts at `slot`, reached at depth `d`, with `lines` PM lines
+    /// read so far (the root slot's line: 1, at the root).
+    fn lookup_in<const NIBBLE: bool>(
+        &self,
+        key: &[u8],
+        mut slot: u64,
+        mut d: usize,
+        mut lines: u64,
+    ) -> Result<(Option<(u64, LeafWord)>, u64)> {
         let span = if NIBBLE { Span::Nibble } else { Span::Byte };
         let pm = self.pool.words();
         let klen = span.len(key);
-        // The root slot's line, then per node as in `new_line`.
-        let mut lines = 1;
-        let mut slot = self.root_slot();
-        let mut d = 0;
+        // Lines: the root slot's, then per node as in `new_line`.
         let found = loop {
             let p = pm.load(slot)?;
             if p == 0 {

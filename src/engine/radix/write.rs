@@ -38,6 +38,15 @@ use crate::engine::{PutMode, PutOutcome};
 use crate::error::{Error, Result};
 use crate::pm::Fault;
 
+/// Largest node image [`RadixTree::new_node`] builds on the stack (WORT's
+/// node, NODE4 and NODE16; NODE48 and NODE256 images are on the heap).
+const SMALL_IMAGE: usize = 256;
+const _: () = {
+    assert!(SMALL_IMAGE as u64 >= nodes::w16::SIZE);
+    assert!(SMALL_IMAGE as u64 >= nodes::n4::SIZE);
+    assert!(SMALL_IMAGE as u64 >= nodes::n16::SIZE);
+};
+
 /// Where a key goes in a node that branches at unit position `b`: the `end`
 /// slot if it has exactly `b` units, else the child for its unit `b`.
 fn place(span: super::Span, key: &[u8], b: usize) -> Option<u8> {
@@ -77,10 +86,21 @@ impl RadixTree {
             kind: kind as u8,
             ..*h
         };
-        let img = nodes::image(kind, hdr.encode(), end, children);
+        // The image is built in DRAM and copied in one write: on the stack
+        // for the kinds of a WORT insert and ART's small nodes.
+        let size = kind.size() as usize;
+        let mut small = [0u8; SMALL_IMAGE];
+        let mut large = Vec::new();
+        let img = if size <= SMALL_IMAGE {
+            &mut small[..size]
+        } else {
+            large.resize(size, 0);
+            &mut large[..]
+        };
+        nodes::image(img, kind, hdr.encode(), end, children);
         let b = self.reserve(kind.size())?;
         // SAFETY: the block is reserved by us and not yet published.
-        if let Err(e) = unsafe { self.pool.write_bytes(b.offset(), &img) } {
+        if let Err(e) = unsafe { self.pool.write_bytes(b.offset(), img) } {
             self.cancel(b)?;
             return Err(e);
         }
@@ -177,7 +197,12 @@ impl RadixTree {
             let w = self.pool.load_u64(p)?;
             let kind = Kind::of(p, w)?;
             if kind == Kind::Leaf {
-                let lkey = leaf::key_vec(&self.pool, p)?;
+                let lw = leaf::word(&self.pool, p)?;
+                // SAFETY: `&mut self` holds the tree for writing, and the
+                // leaf is neither changed nor freed while `lkey` lives: an
+                // update releases it after the last use, an expansion keeps
+                // it.
+                let lkey = unsafe { leaf::key(&self.pool, p, lw)? };
                 if lkey == key {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
@@ -191,7 +216,7 @@ impl RadixTree {
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
                 }
-                self.expand_leaf(slot, p, &lkey, key, value, d)?;
+                self.expand_leaf(slot, p, lkey, key, value, d)?;
                 self.count += 1;
                 return Ok(PutOutcome::Inserted);
             }
@@ -253,9 +278,14 @@ impl RadixTree {
         let b = d + span.common(lkey, key, d);
         let h = Header::new(0, span, d, &span.units(key, d, b));
         let kind = self.flavor.small_kind();
-        let (end, children) = match place(span, lkey, b) {
-            None => (p, vec![]),
-            Some(u) => (0, vec![(u, p)]),
+        // Room for the new leaf too (`node_with` adds it).
+        let mut children = Vec::with_capacity(2);
+        let end = match place(span, lkey, b) {
+            None => p,
+            Some(u) => {
+                children.push((u, p));
+                0
+            }
         };
         let l = self.new_leaf(key, value)?;
         let node = match self.node_with(kind, &h, end, children, place(span, key, b), l.offset()) {
@@ -377,10 +407,8 @@ impl RadixTree {
                 Err(e) => Err(e),
             },
             (Flavor::ArtCow, Kind::N4 | Kind::N16) => return self.copy_with(slot, p, kind, u, l),
-            (_, Kind::N4 | Kind::N16 | Kind::N48) => match self.children(p, kind) {
-                Ok(ch) if ch.len() >= kind.capacity() => {
-                    return self.copy_with(slot, p, kind, u, l)
-                }
+            (_, Kind::N4 | Kind::N16 | Kind::N48) => match nodes::listed(&self.pool, p, kind) {
+                Ok(n) if n >= kind.capacity() => return self.copy_with(slot, p, kind, u, l),
                 Ok(_) => match kind {
                     Kind::N4 => n4::add(
                         &self.pool,

@@ -209,6 +209,30 @@ pub fn entries(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<Entry>> {
     }
 }
 
+/// How many children a NODE4, NODE16 or NODE48 lists (its commit word,
+/// bitmap or index), read in place: whether an insert must grow the node.
+/// Reads (and counts) only those words, not the pointers.
+pub fn listed(pool: &Pool, node: u64, kind: Kind) -> Result<usize> {
+    match kind {
+        Kind::N4 => {
+            pool.touch(node + n4::KEYS, 8);
+            n4::listed(pool, node)
+        }
+        Kind::N16 => {
+            pool.touch(node + n16::BITMAP, 8);
+            n16::listed(pool, node)
+        }
+        Kind::N48 => {
+            pool.touch(node + n48::INDEX, 256);
+            n48::listed(pool, node)
+        }
+        k => Err(Error::corrupt(
+            node,
+            format!("radix: {k:?} node has no list of children"),
+        )),
+    }
+}
+
 /// Slots holding a non-null pointer that the node does not list (orphans).
 pub fn orphans(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<u64>> {
     match kind {
@@ -219,13 +243,15 @@ pub fn orphans(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<u64>> {
     }
 }
 
-/// The bytes of a fresh node: `hdr` (its kind bits must be `kind`), `end`,
-/// and `children` (unit, pointer) in unit order, all visible.
-pub fn image(kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)]) -> Vec<u8> {
+/// Writes the bytes of a fresh node into `b` (exactly `kind.size()`
+/// bytes, all zero): `hdr` (its kind bits must be `kind`), `end`, and
+/// `children` (unit, pointer) in unit order, all visible.
+pub fn image(b: &mut [u8], kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)]) {
     debug_assert_eq!(hdr & 0xF, kind as u64);
+    debug_assert_eq!(b.len() as u64, kind.size());
+    debug_assert!(b.iter().all(|&x| x == 0));
     debug_assert!(children.len() <= kind.capacity());
     debug_assert!(children.windows(2).all(|w| w[0].0 < w[1].0));
-    let mut b = vec![0u8; kind.size() as usize];
     b[0..8].copy_from_slice(&hdr.to_le_bytes());
     b[8..16].copy_from_slice(&end.to_le_bytes());
     let body = &mut b[BODY as usize..];
@@ -237,7 +263,6 @@ pub fn image(kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)]) -> Vec<u8> 
         Kind::N256 => n256::fill(body, children),
         Kind::Leaf => unreachable!("leaves are not nodes"),
     }
-    b
 }
 
 /// Sets byte `i` of the 8-byte word `w` (little-endian) to `v`.
@@ -249,4 +274,48 @@ pub(crate) fn with_byte(w: u64, i: usize, v: u8) -> u64 {
 #[inline]
 pub(crate) fn byte(w: u64, i: usize) -> u8 {
     (w >> (8 * i)) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `listed` counts what `entries` lists, for every fill of every kind
+    /// that has a list, through adds and removes in place.
+    #[test]
+    fn listed_agrees_with_entries() {
+        let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
+        for kind in [Kind::N4, Kind::N16, Kind::N48] {
+            let node = pool.reserve(kind.size()).unwrap().offset();
+            let mut b = vec![0u8; kind.size() as usize];
+            image(&mut b, kind, kind as u64, 0, &[]);
+            // SAFETY: the block is ours alone (a test pool).
+            unsafe { pool.write_bytes(node, &b).unwrap() };
+            let cap = kind.capacity();
+            let units: Vec<u8> = (0..cap).map(|i| (i * 37 % 256) as u8).collect();
+            for (n, &u) in units.iter().enumerate() {
+                assert_eq!(listed(&pool, node, kind).unwrap(), n, "{kind:?}");
+                match kind {
+                    Kind::N4 => n4::add(&pool, node, u, 0x1000 + n as u64, false).unwrap(),
+                    Kind::N16 => n16::add(&pool, node, u, 0x1000 + n as u64).unwrap(),
+                    _ => n48::add(&pool, node, u, 0x1000 + n as u64).unwrap(),
+                }
+                let e = entries(&pool, node, kind).unwrap().len();
+                assert_eq!(listed(&pool, node, kind).unwrap(), e, "{kind:?}");
+            }
+            assert_eq!(listed(&pool, node, kind).unwrap(), cap, "{kind:?} full");
+            for (n, &u) in units.iter().enumerate().step_by(2) {
+                let slot = match kind {
+                    Kind::N4 => n4::remove(&pool, node, u),
+                    Kind::N16 => n16::remove(&pool, node, u),
+                    _ => n48::remove(&pool, node, u),
+                }
+                .unwrap();
+                pool.store_u64(slot, 0).unwrap();
+                let e = entries(&pool, node, kind).unwrap().len();
+                assert_eq!(listed(&pool, node, kind).unwrap(), e, "{kind:?} after {n}");
+            }
+        }
+        assert!(listed(&pool, 0, Kind::W16).is_err());
+    }
 }

@@ -38,6 +38,11 @@ fn ptr_slot(node: u64, i: usize) -> u64 {
     node + PTRS + 8 * i as u64
 }
 
+/// Valid entries (bits of the bitmap).
+pub(super) fn listed(pool: &Pool, node: u64) -> Result<usize> {
+    Ok((pool.load_u64(node + BITMAP)? & 0xFFFF).count_ones() as usize)
+}
+
 /// (key, index) of the valid entries, in key order.
 fn valid(pool: &Pool, node: u64) -> Result<Vec<(u8, usize)>> {
     let bitmap = pool.load_u64(node + BITMAP)? & 0xFFFF;

@@ -57,6 +57,12 @@ pub fn encode(entries: &[(u8, usize)]) -> u64 {
     w
 }
 
+/// Entries listed in the packed word (as many as [`decode`] gives).
+pub(super) fn listed(pool: &Pool, node: u64) -> Result<usize> {
+    let w = pool.load_u64(node + KEYS)?;
+    Ok((0..4).take_while(|&i| byte(w, 4 + i) != 0).count())
+}
+
 fn ptr_slot(node: u64, idx: usize) -> u64 {
     node + PTRS + 8 * idx as u64
 }
@@ -101,11 +107,13 @@ pub(super) fn orphans(pool: &Pool, node: u64) -> Result<Vec<u64>> {
 }
 
 pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
-    let e: Vec<(u8, usize)> = children.iter().enumerate().map(|(i, c)| (c.0, i)).collect();
-    body[0..8].copy_from_slice(&encode(&e).to_le_bytes());
-    for (i, &(_, p)) in children.iter().enumerate() {
+    // Child `i` in pointer slot `i`: the entries of `encode` in place.
+    let mut w = 0;
+    for (i, &(u, p)) in children.iter().enumerate() {
+        w = with_byte(with_byte(w, i, u), 4 + i, i as u8 + 1);
         body[8 + 8 * i..16 + 8 * i].copy_from_slice(&p.to_le_bytes());
     }
+    body[0..8].copy_from_slice(&w.to_le_bytes());
 }
 
 /// Algorithm 3 (see the module's persist order): adds `child` (written
