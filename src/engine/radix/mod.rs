@@ -398,10 +398,10 @@ impl RadixTree {
     /// address from the decoded header instead (one expression for both
     /// cases) makes every slot load wait for its header: 1.5–2.5x slower
     /// searches on 1M keys.
-    #[inline(always)]
     ///
     /// It starts at `slot`, reached at depth `d`, with `lines` PM lines
     /// read so far (the root slot's line: 1, at the root).
+    #[inline(always)]
     fn lookup_in<const NIBBLE: bool>(
         &self,
         key: &[u8],
