@@ -106,7 +106,7 @@ impl Header {
     /// compressed path (its branch position is `d`), without decoding it.
     #[inline(always)]
     pub fn plain_at(w: u64, d: usize) -> bool {
-        (w >> DEPTH_SHIFT) & ((1 << (PREFIX_SHIFT - DEPTH_SHIFT)) - 1) == d as u64
+        (w & Self::PLAIN_MASK) >> DEPTH_SHIFT == d as u64
     }
 
     /// The bits of a header word that [`Header::plain`] fixes: kind, depth
@@ -158,6 +158,11 @@ mod tests {
             Header::new(2, Span::Byte, MAX_POS, &[]).encode(),
             0
         ));
+        // `plain` is `plain_at` with the kind in the same compare.
+        assert_eq!(plain & Header::PLAIN_MASK, Header::plain(2, 7));
+        assert_ne!(plain & Header::PLAIN_MASK, Header::plain(3, 7));
+        assert_ne!(plain & Header::PLAIN_MASK, Header::plain(2, 6));
+        assert_ne!(compressed & Header::PLAIN_MASK, Header::plain(2, 7));
         assert_eq!(Header::cap(Span::Byte), 5);
     }
 }
