@@ -10,7 +10,14 @@
 //! used in file order (the format of the comparison drivers for the
 //! authors' code, see docs/design.md §7). The pool is a temporary file in `/dev/shm` when
 //! that exists, else in the temporary directory; `ANON=1` uses anonymous
-//! memory instead.
+//! memory instead. `OPT=KEY=VALUE[,KEY=VALUE...]` passes engine settings
+//! (for example `OPT=wort.reads=locked`). `THREADS=T` searches with T
+//! threads at once, each over all keys (from its own start in the order),
+//! and prints ns per operation of all of them together.
+//! `AB=KEY=VALUE[,...]` builds a second index in anonymous memory, with
+//! these settings added, and alternates search rounds between the two
+//! (`A` and `B`, five each): an A/B comparison in one process and one
+//! stretch of time, as this machine's timings drift by ±30% between runs.
 
 use std::time::Instant;
 
@@ -70,11 +77,21 @@ fn main() {
         tempfile::tempdir()
     }
     .expect("temporary directory");
-    let opts = Options {
+    let mut opts = Options {
         engine: Some(engine.clone()),
         pool_size: (n * 400).max(64 << 20).next_multiple_of(1 << 20),
         ..Options::default()
     };
+    if let Some(kvs) = std::env::var_os("OPT") {
+        for kv in kvs.to_string_lossy().split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').expect("OPT is KEY=VALUE[,KEY=VALUE...]");
+            opts.engine_config.insert(k.to_string(), v.to_string());
+        }
+    }
+    let threads: usize = std::env::var("THREADS")
+        .map(|t| t.parse().expect("THREADS is a number"))
+        .unwrap_or(1)
+        .max(1);
     let db = if std::env::var_os("ANON").is_some() {
         Db::create_anonymous(&opts)
     } else {
@@ -126,7 +143,11 @@ fn main() {
         // Reopen: the engine's recovery rebuilds its DRAM state.
         drop(db);
         let t = Instant::now();
-        let db = Db::open(dir.path().join("probe.pool"), &Options::default()).expect("reopen");
+        let reopen = Options {
+            engine_config: opts.engine_config.clone(),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path().join("probe.pool"), &reopen).expect("reopen");
         let rec = t.elapsed();
         println!(
             "{engine}: recovery {:.0} ms, build {:.0} ms: {:.2}x",
@@ -136,6 +157,19 @@ fn main() {
         );
         db
     };
+    let db_b = std::env::var_os("AB").map(|kvs| {
+        let mut o = opts.clone();
+        for kv in kvs.to_string_lossy().split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').expect("AB is KEY=VALUE[,KEY=VALUE...]");
+            o.engine_config.insert(k.to_string(), v.to_string());
+        }
+        let b = Db::create_anonymous(&o).expect("create the B pool");
+        for i in 0..keys.len() {
+            b.put(keys.get(i), &(i as u64 + 1).to_le_bytes())
+                .expect("put");
+        }
+        b
+    });
     let mut order: Vec<usize> = (0..keys.len()).collect();
     for i in (1..order.len()).rev() {
         let j = (splitmix(i as u64 ^ 77) % (i as u64 + 1)) as usize;
@@ -146,10 +180,10 @@ fn main() {
     if lfence && !cfg!(target_arch = "x86_64") {
         eprintln!("LFENCE=1 is ignored: not an x86-64 machine");
     }
-    for _ in 0..3 {
-        let t = Instant::now();
+    let order = &order;
+    let search_all = |db: &Db, start: usize| {
         let mut found = 0u64;
-        for &i in &order {
+        for &i in order[start..].iter().chain(&order[..start]) {
             if db
                 .get_with(keys.get(i), |v| v.len())
                 .expect("get")
@@ -164,9 +198,28 @@ fn main() {
             }
         }
         assert_eq!(found, n, "every key is found");
+    };
+    let rounds: Vec<(&str, &Db)> = match &db_b {
+        Some(b) => [("A ", &db), ("B ", b)].repeat(5),
+        None => vec![("", &db); 3],
+    };
+    for (name, db) in rounds {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for k in 1..threads {
+                let search_all = &search_all;
+                s.spawn(move || search_all(db, k * order.len() / threads));
+            }
+            search_all(db, 0);
+        });
+        let per = if threads > 1 {
+            format!(" ({threads} threads)")
+        } else {
+            String::new()
+        };
         println!(
-            "{engine}: search {:.0} ns/op",
-            t.elapsed().as_nanos() as f64 / n as f64
+            "{engine}: search {name}{:.0} ns/op{per}",
+            t.elapsed().as_nanos() as f64 / (n * threads as u64) as f64
         );
     }
 }

@@ -3,7 +3,8 @@
 //! An engine is an index over a [`Pool`]. Engines with their own concurrency
 //! control implement [`Engine`] directly; the others implement
 //! [`SerialEngine`] (mutation takes `&mut self`) and are wrapped in a
-//! reader-writer lock by [`Locked`]. Keys and values arrive validated by
+//! reader-writer lock by [`Locked`], which also runs their lock-free point
+//! reads ([`OptimisticRead`]) where they offer one. Keys and values arrive validated by
 //! [`crate::Db`]: 1 to 250 bytes of key, at most 1 MiB of value.
 //!
 //! Adding an engine takes one line in [`ENGINES`].
@@ -11,12 +12,12 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use crate::error::Result;
 use crate::pm::Pool;
+pub use locked::{Locked, OptimisticRead, Probe, Reads, ValueBuf, OPTIMISTIC_TRIES, VALUE_BUF};
 
 pub mod hart;
+mod locked;
 pub mod pmlog;
 pub mod radix;
 
@@ -125,58 +126,10 @@ pub trait SerialEngine: Send + Sync {
     fn check(&self) -> Result<CheckReport>;
     /// See [`Engine::dram_bytes`].
     fn dram_bytes(&self) -> u64;
-}
-
-/// A [`SerialEngine`] behind a reader-writer lock: readers share it, writers
-/// take it alone.
-pub struct Locked<E> {
-    pool: Arc<Pool>,
-    inner: RwLock<E>,
-}
-
-impl<E: SerialEngine> Locked<E> {
-    /// Wraps `engine`, which lives in `pool`.
-    pub fn new(pool: Arc<Pool>, engine: E) -> Self {
-        Locked {
-            pool,
-            inner: RwLock::new(engine),
-        }
-    }
-}
-
-impl<E: SerialEngine> Engine for Locked<E> {
-    fn name(&self) -> &'static str {
-        self.inner.read().name()
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            concurrent: true,
-            ..self.inner.read().capabilities()
-        }
-    }
-    fn pool(&self) -> &Arc<Pool> {
-        &self.pool
-    }
-    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
-        self.inner.read().get_with(key, f)
-    }
-    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        self.inner.write().put(key, value, mode)
-    }
-    fn delete(&self, key: &[u8]) -> Result<bool> {
-        self.inner.write().delete(key)
-    }
-    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
-        self.inner.read().scan(lo, hi, f)
-    }
-    fn len(&self) -> u64 {
-        self.inner.read().len()
-    }
-    fn check(&self) -> Result<CheckReport> {
-        self.inner.read().check()
-    }
-    fn dram_bytes(&self) -> u64 {
-        self.inner.read().dram_bytes()
+    /// A point search that [`Locked`] may run without its lock (see
+    /// [`OptimisticRead`] for what it must guarantee); none by default.
+    fn optimistic_reader(&self) -> Option<Box<dyn OptimisticRead>> {
+        None
     }
 }
 

@@ -16,8 +16,11 @@
 //! publish, and an 8-byte key with an 8-byte value is one 64-byte line (one
 //! flush where the paper's layout needs two).
 
+use std::ops::Range;
+
+use crate::engine::ValueBuf;
 use crate::error::{Error, Result};
-use crate::pm::Pool;
+use crate::pm::{Pool, Words};
 
 /// Kind of a leaf (low 4 bits of its first word).
 pub const LEAF_KIND: u8 = 1;
@@ -95,6 +98,68 @@ pub unsafe fn write(
 pub fn word(pool: &Pool, leaf: u64) -> Result<LeafWord> {
     pool.touch(leaf, 8);
     LeafWord::decode(leaf, pool.load_u64(leaf)?)
+}
+
+/// Whether the leaf at `leaf` (its word decoded as `w`) holds `key`.
+///
+/// Compares a word at a time through atomic loads, not through a slice:
+/// leaves are line-aligned, so the key's words start at an aligned offset,
+/// and the last one ends inside the block (blocks are whole words); its
+/// bytes past the key are masked off. So it is also safe on a leaf that a
+/// writer is reusing (the optimistic search, `search.rs`).
+#[inline(always)]
+pub fn key_matches(pm: Words<'_>, leaf: u64, w: LeafWord, key: &[u8]) -> Result<bool> {
+    if w.key_len != key.len() {
+        return Ok(false);
+    }
+    let mut at = leaf + HEADER;
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        if pm.load(at)? != u64::from_ne_bytes(c.try_into().expect("chunks of 8 bytes")) {
+            return Ok(false);
+        }
+        at += 8;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        let (mut bytes, mut mask) = ([0u8; 8], [0u8; 8]);
+        bytes[..tail.len()].copy_from_slice(tail);
+        mask[..tail.len()].fill(0xFF);
+        let mask = u64::from_ne_bytes(mask);
+        if pm.load(at)? & mask != u64::from_ne_bytes(bytes) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Copies the leaf's value into `buf` a word at a time (as
+/// [`key_matches`] reads, so also safe on a leaf being reused); returns
+/// where in [`ValueBuf::bytes`] the value lies, or `None` when its words
+/// do not fit.
+#[inline(always)]
+pub fn copy_value(
+    pm: Words<'_>,
+    leaf: u64,
+    w: LeafWord,
+    buf: &mut ValueBuf,
+) -> Result<Option<Range<usize>>> {
+    let start = leaf + HEADER + w.key_len as u64;
+    let mut at = start & !7;
+    let end = start + w.value_len as u64;
+    if !buf.fits((end - at).div_ceil(8)) {
+        return Ok(None);
+    }
+    buf.clear();
+    if w.value_len == 0 {
+        return Ok(Some(0..0));
+    }
+    let skip = (start - at) as usize;
+    while at < end {
+        buf.push(pm.load(at)?);
+        at += 8;
+    }
+    Ok(Some(skip..skip + w.value_len))
 }
 
 /// Borrows a leaf's key.

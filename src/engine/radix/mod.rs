@@ -43,6 +43,7 @@ pub mod header;
 pub mod leaf;
 pub mod nodes;
 mod recovery;
+mod search;
 pub mod span;
 pub mod superblock;
 mod write;
@@ -53,15 +54,15 @@ use std::sync::Arc;
 
 use super::{
     Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, Locked, PutMode, PutOutcome,
-    ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
+    Reads, ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
-use crate::pm::{Pool, CACHE_LINE};
+use crate::pm::Pool;
 use chunks::{Block, Chunks};
 use header::Header;
-use leaf::LeafWord;
 use nodes::{Kind, END};
 use parking_lot::Mutex;
+use search::Search;
 use span::Span;
 
 /// Which of the paper's three trees.
@@ -130,13 +131,18 @@ fn make(
     config: &EngineConfig,
     create: bool,
 ) -> Result<Box<dyn Engine>> {
-    super::settings(config, flavor.name(), &[])?;
+    let mut reads = Reads::Optimistic;
+    for (k, v) in super::settings(config, flavor.name(), &["reads"])? {
+        if k == "reads" {
+            reads = Reads::parse(&format!("{}.reads", flavor.name()), v)?;
+        }
+    }
     let tree = if create {
         RadixTree::create(Arc::clone(&pool), flavor)?
     } else {
         RadixTree::open(Arc::clone(&pool), flavor)?
     };
-    Ok(Box::new(Locked::new(pool, tree)))
+    Ok(Box::new(Locked::with_reads(pool, tree, reads)))
 }
 
 /// One of the three radix trees (serial; wrapped in [`Locked`], the
@@ -166,23 +172,6 @@ pub fn allocator_steps() -> u64 {
 
 pub(crate) fn count_step() {
     ALLOC_STEPS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Whether `off` lies in another cache line than `prev`, as 0 or 1.
-///
-/// A search counts the PM lines it reads without a history of lines:
-/// blocks are line-aligned and never share a line, a search never returns
-/// to a node, and within a node it reads words at rising offsets (header,
-/// then keys or index, then the slot). So a node costs its header line plus
-/// one for each later word that starts a new line. Branch-free, a few
-/// instructions: see the shape note on `lookup_in`.
-#[inline(always)]
-fn new_line(prev: u64, off: u64) -> u64 {
-    // NODE4 and NODE16 keep their keys in the header line (`lookup_in`
-    // counts no line for them).
-    const _: () = assert!(nodes::n4::SIZE <= CACHE_LINE);
-    const _: () = assert!(nodes::n16::KEYS + 16 <= CACHE_LINE);
-    u64::from(prev / CACHE_LINE != off / CACHE_LINE)
 }
 
 impl RadixTree {
@@ -286,6 +275,15 @@ impl RadixTree {
         self.sb + superblock::ROOT
     }
 
+    /// The tree's point search (`search.rs`).
+    fn search(&self) -> Search<'_> {
+        Search {
+            pool: &self.pool,
+            flavor: self.flavor,
+            root: self.root_slot(),
+        }
+    }
+
     /// The units of `node`'s compressed path (positions `d .. branch`):
     /// from the header when it is reached at its own depth and the path fits
     /// in it, else from a leaf under the node (optimistic compression).
@@ -326,174 +324,6 @@ impl RadixTree {
             };
         }
         Err(Error::corrupt(ptr, "radix: tree deeper than any key"))
-    }
-
-    /// The leaf holding `key`, if any. Reports the PM lines it reads
-    /// (including the value's, which the caller reads).
-    fn lookup(&self, key: &[u8]) -> Result<Option<(u64, LeafWord)>> {
-        let (found, lines) = self.lookup_counted(key)?;
-        self.pool.touch_lines(lines);
-        Ok(found)
-    }
-
-    /// [`Self::lookup`], returning the count of PM lines instead of
-    /// reporting it.
-    fn lookup_counted(&self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
-        // One copy of the loop per span, so that unit arithmetic is
-        // compiled for a known span instead of matching on it per unit.
-        match self.span {
-            Span::Nibble => self.lookup_w16(key),
-            Span::Byte => self.lookup_in::<false>(key, self.root_slot(), 0, 1),
-        }
-    }
-
-    /// WORT's search: the common step (a node of WORT's one kind, reached
-    /// at its own depth, with no compressed path, and the key not yet at
-    /// its end) in a loop of its own, with one compare of the header word
-    /// for all of those conditions. Anything else (a leaf, a null slot, a
-    /// compressed path, a node left by a crashed split, the key's end) goes
-    /// on in [`Self::lookup_in`] from the slot that led there. Fewer
-    /// instructions per level let the CPU overlap the misses of successive
-    /// searches further (docs/design.md §11).
-    #[inline(always)]
-    fn lookup_w16(&self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
-        let pm = self.pool.words();
-        let klen = Span::Nibble.len(key);
-        let mut lines = 1;
-        let mut slot = self.root_slot();
-        let mut d = 0;
-        let mut plain = Header::plain(Kind::W16 as u8, 0);
-        loop {
-            let p = pm.load(slot)?;
-            if p == 0 || d >= klen {
-                break;
-            }
-            let w = pm.load(p)?;
-            if w & Header::PLAIN_MASK != plain {
-                break;
-            }
-            // SAFETY: `d < klen = 2 * key.len()`, so `d / 2 < key.len()`.
-            let b = unsafe { *key.get_unchecked(d / 2) };
-            // High nibble first (`Span::unit`).
-            let u = (b >> (4 * (1 - d % 2))) & 0x0F;
-            let s = nodes::w16::slot(p, u);
-            lines += 1 + new_line(p, s);
-            slot = s;
-            d += 1;
-            plain += 1 << 4;
-        }
-        self.lookup_in::<true>(key, slot, d, lines)
-    }
-
-    /// The search loop of §3 for one span.
-    ///
-    /// **Shape of the loop (measured, docs/design.md §11).** A search is a
-    /// chain of cache misses: the slot, then the node it points to, then
-    /// the node's slot for the next unit. In the common case (the node is
-    /// reached at its own depth and has no compressed path) the next slot's
-    /// address is computed from `p` and the key alone; the header only
-    /// decides *whether* that case holds, through a branch. The CPU
-    /// predicts the branch and loads the next slot while the header is
-    /// still on its way, as the authors' C code gets for free. Computing the
-    /// address from the decoded header instead (one expression for both
-    /// cases) makes every slot load wait for its header: 1.5–2.5x slower
-    /// searches on 1M keys.
-    ///
-    /// It starts at `slot`, reached at depth `d`, with `lines` PM lines
-    /// read so far (the root slot's line: 1, at the root).
-    #[inline(always)]
-    fn lookup_in<const NIBBLE: bool>(
-        &self,
-        key: &[u8],
-        mut slot: u64,
-        mut d: usize,
-        mut lines: u64,
-    ) -> Result<(Option<(u64, LeafWord)>, u64)> {
-        let span = if NIBBLE { Span::Nibble } else { Span::Byte };
-        let pm = self.pool.words();
-        let klen = span.len(key);
-        // Lines: the root slot's, then per node as in `new_line`.
-        let found = loop {
-            let p = pm.load(slot)?;
-            if p == 0 {
-                break None;
-            }
-            lines += 1;
-            let w = pm.load(p)?;
-            if w & 0xF == u64::from(leaf::LEAF_KIND) {
-                let lw = LeafWord::decode(p, w)?;
-                // SAFETY: `&self` is held under the tree lock: no writer runs.
-                let k = unsafe { self.pool.bytes(p + leaf::HEADER, lw.key_len as u64)? };
-                if k != key {
-                    lines += new_line(p, p + leaf::HEADER + lw.key_len as u64 - 1);
-                    break None;
-                }
-                // The caller reads the value: count the leaf's lines to its end.
-                lines += crate::pm::lines_spanned(p, lw.size()) - 1;
-                break Some((p, lw));
-            }
-            if !Header::plain_at(w, d) {
-                // Rare: a compressed path, or a node left above its depth
-                // by a crashed split (the leaf comparison decides then).
-                let h = Header::decode(w);
-                let b = h.branch();
-                if b < d {
-                    return Err(Error::corrupt(p, "radix: node branches above its depth"));
-                }
-                if h.depth == d {
-                    for i in 0..h.stored(span) {
-                        if d + i >= klen || span.unit(key, d + i) != h.unit(span, i) {
-                            return Ok((None, lines));
-                        }
-                    }
-                }
-                d = b;
-            }
-            if klen <= d {
-                if klen < d {
-                    break None;
-                }
-                slot = p + END;
-                continue;
-            }
-            let u = span.unit(key, d);
-            d += 1;
-            if NIBBLE {
-                // WORT has one node kind: test for it alone.
-                if w & 0xF != Kind::W16 as u64 {
-                    return Err(Error::corrupt(p, "radix: not a WORT node"));
-                }
-                let s = nodes::w16::slot(p, u);
-                lines += new_line(p, s);
-                slot = s;
-                continue;
-            }
-            let (next, before) = match Kind::of(p, w)? {
-                Kind::N256 if !NIBBLE => (Some(nodes::n256::slot(p, u)), p),
-                // Keys in the header line.
-                Kind::N4 if !NIBBLE => (nodes::n4::find(&self.pool, p, u)?, p),
-                Kind::N16 if !NIBBLE => (nodes::n16::find(&self.pool, p, u)?, p),
-                Kind::N48 if !NIBBLE => {
-                    let index = p + nodes::n48::INDEX + u64::from(u);
-                    lines += new_line(p, index);
-                    (nodes::n48::find(&self.pool, p, u)?, index)
-                }
-                k => {
-                    return Err(Error::corrupt(
-                        p,
-                        format!("radix: {k:?} node in a {} tree", self.flavor.name()),
-                    ))
-                }
-            };
-            match next {
-                Some(s) => {
-                    lines += new_line(before, s);
-                    slot = s;
-                }
-                None => break None,
-            }
-        };
-        Ok((found, lines))
     }
 
     /// In-order walk of the subtree at `ptr` (reached at depth `d`, with
@@ -614,7 +444,7 @@ impl SerialEngine for RadixTree {
     }
 
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
-        match self.lookup(key)? {
+        match self.search().lookup(key)? {
             Some((p, lw)) => {
                 // `lookup` counted the value's lines.
                 let off = p + leaf::HEADER + lw.key_len as u64;
@@ -664,6 +494,14 @@ impl SerialEngine for RadixTree {
     fn dram_bytes(&self) -> u64 {
         std::mem::size_of::<Self>() as u64 + self.heap.lock().dram_bytes()
     }
+
+    fn optimistic_reader(&self) -> Option<Box<dyn super::OptimisticRead>> {
+        Some(Box::new(search::Reader {
+            pool: Arc::clone(&self.pool),
+            flavor: self.flavor,
+            root: self.root_slot(),
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -679,7 +517,7 @@ mod tests {
         t.put(&[0x00, 1], b"v", PutMode::Upsert).unwrap();
         t.put(&[0x10, 2], &[7; 200], PutMode::Upsert).unwrap();
         t.put(&[0xE0, 3], b"v", PutMode::Upsert).unwrap();
-        let lines = |k: &[u8]| t.lookup_counted(k).unwrap();
+        let lines = |k: &[u8]| t.search().lookup_counted(k).unwrap();
         // Root slot, node header (slot 0 in the same line), one-line leaf.
         let (found, n) = lines(&[0x00, 1]);
         assert!(found.is_some());
@@ -698,6 +536,27 @@ mod tests {
     }
 
     #[test]
+    fn a_node_in_an_end_slot_is_an_error_not_an_endless_walk() {
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let pool =
+                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            // One node, branching where key [1] ends: [1] in its end slot.
+            t.put(&[1], b"a", PutMode::Upsert).unwrap();
+            t.put(&[1, 5], b"b", PutMode::Upsert).unwrap();
+            let n = pool.load_u64(t.root_slot()).unwrap();
+            assert_ne!(nodes::kind(&pool, n).unwrap(), Kind::Leaf);
+            assert_ne!(pool.load_u64(n + END).unwrap(), 0);
+            // Damage: the end slot points back at its node, a cycle that
+            // a walk would follow for ever without the end-slot check.
+            pool.store_u64(n + END, n).unwrap();
+            let e = t.search().lookup(&[1]).unwrap_err().to_string();
+            assert!(e.contains("end slot"), "{flavor:?}: {e}");
+            assert!(t.search().lookup(&[1, 5]).unwrap().is_some());
+        }
+    }
+
+    #[test]
     fn check_finds_a_dram_map_that_differs_from_the_tree() {
         let pool =
             Arc::new(Pool::create_anonymous(16 << 20, "woart", &Default::default()).unwrap());
@@ -713,7 +572,7 @@ mod tests {
         t.cancel(b).unwrap();
         t.check_impl().unwrap();
         // Reached, but free in DRAM: it would be handed out twice.
-        let (leaf, _) = t.lookup(&5u32.to_be_bytes()).unwrap().unwrap();
+        let (leaf, _) = t.search().lookup(&5u32.to_be_bytes()).unwrap().unwrap();
         t.release(leaf).unwrap();
         let e = t.check_impl().unwrap_err().to_string();
         assert!(e.contains("free in the DRAM map"), "{e}");

@@ -1,0 +1,428 @@
+//! [`Locked`]: a [`SerialEngine`] made concurrent by a reader-writer lock,
+//! with lock-free point reads for engines that offer them.
+//!
+//! # Writers
+//! A writer takes the lock alone. Around its change it moves the version
+//! counter from even to odd (before its first PM store) and back to even
+//! (after its last), so a reader can tell whether a change ran while it
+//! read.
+//!
+//! # Optimistic reads (a sequence lock)
+//! An engine whose point search can run on a structure that a writer is
+//! changing under it (every read bounds-checked, every walk bounded, nothing
+//! read through a `&[u8]` into PM) offers an [`OptimisticRead`]. `get_with`
+//! then runs it without the lock:
+//!
+//! 1. load the version (acquire); if it is odd, a writer is inside: take
+//!    the lock instead;
+//! 2. search, copying the value into a buffer on the reader's stack;
+//! 3. acquire fence, load the version again;
+//! 4. the same version: no writer stored anything between 1 and 3, so what
+//!    was read is a state of the tree between two writes, and the value in
+//!    the buffer is the answer. Only now does the caller's closure run, on
+//!    the buffer. A different version: discard everything and try again
+//!    ([`OPTIMISTIC_TRIES`] times, then take the lock).
+//!
+//! An error, or a value longer than the buffer, is not trusted either: a
+//! validated one goes to the locked path, which returns the error of a
+//! damaged tree or the long value.
+//!
+//! Why: a read lock is two atomic read-modify-writes on one shared line. On
+//! x86 each is a full barrier, so the misses of successive searches cannot
+//! overlap, and every reader thread writes the lock's line (docs/design.md
+//! §12). The optimistic path executes loads only.
+//!
+//! Nothing here changes what reaches PM: the version lives in DRAM, and
+//! crash consistency is the engine's own (the crash simulator tests it
+//! without this wrapper).
+
+use std::mem::MaybeUninit;
+use std::ops::{Bound, Range};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::{Capabilities, CheckReport, Engine, PutMode, PutOutcome, ScanFn, SerialEngine};
+use crate::error::Result;
+use crate::pm::Pool;
+
+/// Optimistic attempts before a reader takes the lock.
+pub const OPTIMISTIC_TRIES: usize = 4;
+
+/// Bytes of value an optimistic read can return; longer values are read
+/// under the lock.
+pub const VALUE_BUF: usize = 256;
+
+/// Where an optimistic read copies a value, a PM word at a time: on the
+/// reader's stack, and not zeroed first (a read fills one or two words of
+/// it, mostly).
+pub struct ValueBuf {
+    /// Words written, from the first. Declared before `words`: in the
+    /// other order, rustc 1.95 builds the value with a 264-byte memset.
+    filled: usize,
+    words: MaybeUninit<[u64; VALUE_BUF / 8]>,
+}
+
+impl ValueBuf {
+    /// An empty buffer.
+    #[inline]
+    pub fn new() -> ValueBuf {
+        ValueBuf {
+            filled: 0,
+            words: MaybeUninit::uninit(),
+        }
+    }
+
+    /// Whether `n` words fit.
+    #[inline]
+    pub fn fits(&self, n: u64) -> bool {
+        n <= VALUE_BUF as u64 / 8
+    }
+
+    /// Forgets the words written (before a new read).
+    #[inline]
+    pub fn clear(&mut self) {
+        self.filled = 0;
+    }
+
+    /// Appends a word; panics if full (callers check [`ValueBuf::fits`]).
+    #[inline]
+    pub fn push(&mut self, w: u64) {
+        assert!(self.filled < VALUE_BUF / 8, "value buffer overflow");
+        // SAFETY: `filled < VALUE_BUF / 8` (just checked): the word lies
+        // inside the array.
+        unsafe {
+            self.words
+                .as_mut_ptr()
+                .cast::<u64>()
+                .add(self.filled)
+                .write(w)
+        };
+        self.filled += 1;
+    }
+
+    /// The bytes of the words written, in memory order.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the first `filled` words are initialised (`push` wrote
+        // them); a `u64` has no padding, every byte of it is a valid `u8`,
+        // and the slice borrows `self`, so the words outlive it.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.filled * 8) }
+    }
+}
+
+impl Default for ValueBuf {
+    fn default() -> Self {
+        ValueBuf::new()
+    }
+}
+
+/// What an optimistic read found (trusted only once the version is
+/// checked, see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The key is absent.
+    Absent,
+    /// The key is present; its value is these bytes of
+    /// [`ValueBuf::bytes`].
+    Found(Range<usize>),
+    /// The key is present; its value is longer than the buffer.
+    TooLong,
+}
+
+/// A point search that may run while a writer changes the structure.
+///
+/// **Contract.** `get_into` may read a torn or freed state of the index:
+/// then it must still return (no panic, no endless loop, no access outside
+/// the pool), though with any answer or error, which the caller discards.
+/// It must read PM only through atomic word loads ([`Pool::words`]), never
+/// through a slice, and must not write anything but `buf`. On a state
+/// between two writes it answers as the engine's `get_with` does.
+pub trait OptimisticRead: Send + Sync {
+    /// Searches `key`; copies the value into `buf` when it fits.
+    fn get_into(&self, key: &[u8], buf: &mut ValueBuf) -> Result<Probe>;
+}
+
+/// A [`SerialEngine`] behind a reader-writer lock: writers take it alone;
+/// readers share it, or skip it (see the module doc).
+pub struct Locked<E> {
+    pool: Arc<Pool>,
+    inner: RwLock<E>,
+    /// Even: no writer inside. Changed only by lock holders.
+    version: AtomicU64,
+    reader: Option<Box<dyn OptimisticRead>>,
+}
+
+/// Makes the version odd for its lifetime (one writer's change).
+struct Writing<'a>(&'a AtomicU64);
+
+impl<'a> Writing<'a> {
+    /// Persist-order note: only DRAM is written here. The fence keeps the
+    /// odd version ahead of every store the change makes.
+    fn begin(version: &'a AtomicU64) -> Writing<'a> {
+        // The writer holds the lock: no one else stores the version.
+        version.store(version.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        Writing(version)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        // Even again, after every store of the change (release). Also on
+        // an unwinding panic, so that readers are not sent to the lock for
+        // ever.
+        self.0
+            .store(self.0.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+}
+
+/// How [`Locked`] runs point reads (engine setting `<engine>.reads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// Without the lock first, where the engine offers an
+    /// [`OptimisticRead`] (the default).
+    Optimistic,
+    /// Always under the read lock.
+    Locked,
+}
+
+impl Reads {
+    /// Parses the setting `name` = `v`.
+    pub fn parse(name: &str, v: &str) -> Result<Reads> {
+        match v {
+            "optimistic" => Ok(Reads::Optimistic),
+            "locked" => Ok(Reads::Locked),
+            _ => Err(crate::Error::InvalidArgument(format!(
+                "{name} `{v}`: expected optimistic or locked"
+            ))),
+        }
+    }
+}
+
+impl<E: SerialEngine> Locked<E> {
+    /// Wraps `engine`, which lives in `pool`, with optimistic reads where
+    /// the engine offers them.
+    pub fn new(pool: Arc<Pool>, engine: E) -> Self {
+        Locked::with_reads(pool, engine, Reads::Optimistic)
+    }
+
+    /// Wraps `engine`, which lives in `pool`, reading as `reads` says.
+    pub fn with_reads(pool: Arc<Pool>, engine: E, reads: Reads) -> Self {
+        Locked {
+            pool,
+            reader: match reads {
+                Reads::Optimistic => engine.optimistic_reader(),
+                Reads::Locked => None,
+            },
+            inner: RwLock::new(engine),
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// The optimistic path: `Some` with the answer, `None` when the lock
+    /// must decide.
+    #[inline]
+    fn try_optimistic(
+        &self,
+        reader: &dyn OptimisticRead,
+        key: &[u8],
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Option<bool> {
+        let mut buf = ValueBuf::new();
+        for _ in 0..OPTIMISTIC_TRIES {
+            let v = self.version.load(Ordering::Acquire);
+            if v & 1 == 1 {
+                // A writer is inside: the lock waits for it.
+                return None;
+            }
+            let probe = reader.get_into(key, &mut buf);
+            fence(Ordering::Acquire);
+            if self.version.load(Ordering::Relaxed) != v {
+                std::hint::spin_loop();
+                continue;
+            }
+            return match probe {
+                Ok(Probe::Absent) => Some(false),
+                Ok(Probe::Found(r)) => match buf.bytes().get(r) {
+                    Some(v) => {
+                        f(v);
+                        Some(true)
+                    }
+                    // A reader that broke its contract: the lock decides.
+                    None => None,
+                },
+                Ok(Probe::TooLong) | Err(_) => None,
+            };
+        }
+        None
+    }
+}
+
+impl<E: SerialEngine> Engine for Locked<E> {
+    fn name(&self) -> &'static str {
+        self.inner.read().name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            concurrent: true,
+            ..self.inner.read().capabilities()
+        }
+    }
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        if let Some(reader) = &self.reader {
+            if let Some(found) = self.try_optimistic(reader.as_ref(), key, f) {
+                return Ok(found);
+            }
+        }
+        self.inner.read().get_with(key, f)
+    }
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        let mut g = self.inner.write();
+        let _w = Writing::begin(&self.version);
+        g.put(key, value, mode)
+    }
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        let mut g = self.inner.write();
+        let _w = Writing::begin(&self.version);
+        g.delete(key)
+    }
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        self.inner.read().scan(lo, hi, f)
+    }
+    fn len(&self) -> u64 {
+        self.inner.read().len()
+    }
+    fn check(&self) -> Result<CheckReport> {
+        self.inner.read().check()
+    }
+    fn dram_bytes(&self) -> u64 {
+        self.inner.read().dram_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// An engine of one key whose optimistic reader answers as told.
+    struct Fake {
+        value: Vec<u8>,
+        probe: fn() -> Result<Probe>,
+        locked_gets: Arc<AtomicUsize>,
+    }
+
+    struct FakeReader(fn() -> Result<Probe>);
+
+    impl OptimisticRead for FakeReader {
+        fn get_into(&self, _key: &[u8], buf: &mut ValueBuf) -> Result<Probe> {
+            buf.clear();
+            buf.push(u64::from_ne_bytes(*b"optimist"));
+            (self.0)()
+        }
+    }
+
+    impl SerialEngine for Fake {
+        fn name(&self) -> &'static str {
+            "fake"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                ordered_scan: false,
+                concurrent: false,
+                max_key_len: 8,
+                max_value_len: 8,
+            }
+        }
+        fn get_with(&self, _key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+            self.locked_gets.fetch_add(1, Ordering::Relaxed);
+            f(&self.value);
+            Ok(true)
+        }
+        fn put(&mut self, _key: &[u8], value: &[u8], _mode: PutMode) -> Result<PutOutcome> {
+            self.value = value.to_vec();
+            Ok(PutOutcome::Replaced)
+        }
+        fn delete(&mut self, _key: &[u8]) -> Result<bool> {
+            Ok(false)
+        }
+        fn scan(&self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: &mut ScanFn<'_>) -> Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> u64 {
+            1
+        }
+        fn check(&self) -> Result<CheckReport> {
+            Ok(CheckReport::default())
+        }
+        fn dram_bytes(&self) -> u64 {
+            0
+        }
+        fn optimistic_reader(&self) -> Option<Box<dyn OptimisticRead>> {
+            Some(Box::new(FakeReader(self.probe)))
+        }
+    }
+
+    /// What `get_with` hands the closure, and how many reads took the lock.
+    fn read(probe: fn() -> Result<Probe>, reads: Reads) -> (Option<Vec<u8>>, usize) {
+        let pool = Arc::new(Pool::create_anonymous(8 << 20, "fake", &Default::default()).unwrap());
+        let locked_gets = Arc::new(AtomicUsize::new(0));
+        let fake = Fake {
+            value: b"locked".to_vec(),
+            probe,
+            locked_gets: Arc::clone(&locked_gets),
+        };
+        let e = Locked::with_reads(pool, fake, reads);
+        let mut got = None;
+        let found = e.get_with(b"k", &mut |v| got = Some(v.to_vec())).unwrap();
+        assert_eq!(found, got.is_some());
+        (got, locked_gets.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn a_validated_optimistic_answer_is_used_without_the_lock() {
+        let (got, locked) = read(|| Ok(Probe::Found(1..5)), Reads::Optimistic);
+        assert_eq!((got.as_deref(), locked), (Some(&b"ptim"[..]), 0));
+        assert_eq!(read(|| Ok(Probe::Absent), Reads::Optimistic), (None, 0));
+    }
+
+    #[test]
+    fn errors_long_values_and_bad_ranges_go_to_the_lock() {
+        let cases: [fn() -> Result<Probe>; 3] = [
+            || Ok(Probe::TooLong),
+            || Err(crate::Error::corrupt(64, "torn")),
+            || Ok(Probe::Found(4..12)),
+        ];
+        for probe in cases {
+            assert_eq!(
+                read(probe, Reads::Optimistic),
+                (Some(b"locked".to_vec()), 1)
+            );
+        }
+    }
+
+    #[test]
+    fn locked_reads_never_ask_the_reader() {
+        let (got, locked) = read(|| Ok(Probe::Found(0..8)), Reads::Locked);
+        assert_eq!((got.as_deref(), locked), (Some(&b"locked"[..]), 1));
+    }
+
+    #[test]
+    fn a_change_leaves_the_version_even_and_higher() {
+        let pool = Arc::new(Pool::create_anonymous(8 << 20, "fake", &Default::default()).unwrap());
+        let fake = Fake {
+            value: Vec::new(),
+            probe: || Ok(Probe::Absent),
+            locked_gets: Arc::default(),
+        };
+        let e = Locked::new(pool, fake);
+        e.put(b"k", b"v", PutMode::Upsert).unwrap();
+        e.delete(b"k").unwrap();
+        assert_eq!(e.version.load(Ordering::Relaxed), 4);
+    }
+}

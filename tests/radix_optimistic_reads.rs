@@ -1,0 +1,171 @@
+//! Lock-free point reads of WORT, WOART and ART+CoW (`engine/locked.rs`,
+//! `engine/radix/search.rs`) against a writer that changes the tree under
+//! them.
+//!
+//! The writer grows, shrinks and reshapes the tree: churn keys are
+//! inserted, updated and deleted (node growth and shrinking, prefix splits
+//! and merges, leaves freed and their blocks reused), and stable keys get
+//! new values (a leaf replaced in its slot). Keys share prefixes and end
+//! inside one another (end slots). Values run from empty to past the
+//! optimistic buffer, so both the copying path and the fallback to the
+//! lock are taken.
+//!
+//! The pool emulates a slow PM read (`PmLatency`): a search spins for
+//! each line it read after its walk, before it copies the value, which
+//! keeps each read open long enough for the writer to free and reuse the
+//! leaf under it.
+//!
+//! Readers check every answer: a stable key is always found, and every
+//! value found is one the writer wrote for that key (it names its key and
+//! version, and its bytes follow from them). A torn read that slipped past
+//! the version check would show as a missing stable key or a foreign or
+//! torn value. At the end: the contents against the writer's model, and
+//! `check()`.
+//!
+//! `PMINDEX_STRESS_OPS=200000 cargo test --release --test
+//! radix_optimistic_reads` for a longer run.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use pmindex::pm::{FlushKind, PersistConfig, PmLatency};
+use pmindex::{Db, Options};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn ops() -> u64 {
+    std::env::var("PMINDEX_STRESS_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000)
+}
+
+// Few keys: the writer keeps changing the nodes and leaves the readers
+// are on, and a freed leaf's block is soon reused by another key.
+const STABLE: u64 = 16;
+const CHURN: u64 = 48;
+
+/// Key `i`: stable keys are 8-byte integers; churn keys are short strings
+/// of which some are prefixes of others (`k12` and `k123`).
+fn key(i: u64) -> Vec<u8> {
+    if i < STABLE {
+        (i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .to_be_bytes()
+            .to_vec()
+    } else {
+        format!("k{}", i - STABLE).into_bytes()
+    }
+}
+
+/// Version `v` of key `i`'s value: a header naming both, then bytes that
+/// follow from them; lengths from 0 to past the optimistic buffer.
+fn value(i: u64, v: u64) -> Vec<u8> {
+    let len = match v % 7 {
+        0 => 0,
+        1 => 8,
+        6 => 300 + (v % 50) as usize,
+        _ => 16 + (v % 200) as usize,
+    };
+    if len < 16 {
+        return vec![(i % 251) as u8; len];
+    }
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&i.to_le_bytes());
+    out.extend_from_slice(&v.to_le_bytes());
+    out.extend((16..len).map(|j| (i.wrapping_mul(31) ^ v ^ j as u64) as u8));
+    out
+}
+
+/// Panics unless `got` is some version of key `i`'s value.
+fn check_value(i: u64, got: &[u8]) {
+    if got.len() < 16 {
+        assert!(
+            got.iter().all(|&b| b == (i % 251) as u8),
+            "key {i}: torn or foreign short value {got:?}"
+        );
+        return;
+    }
+    let owner = u64::from_le_bytes(got[..8].try_into().unwrap());
+    let v = u64::from_le_bytes(got[8..16].try_into().unwrap());
+    assert_eq!(owner, i, "key {i}: a value of key {owner}");
+    assert_eq!(got, &value(i, v)[..], "key {i}: torn value of version {v}");
+}
+
+// One reader: with the writer, one thread per core of a 2-core machine.
+const READERS: u64 = 1;
+
+fn stress(engine: &str) {
+    let slow_reads = PmLatency {
+        write_ns: 0,
+        read_ns: 2_000,
+        dram_ns: 0,
+    };
+    let db = Db::create_anonymous(&Options {
+        engine: Some(engine.into()),
+        pool_size: 256 << 20,
+        persist: PersistConfig::new(FlushKind::detect(), Some(slow_reads)).unwrap(),
+        ..Options::default()
+    })
+    .unwrap();
+    let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+    for i in 0..STABLE {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        model.insert(i, 0);
+    }
+    let done = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    let ops = ops();
+    let model = std::thread::scope(|s| {
+        for r in 0..READERS {
+            let (db, done, reads) = (&db, &done, &reads);
+            s.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(77 + r);
+                let mut n = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let i = rng.gen_range(0..STABLE + CHURN);
+                    let got = db.get(&key(i)).unwrap();
+                    match got {
+                        Some(v) => check_value(i, &v),
+                        None => assert!(i >= STABLE, "stable key {i} not found"),
+                    }
+                    n += 1;
+                }
+                reads.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        let mut rng = SmallRng::seed_from_u64(5);
+        for v in 1..=ops {
+            let i = rng.gen_range(0..STABLE + CHURN);
+            if i >= STABLE && rng.gen_bool(0.4) {
+                db.delete(&key(i)).unwrap();
+                model.remove(&i);
+            } else {
+                db.put(&key(i), &value(i, v)).unwrap();
+                model.insert(i, v);
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        model
+    });
+    assert!(reads.load(Ordering::Relaxed) > 0, "the readers ran");
+    for i in 0..STABLE + CHURN {
+        let want = model.get(&i).map(|&v| value(i, v));
+        assert_eq!(db.get(&key(i)).unwrap(), want, "key {i} at the end");
+    }
+    assert_eq!(db.check().unwrap().keys, model.len() as u64);
+}
+
+#[test]
+fn wort_reads_without_the_lock_see_only_written_values() {
+    stress("wort");
+}
+
+#[test]
+fn woart_reads_without_the_lock_see_only_written_values() {
+    stress("woart");
+}
+
+#[test]
+fn art_cow_reads_without_the_lock_see_only_written_values() {
+    stress("art-cow");
+}
