@@ -63,6 +63,20 @@ impl FlatKeys {
     }
 }
 
+/// Adds the engine settings in environment variable `var`
+/// (`KEY=VALUE[,KEY=VALUE...]`) to `opts`.
+fn add_settings(var: &str, opts: &mut Options) {
+    let Some(kvs) = std::env::var_os(var) else {
+        return;
+    };
+    for kv in kvs.to_string_lossy().split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{var} is KEY=VALUE[,KEY=VALUE...]"));
+        opts.engine_config.insert(k.to_string(), v.to_string());
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args
@@ -82,12 +96,7 @@ fn main() {
         pool_size: (n * 400).max(64 << 20).next_multiple_of(1 << 20),
         ..Options::default()
     };
-    if let Some(kvs) = std::env::var_os("OPT") {
-        for kv in kvs.to_string_lossy().split(',').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').expect("OPT is KEY=VALUE[,KEY=VALUE...]");
-            opts.engine_config.insert(k.to_string(), v.to_string());
-        }
-    }
+    add_settings("OPT", &mut opts);
     let threads: usize = std::env::var("THREADS")
         .map(|t| t.parse().expect("THREADS is a number"))
         .unwrap_or(1)
@@ -157,12 +166,9 @@ fn main() {
         );
         db
     };
-    let db_b = std::env::var_os("AB").map(|kvs| {
+    let db_b = std::env::var_os("AB").map(|_| {
         let mut o = opts.clone();
-        for kv in kvs.to_string_lossy().split(',').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').expect("AB is KEY=VALUE[,KEY=VALUE...]");
-            o.engine_config.insert(k.to_string(), v.to_string());
-        }
+        add_settings("AB", &mut o);
         let b = Db::create_anonymous(&o).expect("create the B pool");
         for i in 0..keys.len() {
             b.put(keys.get(i), &(i as u64 + 1).to_le_bytes())

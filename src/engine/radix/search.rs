@@ -75,6 +75,7 @@ pub(super) struct Search<'a> {
 impl Search<'_> {
     /// The leaf holding `key`, if any. Reports the PM lines it reads
     /// (including the value's, which the caller reads).
+    #[inline(always)]
     pub fn lookup(self, key: &[u8]) -> Result<Option<(u64, LeafWord)>> {
         let (found, lines) = self.lookup_counted(key)?;
         self.pool.touch_lines(lines);
