@@ -18,6 +18,7 @@
 //! these settings added, and alternates search rounds between the two
 //! (`A` and `B`, five each): an A/B comparison in one process and one
 //! stretch of time, as this machine's timings drift by ±30% between runs.
+//! `SEARCHES=K` runs K search rounds instead of three (0: insert only).
 
 use std::time::Instant;
 
@@ -205,9 +206,12 @@ fn main() {
         }
         assert_eq!(found, n, "every key is found");
     };
+    let searches: usize = std::env::var("SEARCHES")
+        .map(|t| t.parse().expect("SEARCHES is a number"))
+        .unwrap_or(3);
     let rounds: Vec<(&str, &Db)> = match &db_b {
         Some(b) => [("A ", &db), ("B ", b)].repeat(5),
-        None => vec![("", &db); 3],
+        None => vec![("", &db); searches],
     };
     for (name, db) in rounds {
         let t = Instant::now();

@@ -22,3 +22,19 @@ pub(crate) fn prefetch<T>(r: &T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
 }
+
+/// Asks the CPU to fetch the cache line at `p` in a state ready for a write
+/// (`prefetchw`), without waiting. `p` need not be valid: a prefetch never
+/// faults and changes no architectural state. On other architectures it
+/// does nothing.
+#[inline(always)]
+pub(crate) fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address, and changes no
+    // architectural state.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

@@ -7,6 +7,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod bench;
+mod checksum;
 pub mod db;
 pub mod engine;
 pub mod error;

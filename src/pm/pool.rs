@@ -798,6 +798,18 @@ impl Pool {
         self.fence();
     }
 
+    /// A hint that the line at `off` is about to be written (an engine that
+    /// knows where its next PM object is, before it gets there): starts
+    /// fetching it, so that the store does not wait for it. No effect on
+    /// PM contents, the counters or the crash simulator; an offset outside
+    /// the pool is ignored.
+    #[inline]
+    pub fn prefetch_write(&self, off: u64) {
+        if off < self.map.len as u64 {
+            crate::hint::prefetch_write(self.map.base.as_ptr().wrapping_add(off as usize));
+        }
+    }
+
     /// Read hook for `lines` cache lines an engine has counted itself (a
     /// search that tallies the distinct lines of its path): counts them and
     /// charges the emulated read latency, as [`Pool::touch`] does.

@@ -51,6 +51,8 @@ pub fn header_word(used: u64) -> u64 {
 
 #[derive(Debug, Clone, Copy)]
 struct ChunkState {
+    /// The chunk's offset (its allocator block).
+    offset: u64,
     /// Objects in use or reserved.
     taken: u64,
     prev: u64,
@@ -61,6 +63,10 @@ struct ChunkState {
 
 /// The DRAM view of one chunk list: which objects are taken, and the list
 /// order (to find a chunk's predecessor when it is recycled).
+///
+/// The chunks' states live in a slab, so the allocation path indexes its
+/// chunk directly; `index` (offset to slab entry) serves the paths that start
+/// from an offset: release, recovery and recycling.
 #[derive(Debug)]
 pub struct ChunkList {
     obj_size: u64,
@@ -69,9 +75,14 @@ pub struct ChunkList {
     zero_prefix: u64,
     head_slot: u64,
     head: u64,
-    chunks: BTreeMap<u64, ChunkState>,
-    /// Chunks that may have a free object.
-    open: Vec<u64>,
+    /// Chunk offset to its entry in `slab`.
+    index: BTreeMap<u64, u32>,
+    /// Chunk states; an entry of a recycled chunk waits in `vacant`.
+    slab: Vec<ChunkState>,
+    vacant: Vec<u32>,
+    /// Chunks that may have a free object: slab entry and chunk offset (an
+    /// entry whose offset no longer matches was recycled, and is skipped).
+    open: Vec<(u32, u64)>,
     /// Whether allocation and release store the chunk header (`paper`
     /// order).
     keep_header: bool,
@@ -87,7 +98,9 @@ impl ChunkList {
             zero_prefix,
             head_slot,
             head: 0,
-            chunks: BTreeMap::new(),
+            index: BTreeMap::new(),
+            slab: Vec::new(),
+            vacant: Vec::new(),
             open: Vec::new(),
             keep_header: false,
         }
@@ -121,15 +134,13 @@ impl ChunkList {
                 ));
             }
             let next = pool.load_u64(cur + 8)?;
-            l.chunks.insert(
-                cur,
-                ChunkState {
-                    taken: 0,
-                    prev,
-                    next,
-                    in_open: false,
-                },
-            );
+            l.insert(ChunkState {
+                offset: cur,
+                taken: 0,
+                prev,
+                next,
+                in_open: false,
+            });
             prev = cur;
             cur = next;
         }
@@ -144,23 +155,51 @@ impl ChunkList {
 
     /// Chunk offsets (for the leak check).
     pub fn chunk_offsets(&self) -> impl Iterator<Item = u64> + '_ {
-        self.chunks.keys().copied()
+        self.index.keys().copied()
+    }
+
+    /// Adds a chunk's state; returns its slab entry.
+    fn insert(&mut self, st: ChunkState) -> u32 {
+        let id = match self.vacant.pop() {
+            Some(id) => {
+                self.slab[id as usize] = st;
+                id
+            }
+            None => {
+                self.slab.push(st);
+                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 chunks per list")
+            }
+        };
+        self.index.insert(st.offset, id);
+        id
+    }
+
+    /// The state of chunk `c`, if it is a chunk of this list.
+    fn state_mut(&mut self, c: u64) -> Option<&mut ChunkState> {
+        let id = *self.index.get(&c)?;
+        Some(&mut self.slab[id as usize])
+    }
+
+    /// The slab entry of the chunk that holds `obj` and the object's index
+    /// in it, if `obj` is an object of this list.
+    fn find(&self, obj: u64) -> Option<(u32, u64)> {
+        let (&c, &id) = self.index.range(..=obj).next_back()?;
+        let rel = obj.checked_sub(c + CHUNK_HEADER)?;
+        let i = rel / self.obj_size;
+        (rel % self.obj_size == 0 && i < OBJECTS).then_some((id, i))
     }
 
     /// The chunk and index of an object, if `obj` is an object of this list.
     pub fn locate(&self, obj: u64) -> Option<(u64, u64)> {
-        let (&c, _) = self.chunks.range(..=obj).next_back()?;
-        let rel = obj.checked_sub(c + CHUNK_HEADER)?;
-        let i = rel / self.obj_size;
-        (rel % self.obj_size == 0 && i < OBJECTS).then_some((c, i))
+        self.find(obj)
+            .map(|(id, i)| (self.slab[id as usize].offset, i))
     }
 
     /// Marks the objects of chunk `c` in `mask` used (recovery). Fails if
     /// `c` is not a chunk of this list or one of them already was.
     pub fn set_taken(&mut self, c: u64, mask: u64) -> Result<()> {
         let st = self
-            .chunks
-            .get_mut(&c)
+            .state_mut(c)
             .ok_or_else(|| Error::corrupt(c, "hart: object is not in its chunk list"))?;
         if st.taken & mask != 0 {
             return Err(Error::corrupt(c, "hart: object referenced twice"));
@@ -173,11 +212,12 @@ impl ChunkList {
     pub fn alloc(&mut self, pool: &Pool) -> Result<u64> {
         loop {
             match self.open.last().copied() {
-                Some(c) => {
-                    let Some(st) = self.chunks.get_mut(&c) else {
+                Some((id, c)) => {
+                    let st = &mut self.slab[id as usize];
+                    if st.offset != c {
                         self.open.pop(); // recycled meanwhile
                         continue;
-                    };
+                    }
                     if st.taken == ALL {
                         st.in_open = false;
                         self.open.pop();
@@ -197,6 +237,18 @@ impl ChunkList {
         }
     }
 
+    /// The object the next [`Self::alloc`] takes, if its chunk has room (a
+    /// hint for prefetching: nothing is taken).
+    pub fn next_free(&self) -> Option<u64> {
+        let &(id, c) = self.open.last()?;
+        let st = &self.slab[id as usize];
+        if st.offset != c || st.taken == ALL {
+            return None;
+        }
+        let i = u64::from((!st.taken & ALL).trailing_zeros());
+        Some(c + CHUNK_HEADER + i * self.obj_size)
+    }
+
     /// Persist order: zero the header line and the first `zero_prefix`
     /// bytes of every object (a leaf's commit word and slots: stale leaves
     /// from an earlier use of the memory must not look valid), set `PNext`
@@ -210,34 +262,40 @@ impl ChunkList {
         let mut line = [0u8; 64];
         line[8..16].copy_from_slice(&self.head.to_le_bytes());
         let zeros = [0u8; 64];
+        // Objects whose first `zero_prefix` bytes are zeroed: all or none.
+        let zeroed = if self.zero_prefix > 0 { OBJECTS } else { 0 };
         // SAFETY: the block is reserved by us and not yet published; every
         // write stays inside it (object i ends at 64 + (i + 1) × size).
         unsafe {
             pool.write_bytes(c, &line)?;
-            if self.zero_prefix > 0 {
-                for i in 0..OBJECTS {
-                    let o = c + CHUNK_HEADER + i * self.obj_size;
-                    pool.write_bytes(o, &zeros[..self.zero_prefix as usize])?;
-                    pool.flush(o, self.zero_prefix);
-                }
+            for i in 0..zeroed {
+                let o = c + CHUNK_HEADER + i * self.obj_size;
+                pool.write_bytes(o, &zeros[..self.zero_prefix as usize])?;
             }
         }
-        pool.flush(c, CHUNK_HEADER);
+        if self.zero_prefix > 0 && self.obj_size == 64 {
+            // Every line of the chunk was written: one call flushes them.
+            pool.flush(c, size);
+        } else {
+            for i in 0..zeroed {
+                pool.flush(c + CHUNK_HEADER + i * self.obj_size, self.zero_prefix);
+            }
+            pool.flush(c, CHUNK_HEADER);
+        }
         pool.activate(r, self.head_slot)?;
-        if let Some(h) = self.chunks.get_mut(&self.head) {
+        let head = self.head;
+        if let Some(h) = self.state_mut(head) {
             h.prev = c;
         }
-        self.chunks.insert(
-            c,
-            ChunkState {
-                taken: 0,
-                prev: 0,
-                next: self.head,
-                in_open: true,
-            },
-        );
+        let id = self.insert(ChunkState {
+            offset: c,
+            taken: 0,
+            prev: 0,
+            next: head,
+            in_open: true,
+        });
         self.head = c;
-        self.open.push(c);
+        self.open.push((id, c));
         Ok(())
     }
 
@@ -245,25 +303,25 @@ impl ChunkList {
     /// A chunk left with no object in use is recycled if another chunk of
     /// the list has room.
     pub fn release(&mut self, pool: &Pool, obj: u64) -> Result<()> {
-        let Some((c, i)) = self.locate(obj) else {
+        let Some((id, i)) = self.find(obj) else {
             return Err(Error::corrupt(
                 obj,
                 "hart: released object is not in its chunk list",
             ));
         };
-        let st = self.chunks.get_mut(&c).expect("located");
+        let st = &mut self.slab[id as usize];
         st.taken &= !(1 << i);
-        let taken = st.taken;
-        if taken == 0 && self.chunks.len() > 1 {
+        let (c, taken) = (st.offset, st.taken);
+        if taken == 0 && self.index.len() > 1 {
             return self.recycle(pool, c);
         }
         if self.keep_header {
             pool.store_u64(c, header_word(taken))?;
         }
-        let st = self.chunks.get_mut(&c).expect("located");
+        let st = &mut self.slab[id as usize];
         if !st.in_open {
             st.in_open = true;
-            self.open.push(c);
+            self.open.push((id, c));
         }
         Ok(())
     }
@@ -271,7 +329,8 @@ impl ChunkList {
     /// EPRecycle (Algorithm 6): unlink and free an empty chunk in one
     /// failure-atomic allocator step.
     fn recycle(&mut self, pool: &Pool, c: u64) -> Result<()> {
-        let st = self.chunks[&c];
+        let id = self.index[&c];
+        let st = self.slab[id as usize];
         let slot = if st.prev == 0 {
             self.head_slot
         } else {
@@ -280,14 +339,18 @@ impl ChunkList {
         pool.free_and_store(slot, st.next)?;
         if st.prev == 0 {
             self.head = st.next;
-        } else if let Some(p) = self.chunks.get_mut(&st.prev) {
+        } else if let Some(p) = self.state_mut(st.prev) {
             p.next = st.next;
         }
-        if let Some(n) = self.chunks.get_mut(&st.next) {
+        if let Some(n) = self.state_mut(st.next) {
             n.prev = st.prev;
         }
-        // A stale entry on `open` is skipped by `alloc`.
-        self.chunks.remove(&c);
+        // A stale entry on `open` is skipped by `alloc`: the entry's offset
+        // is 0 until it is reused, and then differs unless the very same
+        // chunk came back (a duplicate on `open`, which is harmless).
+        self.index.remove(&c);
+        self.slab[id as usize].offset = 0;
+        self.vacant.push(id);
         Ok(())
     }
 
@@ -295,11 +358,11 @@ impl ChunkList {
     /// [`Self::release`] would have (an empty chunk goes unless it is the
     /// list's last). Returns how many chunks were recycled.
     pub fn settle(&mut self, pool: &Pool) -> Result<usize> {
-        let cs: Vec<u64> = self.chunks.keys().copied().collect();
+        let cs: Vec<(u64, u32)> = self.index.iter().map(|(&c, &id)| (c, id)).collect();
         let mut recycled = 0;
-        for c in cs {
-            let taken = self.chunks[&c].taken;
-            if taken == 0 && self.chunks.len() > 1 {
+        for (c, id) in cs {
+            let taken = self.slab[id as usize].taken;
+            if taken == 0 && self.index.len() > 1 {
                 self.recycle(pool, c)?;
                 recycled += 1;
                 continue;
@@ -307,10 +370,11 @@ impl ChunkList {
             pool.store_u64(c, header_word(taken))?;
         }
         self.open.clear();
-        for (&c, st) in self.chunks.iter_mut() {
+        for (&c, &id) in &self.index {
+            let st = &mut self.slab[id as usize];
             st.in_open = st.taken != ALL;
             if st.in_open {
-                self.open.push(c);
+                self.open.push((id, c));
             }
         }
         Ok(recycled)
@@ -318,7 +382,84 @@ impl ChunkList {
 
     /// DRAM bytes of this view.
     pub fn dram_bytes(&self) -> u64 {
-        (self.chunks.len() * (std::mem::size_of::<ChunkState>() + 8 + 16)
-            + self.open.capacity() * 8) as u64
+        (self.index.len() * (8 + 4 + 16)
+            + self.slab.capacity() * std::mem::size_of::<ChunkState>()
+            + self.vacant.capacity() * 4
+            + self.open.capacity() * std::mem::size_of::<(u32, u64)>()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// A small deterministic generator (splitmix64).
+    fn next(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Random allocations and releases against a model: every object
+    /// handed out is free (never handed out twice), in a chunk of the list,
+    /// on an object boundary, and the one `next_free` named when it named
+    /// one; empty chunks are recycled (slab entries and stale `open` entries
+    /// reused) and the persistent list matches the DRAM view.
+    #[test]
+    fn alloc_and_release_agree_with_a_model_through_recycling() {
+        let pool = Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap();
+        let head_slot = pool.root_slot(0).unwrap();
+        let mut list = ChunkList::new(128, head_slot, 40);
+        let mut live: BTreeSet<u64> = BTreeSet::new();
+        let mut added = 0;
+        let mut rng = 7;
+        for step in 0..20_000 {
+            // Phases of growth and of shrinking, so chunks empty out and
+            // their slab entries are reused.
+            let grow = (step / 2_000) % 2 == 0;
+            let r = next(&mut rng) % 10;
+            if live.is_empty() || (grow && r < 7) || (!grow && r < 3) {
+                let chunks = list.index.len();
+                let hint = list.next_free();
+                let o = list.alloc(&pool).unwrap();
+                if let Some(h) = hint {
+                    assert_eq!(h, o, "next_free names the object alloc takes");
+                }
+                added += list.index.len() - chunks;
+                assert!(live.insert(o), "object {o} handed out twice");
+                let (c, i) = list.locate(o).expect("an object of the list");
+                assert_eq!(o, c + CHUNK_HEADER + i * 128);
+            } else {
+                let nth = next(&mut rng) as usize % live.len();
+                let o = *live.iter().nth(nth).unwrap();
+                live.remove(&o);
+                list.release(&pool, o).unwrap();
+            }
+            if step % 500 == 0 {
+                // The persistent list holds exactly the DRAM view's chunks.
+                let loaded = ChunkList::load(&pool, 128, head_slot, 40).unwrap();
+                let a: Vec<u64> = loaded.chunk_offsets().collect();
+                let b: Vec<u64> = list.chunk_offsets().collect();
+                assert_eq!(a, b, "step {step}");
+                // Every chunk with a live object is in the list; at most one
+                // chunk is empty (an empty one is recycled unless it is last).
+                let used: BTreeSet<u64> = live.iter().map(|&o| list.locate(o).unwrap().0).collect();
+                assert!(b.len() <= used.len() + 1, "step {step}: empty chunks kept");
+            }
+        }
+        // Chunks were recycled and their slab entries reused.
+        assert!(
+            added > list.slab.len(),
+            "{added} chunks added, {} slab entries",
+            list.slab.len()
+        );
+        assert!(
+            list.release(&pool, 8).is_err(),
+            "an offset outside every chunk"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! |---:|---:|---|
 //! | 0 | 8 | `commit`: 0 = free; else [`COMMIT_TAG`] (bits 48..64), key length (bits 8..16), active slot (bit 0) |
 //! | 8 | 8 | slot 0 `p_value`: offset of the value object or large block (0 for an empty value), or the value itself if it has 1 to [`INLINE_MAX`] bytes |
-//! | 16 | 8 | slot 0 `meta`: CRC-32 of key ‖ value (bits 0..32), value length (bits 32..53), [`WRITTEN`] (bit 61), [`LARGE`] (bit 62) |
+//! | 16 | 8 | slot 0 `meta`: checksum of key ‖ value ([`Checksum`], bits 0..32), value length (bits 32..53), [`WRITTEN`] (bit 61), [`LARGE`] (bit 62) |
 //! | 24 | 8 | slot 1 `p_value` |
 //! | 32 | 8 | slot 1 `meta` |
 //! | 40 | key length | the complete key |
@@ -52,10 +52,13 @@ const _: () = assert!(HEADER + 250 <= LEAF_SIZES[3]);
 
 /// The leaf class for a key of `len` bytes.
 pub fn class_for_key(len: usize) -> usize {
-    LEAF_SIZES
-        .iter()
-        .position(|&s| HEADER + len as u64 <= s)
-        .expect("keys are at most 250 bytes")
+    leaf_class(len).expect("keys are at most 250 bytes")
+}
+
+/// The leaf class for a key of `len` bytes; `None` for a key too long for
+/// every leaf.
+pub fn leaf_class(len: usize) -> Option<usize> {
+    LEAF_SIZES.iter().position(|&s| HEADER + len as u64 <= s)
 }
 
 /// Offset of slot `i`'s `p_value`.
@@ -152,12 +155,31 @@ impl Meta {
     }
 }
 
-/// CRC-32 of key ‖ value.
-pub fn crc(key: &[u8], value: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(key);
-    h.update(value);
-    h.finalize()
+/// The checksum a pool's slots carry over key ‖ value: CRC-32C from HART
+/// format 4, CRC-32 (IEEE) in pools of format 3, which this version still
+/// reads and writes in their own checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checksum {
+    /// Format 3.
+    Crc32,
+    /// Format 4 ([`crate::checksum::crc32c`]: one instruction per 8 bytes).
+    Crc32c,
+}
+
+impl Checksum {
+    /// The checksum of key ‖ value.
+    #[inline]
+    pub fn of(self, key: &[u8], value: &[u8]) -> u32 {
+        match self {
+            Checksum::Crc32c => crate::checksum::crc32c(&[key, value]),
+            Checksum::Crc32 => {
+                let mut h = crc32fast::Hasher::new();
+                h.update(key);
+                h.update(value);
+                h.finalize()
+            }
+        }
+    }
 }
 
 /// The key of the leaf at `leaf` (whose commit word decodes to `c`).

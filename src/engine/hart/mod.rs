@@ -68,7 +68,7 @@ use parking_lot::Mutex;
 
 use self::art::LeafKeys;
 use self::chunk::ChunkList;
-use self::leaf::{Commit, Meta, MAX_OBJECT};
+use self::leaf::{Checksum, Commit, Meta, MAX_OBJECT};
 use self::recovery::{slot_is_valid, StripeLists};
 use self::superblock::{value_class, STRIPES};
 use self::trees::{HashKey, Trees};
@@ -225,6 +225,8 @@ pub struct Hart {
     trees: Trees,
     stripes: Vec<Stripe>,
     order: PersistOrder,
+    /// The slots' checksum (by the superblock's format).
+    checksum: Checksum,
 }
 
 /// One allocation stripe (see [`superblock`]): the chunk lists of the hash
@@ -237,6 +239,11 @@ struct Stripe {
     /// One list per [`superblock::VALUE_SIZES`] entry.
     values: Vec<Mutex<ChunkList>>,
     len: AtomicU64,
+    /// For each leaf list, the leaf its next allocation takes (0: unknown),
+    /// read without the list's lock by an insert that prefetches the leaf's
+    /// line while it searches the ART ([`Pool::prefetch_write`]). A stale
+    /// hint costs one useless prefetch.
+    next_leaf: [AtomicU64; leaf::LEAF_SIZES.len()],
 }
 
 /// Where a value lives, read from a slot.
@@ -284,6 +291,7 @@ impl Hart {
             trees: Trees::new(k_h),
             stripes,
             order: PersistOrder::Tight,
+            checksum: Checksum::Crc32c,
         }
     }
 
@@ -468,7 +476,7 @@ impl Hart {
         }
         let so = leaf::slot_off(leaf, s);
         let meta = Meta {
-            crc: leaf::crc(key, value),
+            crc: self.checksum.of(key, value),
             value_len: value.len(),
             large: res.is_some(),
         };
@@ -518,7 +526,13 @@ impl Hart {
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
     fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
         let lc = leaf::class_for_key(key.len());
-        let leaf = self.leaves(st, lc).lock().alloc(&self.pool)?;
+        let leaf = {
+            let mut list = self.leaves(st, lc).lock();
+            let leaf = list.alloc(&self.pool)?;
+            let next = list.next_free().unwrap_or(0);
+            self.stripes[st].next_leaf[lc].store(next, Ordering::Relaxed);
+            leaf
+        };
         let filled = (|| {
             self.fill_slot(st, leaf, 0, key, value, None)?;
             self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
@@ -676,6 +690,12 @@ impl Engine for Hart {
         let (hk, ak) = self.split(key);
         let hk = HashKey::new(hk);
         let r = hk.route();
+        if let Some(lc) = leaf::leaf_class(key.len()).filter(|_| mode != PutMode::Update) {
+            // The new leaf's line, if this is an insert: its fetch overlaps
+            // the ART's descent instead of following it.
+            self.pool
+                .prefetch_write(self.stripes[r.stripe].next_leaf[lc].load(Ordering::Relaxed));
+        }
         loop {
             let tree = if mode == PutMode::Update {
                 match self.trees.find(&hk) {
@@ -690,34 +710,42 @@ impl Engine for Hart {
                 continue; // Emptied and retired meanwhile: look again.
             }
             let keys = self.keys();
-            return match t.art.get(ak, &keys) {
-                Some(leaf) => {
+            if mode == PutMode::Update {
+                return match t.art.get(ak, &keys) {
+                    Some(leaf) => {
+                        self.update_leaf(r.stripe, leaf, key, value)?;
+                        Ok(PutOutcome::Replaced)
+                    }
+                    None => Ok(PutOutcome::Unchanged),
+                };
+            }
+            // One descent: the leaf is written and persisted (Algorithm 1,
+            // lines 10-18) at the point where the ART will hold it, and
+            // linked there only once that succeeded.
+            let was_empty = t.art.is_empty();
+            return match t
+                .art
+                .insert_with(ak, &keys, || self.insert_leaf(r.stripe, key, value))
+            {
+                Ok(Some(leaf)) => {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
                     }
                     self.update_leaf(r.stripe, leaf, key, value)?;
                     Ok(PutOutcome::Replaced)
                 }
-                None => {
-                    if mode == PutMode::Update {
-                        return Ok(PutOutcome::Unchanged);
-                    }
-                    let leaf = match self.insert_leaf(r.stripe, key, value) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            if t.art.is_empty() {
-                                self.trees.retire(&hk, r, &mut t);
-                            }
-                            return Err(e);
-                        }
-                    };
-                    let was_empty = t.art.is_empty();
-                    t.art.insert(ak, leaf, &keys);
+                Ok(None) => {
                     if was_empty {
                         self.trees.filled(&hk);
                     }
                     self.stripes[r.stripe].len.fetch_add(1, Ordering::Relaxed);
                     Ok(PutOutcome::Inserted)
+                }
+                Err(e) => {
+                    if t.art.is_empty() {
+                        self.trees.retire(&hk, r, &mut t);
+                    }
+                    Err(e)
                 }
             };
         }
@@ -927,7 +955,7 @@ impl Engine for Hart {
                         let in_stripe = |vc: usize, p: u64| {
                             self.values(r.stripe, vc).lock().locate(p).is_some()
                         };
-                        if !slot_is_valid(&self.pool, v, full, &in_stripe)? {
+                        if !slot_is_valid(&self.pool, self.checksum, v, full, &in_stripe)? {
                             return Err(Error::CheckFailed(format!(
                                 "leaf {leaf:#x}: value fails its CRC"
                             )));
@@ -1013,5 +1041,78 @@ mod tests {
         let mut got = Vec::new();
         assert!(h.get_with(b"ab-long", &mut |v| got = v.to_vec()).unwrap());
         assert_eq!(got, vec![9; 5000]);
+    }
+
+    /// A value of a length that depends on `i`: empty, inline, a value
+    /// object, or a large block.
+    fn value_of(i: u32) -> Vec<u8> {
+        let len = [0, 3, 8, 9, 100, 5000][i as usize % 6];
+        (0..len).map(|j| (i as usize + j) as u8).collect()
+    }
+
+    fn all_there(h: &Hart, n: u32) {
+        for i in 0..n {
+            let mut got = None;
+            let found = h
+                .get_with(format!("key{i}").as_bytes(), &mut |v| {
+                    got = Some(v.to_vec())
+                })
+                .unwrap();
+            assert!(found, "key{i}");
+            assert_eq!(got, Some(value_of(i)), "key{i}");
+        }
+        assert_eq!(h.len(), u64::from(n));
+    }
+
+    /// Pools of format 3 (slots with CRC-32) open, stay format 3 and keep
+    /// writing CRC-32; new pools are format 4 (CRC-32C). Read as the other
+    /// format, every slot fails its checksum: the checksum is really
+    /// checked at recovery.
+    #[test]
+    fn a_format_3_pool_opens_and_keeps_its_crc32_slots() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        assert_eq!(pool.load_u64(h.sb).unwrap(), superblock::MAGIC);
+        assert_eq!(h.checksum, Checksum::Crc32c);
+        // What the previous version wrote: its magic and CRC-32 slots.
+        pool.store_u64(h.sb, superblock::MAGIC_3).unwrap();
+        h.checksum = Checksum::Crc32;
+        for i in 0..120 {
+            h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
+                .unwrap();
+        }
+        let sb = h.sb;
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.checksum, Checksum::Crc32);
+        all_there(&h, 120);
+        for i in 120..200 {
+            h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
+                .unwrap();
+        }
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        all_there(&h, 200);
+        assert_eq!(pool.load_u64(sb).unwrap(), superblock::MAGIC_3);
+        drop(h);
+        pool.store_u64(sb, superblock::MAGIC).unwrap();
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.len(), 0, "CRC-32 slots read as CRC-32C are all torn");
+    }
+
+    #[test]
+    fn older_formats_are_refused_by_name() {
+        for (magic, format) in superblock::OLD_MAGICS
+            .into_iter()
+            .zip(["format 1", "format 2"])
+        {
+            let pool =
+                Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+            let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+            pool.store_u64(h.sb, magic).unwrap();
+            drop(h);
+            let e = Hart::open(pool).err().expect("refused").to_string();
+            assert!(e.contains(format), "{e}");
+        }
     }
 }

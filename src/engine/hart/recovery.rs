@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 
 use super::art::Art;
 use super::chunk::ChunkList;
-use super::leaf::{self, Commit, LEAF_SIZES, MAX_OBJECT};
+use super::leaf::{self, Checksum, Commit, LEAF_SIZES, MAX_OBJECT};
 use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
 use super::trees::WordHasher;
 use super::{read_slot, Hart, HashKey, Stripe, ValueRef, DEFAULT_HASH_KEY_LEN};
@@ -94,6 +94,7 @@ impl StripeLists {
             leaves: self.leaves.into_iter().map(Mutex::new).collect(),
             values: self.values.into_iter().map(Mutex::new).collect(),
             len: AtomicU64::new(len),
+            next_leaf: Default::default(),
         }
     }
 }
@@ -104,6 +105,7 @@ impl StripeLists {
 /// an allocated block big enough, and a CRC of key ‖ value that matches.
 pub(super) fn slot_is_valid(
     pool: &Pool,
+    checksum: Checksum,
     v: ValueRef,
     key: &[u8],
     in_stripe: &dyn Fn(usize, u64) -> bool,
@@ -137,7 +139,7 @@ pub(super) fn slot_is_valid(
         // as above, nobody writes it meanwhile.
         unsafe { pool.bytes(v.p, len as u64)? }
     };
-    Ok(leaf::crc(key, value) == v.meta.crc)
+    Ok(checksum.of(key, value) == v.meta.crc)
 }
 
 /// A leaf found live in phase 2.
@@ -172,16 +174,22 @@ struct Found {
 }
 
 /// Decides whether `leaf` (of leaf list `lc` of stripe `s`) is live, and if
-/// so records it (and its value object) in `out`. Returns whether it is.
+/// so records it (and its value object) in `found`. Returns whether it is.
 fn scan_leaf(
     pool: &Pool,
+    checksum: Checksum,
     lists: &StripeLists,
     leaf: u64,
     lc: usize,
-    out: &mut StripeFound,
-    leftovers: &mut Vec<u64>,
-    repaired: &mut bool,
+    s: usize,
+    found: &mut Found,
 ) -> Result<bool> {
+    let Found {
+        stripes,
+        leftovers,
+        repaired,
+    } = found;
+    let out = &mut stripes[s];
     let commit =
         leaf::commit(pool, leaf)?.filter(|c| c.key_len > 0 && leaf::class_for_key(c.key_len) == lc);
     let in_stripe = |vc: usize, p: u64| lists.values[vc].locate(p).is_some();
@@ -192,7 +200,7 @@ fn scan_leaf(
         let key = unsafe { leaf::key(pool, leaf, c)? };
         for slot in [c.active, 1 - c.active] {
             let v = read_slot(pool, leaf, slot)?;
-            if slot_is_valid(pool, v, key, &in_stripe)? {
+            if slot_is_valid(pool, checksum, v, key, &in_stripe)? {
                 if slot != c.active {
                     // The newer slot is torn: fall back to the other one.
                     cases::record(Case::HartUpdateFallback);
@@ -291,17 +299,17 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
             sb,
             format!(
                 "hart: this pool has HART format {}, which this version (format 3) \
-                 no longer reads; re-create it",
+                 no longer reads (it reads 3 and 4); re-create it",
                 magic >> 56
             ),
         ));
     }
-    if magic != superblock::MAGIC {
+    let Some(checksum) = superblock::checksum_of(magic) else {
         return Err(Error::corrupt(
             sb,
             "hart: root slot 0 does not point to a superblock",
         ));
-    }
+    };
     let k_h = pool.load_u64(sb + superblock::K_H)? as usize;
     if !(1..=8).contains(&k_h) {
         return Err(Error::corrupt(
@@ -342,22 +350,13 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
             found.stripes.resize_with(STRIPES, StripeFound::default);
         }
         let (s, lc, c) = chunks[i];
-        let out = &mut found.stripes[s];
         let mut used = 0u64;
         for (j, leaf) in lists[s].leaves[lc].chunk_objects(c).enumerate() {
-            if scan_leaf(
-                pool_ref,
-                &lists[s],
-                leaf,
-                lc,
-                out,
-                &mut found.leftovers,
-                &mut found.repaired,
-            )? {
+            if scan_leaf(pool_ref, checksum, &lists[s], leaf, lc, s, found)? {
                 used |= 1 << j;
             }
         }
-        out.leaf_chunks.push((lc, c, used));
+        found.stripes[s].leaf_chunks.push((lc, c, used));
         Ok(())
     })?;
 
@@ -458,6 +457,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         .map(|(l, len)| l.into_stripe(len))
         .collect();
     let mut h = Hart::with_stripes(pool, sb, k_h, stripes);
+    h.checksum = checksum;
     for trees in all_trees {
         for (hk, art) in trees {
             h.trees.install(hk, art);

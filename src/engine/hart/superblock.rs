@@ -23,10 +23,24 @@
 //! Version history: format 1 (magic `...\x01`) had one list per object type
 //! at offsets 64 and 128; format 2 kept values of 1..=8 bytes in value
 //! objects (format 3 keeps them inline in the leaf's slot). Both are refused
-//! with a clear error.
+//! with a clear error. Format 3 differs from format 4 only in the slot
+//! checksum (CRC-32 instead of CRC-32C, [`super::leaf::Checksum`]); it is
+//! read and written as it is, never converted.
 
-/// "HARTSB\0\x03".
-pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x03");
+/// "HARTSB\0\x04".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x04");
+/// Format 3: slots carry CRC-32 (IEEE).
+pub const MAGIC_3: u64 = u64::from_le_bytes(*b"HARTSB\x00\x03");
+
+/// The slot checksum of a superblock with this magic, if this version reads
+/// its format.
+pub fn checksum_of(magic: u64) -> Option<super::leaf::Checksum> {
+    match magic {
+        MAGIC => Some(super::leaf::Checksum::Crc32c),
+        MAGIC_3 => Some(super::leaf::Checksum::Crc32),
+        _ => None,
+    }
+}
 /// The magics of the formats this version no longer reads: 1 (one chunk
 /// list per object type) and 2 (values of 1..=8 bytes in value objects
 /// instead of inline).

@@ -164,10 +164,42 @@ impl<G: FnMut(&mut SmallRng) -> Vec<u8>> Harness<G> {
         }
     }
 
+    /// An upsert, an insert-if-absent, or an insert-if-absent whose value
+    /// fails to be made (the tree must not change).
     fn insert(&mut self, key: &[u8]) {
         let v = self.keys.add(key);
-        let got = self.art.insert(key, v, &self.keys);
-        assert_eq!(got, self.model.insert(key.to_vec(), v), "insert {key:?}");
+        match self.rng.gen_range(0..8) {
+            0..=3 => {
+                let got = self.art.insert(key, v, &self.keys);
+                assert_eq!(got, self.model.insert(key.to_vec(), v), "insert {key:?}");
+            }
+            4..=6 => {
+                let mut made = false;
+                let got = self.art.insert_with(key, &self.keys, || {
+                    made = true;
+                    Ok::<u32, ()>(v)
+                });
+                let present = self.model.get(key).copied();
+                assert_eq!(got, Ok(present), "insert_with {key:?}");
+                assert_eq!(
+                    made,
+                    present.is_none(),
+                    "insert_with {key:?} makes a value iff absent"
+                );
+                if present.is_none() {
+                    self.model.insert(key.to_vec(), v);
+                }
+            }
+            _ => {
+                let got = self
+                    .art
+                    .insert_with(key, &self.keys, || Err::<u32, &str>("no leaf"));
+                match self.model.get(key).copied() {
+                    Some(present) => assert_eq!(got, Ok(Some(present)), "insert_with {key:?}"),
+                    None => assert_eq!(got, Err("no leaf"), "insert_with {key:?}"),
+                }
+            }
+        }
     }
 
     fn remove(&mut self, key: &[u8]) {
