@@ -298,8 +298,8 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         return Err(Error::corrupt(
             sb,
             format!(
-                "hart: this pool has HART format {}, which this version (format 3) \
-                 no longer reads (it reads 3 and 4); re-create it",
+                "hart: this pool has HART format {}, which this version (format 4) \
+                 no longer reads (it reads formats 3 and 4); re-create it",
                 magic >> 56
             ),
         ));
