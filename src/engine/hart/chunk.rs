@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::error::{Error, Result};
-use crate::pm::Pool;
+use crate::pm::{Pool, CACHE_LINE};
 
 /// Objects per chunk.
 pub const OBJECTS: u64 = 56;
@@ -273,8 +273,9 @@ impl ChunkList {
                 pool.write_bytes(o, &zeros[..self.zero_prefix as usize])?;
             }
         }
-        if self.zero_prefix > 0 && self.obj_size == 64 {
-            // Every line of the chunk was written: one call flushes them.
+        if self.zero_prefix > 0 && self.obj_size == CACHE_LINE {
+            // One object per line: every line of the chunk was written, and
+            // one call flushes them all.
             pool.flush(c, size);
         } else {
             for i in 0..zeroed {
