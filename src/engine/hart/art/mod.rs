@@ -13,15 +13,16 @@
 //! PM.
 //!
 //! # Structure
-//! A child slot holds a `Child`: either `Leaf(v)` or a boxed inner node
-//! of one of four kinds, chosen by fan-out:
+//! A child slot holds a `Child`, one 8-byte word (`child.rs`): either a
+//! leaf value or an owned pointer to an inner node of one of four kinds,
+//! chosen by fan-out, tagged in the pointer's low bits:
 //!
-//! | kind | children | search | bytes (`V = u64`) |
+//! | kind | children | search | bytes |
 //! |---|---:|---|---:|
-//! | `Node4` | 1..=4 | linear scan of sorted keys | 120 |
-//! | `Node16` | 4..=16 | 16 bytes compared at once (SWAR) | 320 |
-//! | `Node48` | 13..=48 | 256-byte index, then slot | 1072 |
-//! | `Node256` | 38..=256 | direct | 4144 |
+//! | `Node4` | 1..=4 | linear scan of sorted keys | 72 |
+//! | `Node16` | 4..=16 | 16 bytes compared at once (SWAR) | 176 |
+//! | `Node48` | 13..=48 | 256-byte index, then slot | 672 |
+//! | `Node256` | 38..=256 | direct | 2080 |
 //!
 //! A kind grows into the next one when a child arrives at a full node, and
 //! shrinks into the previous one at 3 (`Node16`), 12 (`Node48`) or 37
@@ -30,7 +31,7 @@
 //!
 //! - **Path compression (pessimistic).** A chain of single-child nodes is
 //!   collapsed into one node whose `prefix` holds the chain's bytes in full
-//!   (inline up to 22 bytes, else a heap spill). Searches compare them in
+//!   (inline up to 14 bytes, else a heap spill). Searches compare them in
 //!   DRAM; only the final key comparison at a leaf loads a key.
 //! - **Lazy expansion.** A leaf sits directly in the child slot where its
 //!   path becomes unique; the bytes below it are not materialised. Inserting
@@ -89,24 +90,27 @@
 //!
 //! # Concurrency
 //! `Art` is a plain single-writer structure (`&mut self` for writes); HART
-//! wraps each tree in a reader-writer lock. It holds only `Box`es and `V`s,
-//! so it is `Send + Sync` whenever `V` is (checked below at compile time).
-//! The module contains no `unsafe` code.
+//! wraps each tree in a reader-writer lock. It owns its nodes as a tree of
+//! boxes and holds `V`s, so it is `Send + Sync` whenever `V` is (checked
+//! below at compile time). The only `unsafe` code is the tagged child word
+//! (`child.rs`); the rest of the module may not use any.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
-/// Runs `$body` with `$n` bound to the boxed node, whatever its kind.
+/// Runs `$body` with `$n` bound to the node (a box or a reference),
+/// whatever its kind.
 macro_rules! dispatch {
     ($inner:expr, $n:ident => $body:expr) => {
         match $inner {
-            Inner::N4($n) => $body,
-            Inner::N16($n) => $body,
-            Inner::N48($n) => $body,
-            Inner::N256($n) => $body,
+            Kind::N4($n) => $body,
+            Kind::N16($n) => $body,
+            Kind::N48($n) => $body,
+            Kind::N256($n) => $body,
         }
     };
 }
 
+mod child;
 mod node16;
 mod node256;
 mod node4;
@@ -122,6 +126,8 @@ use std::fmt;
 use std::mem::size_of;
 use std::ops::Bound;
 
+pub use child::LeafValue;
+use child::{Child, Inner, InnerMut, InnerRef, Kind, View};
 use node16::Node16;
 use node256::Node256;
 use node4::Node4;
@@ -144,7 +150,7 @@ pub trait LeafKeys<V> {
 
 /// An adaptive radix tree from byte-string keys to `V`s, keys kept by the
 /// caller (see the module docs).
-pub struct Art<V: Copy> {
+pub struct Art<V: LeafValue> {
     root: Option<Child<V>>,
     /// Entries (leaves plus full value slots).
     len: usize,
@@ -154,19 +160,19 @@ pub struct Art<V: Copy> {
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
-    const fn _check<V: Copy + Send + Sync>() {
+    const fn _check<V: LeafValue + Send + Sync>() {
         send_sync::<Art<V>>();
     }
     send_sync::<Art<u64>>();
 };
 
-impl<V: Copy> Default for Art<V> {
+impl<V: LeafValue> Default for Art<V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<V: Copy> fmt::Debug for Art<V> {
+impl<V: LeafValue> fmt::Debug for Art<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Art")
             .field("len", &self.len)
@@ -175,7 +181,7 @@ impl<V: Copy> fmt::Debug for Art<V> {
     }
 }
 
-impl<V: Copy> Art<V> {
+impl<V: LeafValue> Art<V> {
     /// An empty tree. Allocates nothing.
     pub fn new() -> Self {
         Art {
@@ -196,7 +202,7 @@ impl<V: Copy> Art<V> {
     }
 
     /// Heap bytes the tree holds: the sum of `size_of` of every inner node
-    /// plus the bytes of prefixes longer than 22 (allocator overhead not
+    /// plus the spills of prefixes longer than 14 bytes (allocator overhead not
     /// counted). An empty tree, or one with a single key, holds 0.
     pub fn dram_bytes(&self) -> usize {
         self.dram
@@ -207,18 +213,18 @@ impl<V: Copy> Art<V> {
         let mut counts = NodeCounts::default();
         let mut stack: Vec<&Child<V>> = self.root.iter().collect();
         while let Some(child) = stack.pop() {
-            let node = match child {
-                Child::Leaf(_) => {
+            let node = match child.view() {
+                View::Leaf(_) => {
                     counts.leaves += 1;
                     continue;
                 }
-                Child::Inner(node) => node,
+                View::Inner(node) => node,
             };
             match node {
-                Inner::N4(_) => counts.node4 += 1,
-                Inner::N16(_) => counts.node16 += 1,
-                Inner::N48(_) => counts.node48 += 1,
-                Inner::N256(_) => counts.node256 += 1,
+                Kind::N4(_) => counts.node4 += 1,
+                Kind::N16(_) => counts.node16 += 1,
+                Kind::N48(_) => counts.node48 += 1,
+                Kind::N256(_) => counts.node256 += 1,
             }
             counts.value_slots += usize::from(node.header().value.is_some());
             dispatch!(node, n => stack.extend(n.children().map(|(_, c)| c)));
@@ -231,11 +237,11 @@ impl<V: Copy> Art<V> {
         let mut cur = self.root.as_ref()?;
         let mut depth = 0;
         loop {
-            let node = match cur {
-                Child::Leaf(v) => return (keys.key(*v) == key).then_some(*v),
-                Child::Inner(node) => node,
+            let node = match cur.view() {
+                View::Leaf(v) => return (keys.key(v) == key).then_some(v),
+                View::Inner(node) => node,
             };
-            cur = match dispatch!(node, n => descend(&**n, key, &mut depth)) {
+            cur = match dispatch!(node, n => descend(n, key, &mut depth)) {
                 Ok(next) => next,
                 Err(found) => return found,
             };
@@ -256,11 +262,11 @@ impl<V: Copy> Art<V> {
         let mut cur = self.root.as_ref()?;
         let mut depth = 0;
         loop {
-            let node = match cur {
-                Child::Leaf(v) => return Some(*v),
-                Child::Inner(node) => node,
+            let node = match cur.view() {
+                View::Leaf(v) => return Some(v),
+                View::Inner(node) => node,
             };
-            cur = match dispatch!(node, n => descend(&**n, key, &mut depth)) {
+            cur = match dispatch!(node, n => descend(n, key, &mut depth)) {
                 Ok(next) => next,
                 Err(found) => return found,
             };
@@ -305,7 +311,7 @@ impl<V: Copy> Art<V> {
     {
         let old = match &mut self.root {
             None => {
-                self.root = Some(Child::Leaf(make()?));
+                self.root = Some(Child::leaf(make()?));
                 None
             }
             Some(root) => insert_below(root, key, keys, &mut self.dram, replace, make)?,
@@ -319,17 +325,16 @@ impl<V: Copy> Art<V> {
     /// Removes `key`; returns its value, if it was present. Shrinks nodes
     /// and merges paths as described in the module docs.
     pub fn remove<K: LeafKeys<V> + ?Sized>(&mut self, key: &[u8], keys: &K) -> Option<V> {
-        let removed = match &mut self.root {
-            None => None,
-            Some(Child::Leaf(v)) => {
-                let v = *v;
+        let root = self.root.as_mut()?;
+        let removed = match root.view() {
+            View::Leaf(v) => {
                 if keys.key(v) != key {
                     return None;
                 }
                 self.root = None;
                 Some(v)
             }
-            Some(root) => remove_below(root, key, keys, &mut self.dram),
+            View::Inner(_) => remove_below(root, key, keys, &mut self.dram),
         };
         if removed.is_some() {
             self.len -= 1;
@@ -356,11 +361,11 @@ impl<V: Copy> Art<V> {
     pub fn first(&self) -> Option<V> {
         let mut cur = self.root.as_ref()?;
         loop {
-            let node = match cur {
-                Child::Leaf(v) => return Some(*v),
-                Child::Inner(node) => node,
+            let node = match cur.view() {
+                View::Leaf(v) => return Some(v),
+                View::Inner(node) => node,
             };
-            if let Some(v) = node.header().value {
+            if let Some(v) = node.header().value() {
                 return Some(v);
             }
             cur = dispatch!(node, n => n.first_child())?;
@@ -371,13 +376,13 @@ impl<V: Copy> Art<V> {
     pub fn last(&self) -> Option<V> {
         let mut cur = self.root.as_ref()?;
         loop {
-            let node = match cur {
-                Child::Leaf(v) => return Some(*v),
-                Child::Inner(node) => node,
+            let node = match cur.view() {
+                View::Leaf(v) => return Some(v),
+                View::Inner(node) => node,
             };
             match dispatch!(node, n => n.last_child()) {
                 Some(child) => cur = child,
-                None => return node.header().value,
+                None => return node.header().value(),
             }
         }
     }
@@ -400,38 +405,36 @@ pub struct NodeCounts {
     pub value_slots: usize,
 }
 
-/// What a child slot (or the root) holds.
-enum Child<V> {
-    /// A key's value; its key is `keys.key(v)`.
-    Leaf(V),
-    /// An inner node.
-    Inner(Inner<V>),
-}
-
-/// An inner node of one of the four kinds.
-enum Inner<V> {
-    N4(Box<Node4<V>>),
-    N16(Box<Node16<V>>),
-    N48(Box<Node48<V>>),
-    N256(Box<Node256<V>>),
-}
-
-const _: () = assert!(size_of::<Child<u64>>() == 16);
-const _: () = assert!(size_of::<Option<Child<u64>>>() == 16);
+const _: () = assert!(size_of::<Option<Child<u64>>>() == 8);
 
 /// The part every inner node starts with.
 ///
-/// | offset (`V = u64`) | size | field |
+/// | offset | size | field |
 /// |---:|---:|---|
-/// | 0 | 24 | `prefix`: the compressed path |
-/// | 24 | 16 | `value`: the key equal to `path ‖ prefix`, if present |
-/// | 40 | 2 | `count`: children in use |
-/// | 42 | 6 | padding |
+/// | 0 | 16 | `prefix`: the compressed path |
+/// | 16 | 8 | `value`: the key equal to `path ‖ prefix`, if present (a [`child::Packed`] word) |
+/// | 24 | 2 | `count`: children in use |
+/// | 26 | 6 | padding |
 #[repr(C)]
 struct Header<V> {
     prefix: Prefix,
-    value: Option<V>,
+    value: Option<child::Packed<V>>,
     count: u16,
+}
+
+const _: () = assert!(size_of::<Header<u64>>() == 32);
+
+impl<V: LeafValue> Header<V> {
+    /// The value slot's value.
+    #[inline]
+    fn value(&self) -> Option<V> {
+        self.value.map(child::Packed::get)
+    }
+
+    /// Sets the value slot.
+    fn set_value(&mut self, v: Option<V>) {
+        self.value = v.map(child::Packed::new);
+    }
 }
 
 impl<V> Default for Header<V> {
@@ -446,7 +449,7 @@ impl<V> Default for Header<V> {
 
 /// What the four node kinds share. Positions (`pos`) are indices into the
 /// kind's child array, valid until the node changes.
-trait InnerNode<V: Copy> {
+trait InnerNode<V: LeafValue> {
     /// Fewest children of a node of this kind (invariant 3).
     const MIN_CHILDREN: usize;
     /// Most children of a node of this kind.
@@ -490,65 +493,38 @@ trait InnerNode<V: Copy> {
     }
 }
 
-impl<V: Copy> Inner<V> {
+impl<'a, V: LeafValue> InnerRef<'a, V> {
     #[inline]
-    fn header(&self) -> &Header<V> {
+    fn header(self) -> &'a Header<V> {
         dispatch!(self, n => n.header())
-    }
-
-    fn header_mut(&mut self) -> &mut Header<V> {
-        dispatch!(self, n => n.header_mut())
-    }
-
-    /// `size_of` the node (without its prefix spill).
-    fn node_bytes(&self) -> usize {
-        match self {
-            Inner::N4(_) => size_of::<Node4<V>>(),
-            Inner::N16(_) => size_of::<Node16<V>>(),
-            Inner::N48(_) => size_of::<Node48<V>>(),
-            Inner::N256(_) => size_of::<Node256<V>>(),
-        }
-    }
-
-    /// Adds a child for `byte` (which has none), growing the node into the
-    /// next kind first if it is full.
-    fn add(&mut self, byte: u8, child: Child<V>, dram: &mut usize) {
-        let grown = match self {
-            Inner::N4(n) if n.is_full() => Inner::N16(Box::new(Node16::grown(n))),
-            Inner::N16(n) if n.is_full() => Inner::N48(Box::new(Node48::grown(n))),
-            Inner::N48(n) if n.is_full() => Inner::N256(Box::new(Node256::grown(n))),
-            _ => return dispatch!(self, n => n.add(byte, child)),
-        };
-        self.replace_with(grown, dram);
-        dispatch!(self, n => n.add(byte, child));
-    }
-
-    /// Puts `other` (which took over this node's contents) in its place.
-    fn replace_with(&mut self, other: Inner<V>, dram: &mut usize) {
-        *dram -= self.node_bytes();
-        *dram += other.node_bytes();
-        *self = other;
     }
 }
 
-impl<V: Copy> Child<V> {
-    /// The inner node in a slot the caller has just seen hold one.
-    fn inner(&self) -> &Inner<V> {
-        debug_assert!(matches!(self, Child::Inner(_)));
-        match self {
-            Child::Inner(node) => node,
-            Child::Leaf(_) => unreachable!("the caller saw an inner node in this slot"),
-        }
+impl<'a, V: LeafValue> InnerMut<'a, V> {
+    fn header_mut(self) -> &'a mut Header<V> {
+        dispatch!(self, n => n.header_mut())
     }
+}
 
-    /// See [`Child::inner`].
-    fn inner_mut(&mut self) -> &mut Inner<V> {
-        debug_assert!(matches!(self, Child::Inner(_)));
-        match self {
-            Child::Inner(node) => node,
-            Child::Leaf(_) => unreachable!("the caller saw an inner node in this slot"),
-        }
-    }
+/// Adds a child for `byte` (which has none) to the inner node in `slot`,
+/// growing the node into the next kind first if it is full.
+fn add_child<V: LeafValue>(slot: &mut Child<V>, byte: u8, child: Child<V>, dram: &mut usize) {
+    let grown = match slot.inner_mut() {
+        Kind::N4(n) if n.is_full() => Kind::N16(Box::new(Node16::grown(n))),
+        Kind::N16(n) if n.is_full() => Kind::N48(Box::new(Node48::grown(n))),
+        Kind::N48(n) if n.is_full() => Kind::N256(Box::new(Node256::grown(n))),
+        node => return dispatch!(node, n => n.add(byte, child)),
+    };
+    replace_node(slot, grown, dram);
+    dispatch!(slot.inner_mut(), n => n.add(byte, child));
+}
+
+/// Puts `other` (which took over the contents of the node in `slot`) in its
+/// place.
+fn replace_node<V: LeafValue>(slot: &mut Child<V>, other: Inner<V>, dram: &mut usize) {
+    *dram -= slot.inner().node_bytes::<V>();
+    *dram += other.node_bytes::<V>();
+    *slot = Child::node(other);
 }
 
 /// Length of the common prefix of `a` and `b`.
@@ -560,7 +536,7 @@ fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
 /// One search step at `n`, `depth` bytes into `key`: the next child (depth
 /// advanced past its byte), or the answer (`Err`).
 #[inline(always)]
-fn descend<'a, V: Copy, N: InnerNode<V>>(
+fn descend<'a, V: LeafValue, N: InnerNode<V>>(
     n: &'a N,
     key: &[u8],
     depth: &mut usize,
@@ -582,7 +558,7 @@ fn descend<'a, V: Copy, N: InnerNode<V>>(
         *depth + prefix.len()
     };
     let Some(&byte) = key.get(at) else {
-        return Err(h.value);
+        return Err(h.value());
     };
     *depth = at + 1;
     n.find(byte).ok_or(None)
@@ -617,15 +593,15 @@ fn insert_below<V, K, E, F>(
     make: F,
 ) -> Result<Option<V>, E>
 where
-    V: Copy,
+    V: LeafValue,
     K: LeafKeys<V> + ?Sized,
     F: FnOnce() -> Result<V, E>,
 {
     let mut depth = 0;
     loop {
-        let step = match &*slot {
-            Child::Leaf(old) => InsertStep::Leaf(*old),
-            Child::Inner(node) => {
+        let step = match slot.view() {
+            View::Leaf(old) => InsertStep::Leaf(old),
+            View::Inner(node) => {
                 let prefix = node.header().prefix.as_slice();
                 let matched = common_prefix_len(prefix, &key[depth..]);
                 if matched < prefix.len() {
@@ -652,7 +628,7 @@ where
                 let old_key = keys.key(old);
                 if old_key == key {
                     if replace {
-                        *slot = Child::Leaf(make()?);
+                        *slot = Child::leaf(make()?);
                     }
                     return Ok(Some(old));
                 }
@@ -666,23 +642,23 @@ where
                 Ok(None)
             }
             InsertStep::ValueSlot => {
-                let slot = &mut slot.inner_mut().header_mut().value;
-                match *slot {
+                let header = slot.inner_mut().header_mut();
+                match header.value() {
                     Some(old) => {
                         if replace {
-                            *slot = Some(make()?);
+                            header.set_value(Some(make()?));
                         }
                         Ok(Some(old))
                     }
                     None => {
-                        *slot = Some(make()?);
+                        header.set_value(Some(make()?));
                         Ok(None)
                     }
                 }
             }
             InsertStep::AddLeaf(byte) => {
                 let value = make()?;
-                slot.inner_mut().add(byte, Child::Leaf(value), dram);
+                add_child(slot, byte, Child::leaf(value), dram);
                 Ok(None)
             }
         };
@@ -693,7 +669,7 @@ where
 /// `depth` when a different key arrives. Its prefix is the two keys' common
 /// part after `depth`; each key then ends there (value slot) or goes on
 /// (leaf under its next byte).
-fn split_leaf<V: Copy>(
+fn split_leaf<V: LeafValue>(
     old_key: &[u8],
     old: V,
     key: &[u8],
@@ -709,19 +685,19 @@ fn split_leaf<V: Copy>(
     });
     for (k, v) in [(old_key, old), (key, value)] {
         match k.get(at) {
-            None => n.header.value = Some(v),
-            Some(&byte) => n.add(byte, Child::Leaf(v)),
+            None => n.header.set_value(Some(v)),
+            Some(&byte) => n.add(byte, Child::leaf(v)),
         }
     }
     *dram += size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
-    Child::Inner(Inner::N4(Box::new(n)))
+    Child::node(Kind::N4(Box::new(n)))
 }
 
 /// Puts a `Node4` above the inner node in `slot` (at `depth`) whose prefix
 /// `key` leaves after `matched` bytes. The new node takes the `matched`
 /// common bytes; the old node keeps the bytes after the first difference and
 /// hangs under it; the new key goes beside it.
-fn split_prefix<V: Copy>(
+fn split_prefix<V: LeafValue>(
     slot: &mut Child<V>,
     depth: usize,
     matched: usize,
@@ -743,13 +719,13 @@ fn split_prefix<V: Copy>(
         ..Header::default()
     });
     match key.get(depth + matched) {
-        None => n.header.value = Some(value),
-        Some(&byte) => n.add(byte, Child::Leaf(value)),
+        None => n.header.set_value(Some(value)),
+        Some(&byte) => n.add(byte, Child::leaf(value)),
     }
     // `Leaf(value)` only fills the slot until the new node moves in.
-    let old = std::mem::replace(slot, Child::Leaf(value));
+    let old = std::mem::replace(slot, Child::leaf(value));
     n.add(old_byte, old);
-    *slot = Child::Inner(Inner::N4(Box::new(n)));
+    *slot = Child::node(Kind::N4(Box::new(n)));
 }
 
 /// Removes `key` from the inner node in `slot` (at depth 0) or below.
@@ -757,7 +733,7 @@ fn split_prefix<V: Copy>(
 /// Leaves are removed from their parent, whose slot is the cursor, so the
 /// fix-up after a removal ([`fix_underfull`]) always has the slot to
 /// rewrite.
-fn remove_below<V: Copy, K: LeafKeys<V> + ?Sized>(
+fn remove_below<V: LeafValue, K: LeafKeys<V> + ?Sized>(
     mut slot: &mut Child<V>,
     key: &[u8],
     keys: &K,
@@ -774,14 +750,18 @@ fn remove_below<V: Copy, K: LeafKeys<V> + ?Sized>(
         depth += prefix.len();
         let Some(&byte) = key.get(depth) else {
             header.value?;
-            let old = slot.inner_mut().header_mut().value.take();
+            let old = slot
+                .inner_mut()
+                .header_mut()
+                .value
+                .take()
+                .map(child::Packed::get);
             fix_underfull(slot, dram);
             return old;
         };
         let pos = dispatch!(node, n => n.find_pos(byte))?;
-        match dispatch!(node, n => n.child_at(pos))? {
-            Child::Leaf(v) => {
-                let v = *v;
+        match dispatch!(node, n => n.child_at(pos))?.view() {
+            View::Leaf(v) => {
                 if keys.key(v) != key {
                     return None;
                 }
@@ -789,7 +769,7 @@ fn remove_below<V: Copy, K: LeafKeys<V> + ?Sized>(
                 fix_underfull(slot, dram);
                 return Some(v);
             }
-            Child::Inner(_) => {
+            View::Inner(_) => {
                 slot = dispatch!(slot.inner_mut(), n => n.child_at_mut(pos));
                 depth += 1;
             }
@@ -801,49 +781,42 @@ fn remove_below<V: Copy, K: LeafKeys<V> + ?Sized>(
 /// one entry: shrinks a sparse `Node16`/`Node48`/`Node256`, and replaces a
 /// `Node4` with a single entry by that entry (merging prefixes when the
 /// entry is an inner node).
-fn fix_underfull<V: Copy>(slot: &mut Child<V>, dram: &mut usize) {
-    let node = slot.inner_mut();
-    match node {
-        Inner::N4(n) => {
+fn fix_underfull<V: LeafValue>(slot: &mut Child<V>, dram: &mut usize) {
+    let shrunk = match slot.inner_mut() {
+        Kind::N4(n) => {
             let entries = usize::from(n.header.count) + usize::from(n.header.value.is_some());
             if entries >= 2 {
                 return;
             }
             *dram -= size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
             let replacement = match n.take_only_child() {
-                None => Child::Leaf(
+                None => Child::leaf(
                     n.header
-                        .value
+                        .value()
                         .expect("a node with no child keeps its value slot"),
                 ),
-                Some((_, leaf @ Child::Leaf(_))) => leaf,
-                Some((byte, Child::Inner(mut child))) => {
-                    let child_header = child.header_mut();
-                    let merged = Prefix::joined(
-                        n.header.prefix.as_slice(),
-                        Some(byte),
-                        child_header.prefix.as_slice(),
-                    );
-                    *dram -= child_header.prefix.heap_bytes();
-                    *dram += merged.heap_bytes();
-                    child_header.prefix = merged;
-                    Child::Inner(child)
+                Some((byte, mut child)) => {
+                    if let View::Inner(inner) = child.view_mut() {
+                        let child_header = inner.header_mut();
+                        let merged = Prefix::joined(
+                            n.header.prefix.as_slice(),
+                            Some(byte),
+                            child_header.prefix.as_slice(),
+                        );
+                        *dram -= child_header.prefix.heap_bytes();
+                        *dram += merged.heap_bytes();
+                        child_header.prefix = merged;
+                    }
+                    child
                 }
             };
             *slot = replacement;
+            return;
         }
-        Inner::N16(n) if n.is_underfull() => {
-            let shrunk = Inner::N4(Box::new(Node4::shrunk(n)));
-            node.replace_with(shrunk, dram);
-        }
-        Inner::N48(n) if n.is_underfull() => {
-            let shrunk = Inner::N16(Box::new(Node16::shrunk(n)));
-            node.replace_with(shrunk, dram);
-        }
-        Inner::N256(n) if n.is_underfull() => {
-            let shrunk = Inner::N48(Box::new(Node48::shrunk(n)));
-            node.replace_with(shrunk, dram);
-        }
-        _ => {}
-    }
+        Kind::N16(n) if n.is_underfull() => Kind::N4(Box::new(Node4::shrunk(n))),
+        Kind::N48(n) if n.is_underfull() => Kind::N16(Box::new(Node16::shrunk(n))),
+        Kind::N256(n) if n.is_underfull() => Kind::N48(Box::new(Node48::shrunk(n))),
+        _ => return,
+    };
+    replace_node(slot, shrunk, dram);
 }

@@ -1,13 +1,13 @@
 //! `Node16`: 5 to 16 children, keys sorted, searched by a branch-free
 //! compare of all 16 key bytes.
 //!
-//! Layout for `V = u64` (`#[repr(C)]`, 320 bytes):
+//! Layout (`#[repr(C)]`, 176 bytes):
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 48 | [`Header`]: prefix (24), value slot (16), `count` (2), padding (6) |
-//! | 48 | 16 | `keys`: child bytes, ascending; `keys[..count]` in use |
-//! | 64 | 256 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 32 | 16 | `keys`: child bytes, ascending; `keys[..count]` in use |
+//! | 48 | 128 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
 //!
 //! # Search
 //! `find_pos` compares all 16 key bytes at once without SIMD intrinsics (so
@@ -26,7 +26,7 @@ use std::mem::size_of;
 
 use super::node4::Node4;
 use super::node48::Node48;
-use super::{Child, Header, InnerNode};
+use super::{Child, Header, InnerNode, LeafValue};
 
 /// An inner node with up to 16 children.
 #[repr(C)]
@@ -36,7 +36,7 @@ pub(super) struct Node16<V> {
     children: [Option<Child<V>>; 16],
 }
 
-const _: () = assert!(size_of::<Node16<u64>>() == 320);
+const _: () = assert!(size_of::<Node16<u64>>() == 176);
 
 /// `0x80` in every byte of `x` that is zero, `0x00` in the others (exact: no
 /// false positives from borrows, unlike the shorter `(x - 0x01..) & !x`).
@@ -49,8 +49,8 @@ fn zero_bytes(x: u64) -> u64 {
 /// A `Node16` with this many children or fewer becomes a `Node4`.
 const SHRINK_AT: usize = 3;
 
-impl<V: Copy> Node16<V> {
-    fn empty() -> Self {
+impl<V: LeafValue> Node16<V> {
+    pub(super) fn empty() -> Self {
         Node16 {
             header: Header::default(),
             keys: [0; 16],
@@ -103,7 +103,7 @@ impl<V: Copy> Node16<V> {
     }
 }
 
-impl<V: Copy> InnerNode<V> for Node16<V> {
+impl<V: LeafValue> InnerNode<V> for Node16<V> {
     const MIN_CHILDREN: usize = SHRINK_AT + 1;
     const MAX_CHILDREN: usize = 16;
 
@@ -119,8 +119,9 @@ impl<V: Copy> InnerNode<V> for Node16<V> {
 
     #[inline]
     fn prefetch_children(&self) {
-        // The slots span four or five lines (nodes are 16-byte aligned).
-        for i in [0, 4, 8, 12, 15] {
+        // The slots span two or three lines (nodes are 16-byte aligned);
+        // slots 0, 8 and 15 are in each of them.
+        for i in [0, 8, 15] {
             crate::hint::prefetch(&self.children[i]);
         }
     }
@@ -208,7 +209,7 @@ mod tests {
     fn find_pos_ignores_stale_bytes_past_count() {
         let mut n = Node16::<u32>::empty();
         for b in [1u8, 3, 5, 7, 9, 11] {
-            n.add(b, Child::Leaf(u32::from(b)));
+            n.add(b, Child::leaf(u32::from(b)));
         }
         assert_eq!(n.find_pos(1), Some(0));
         assert_eq!(n.find_pos(11), Some(5));
@@ -217,11 +218,11 @@ mod tests {
         n.take(11);
         assert_eq!(n.find_pos(11), None);
         for b in 20..30 {
-            n.add(b, Child::Leaf(u32::from(b)));
+            n.add(b, Child::leaf(u32::from(b)));
         }
         assert_eq!(n.find_pos(29), Some(14));
         assert_eq!(n.find_pos(0), None);
-        n.add(0, Child::Leaf(0));
+        n.add(0, Child::leaf(0));
         assert_eq!(n.find_pos(0), Some(0));
         assert_eq!(n.find_pos(29), Some(15));
     }

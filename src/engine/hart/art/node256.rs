@@ -1,11 +1,11 @@
 //! `Node256`: 38 to 256 children, one slot per byte.
 //!
-//! Layout for `V = u64` (`#[repr(C)]`, 4144 bytes):
+//! Layout (`#[repr(C)]`, 2080 bytes):
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 48 | [`Header`]: prefix (24), value slot (16), `count` (2), padding (6) |
-//! | 48 | 4096 | `children`: `children[b]` is the child of byte `b`, or `None` |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 32 | 2048 | `children`: `children[b]` is the child of byte `b`, or `None` |
 //!
 //! # Growth and shrink
 //! A full `Node48` receiving a 49th child becomes a `Node256`; a `Node256`
@@ -16,7 +16,7 @@
 use std::mem::size_of;
 
 use super::node48::Node48;
-use super::{Child, Header, InnerNode};
+use super::{Child, Header, InnerNode, LeafValue};
 
 /// An inner node with a slot for every byte.
 #[repr(C)]
@@ -25,18 +25,23 @@ pub(super) struct Node256<V> {
     children: [Option<Child<V>>; 256],
 }
 
-const _: () = assert!(size_of::<Node256<u64>>() == 4144);
+const _: () = assert!(size_of::<Node256<u64>>() == 2080);
 
 /// A `Node256` with this many children or fewer becomes a `Node48`.
 const SHRINK_AT: usize = 37;
 
-impl<V: Copy> Node256<V> {
-    /// Moves the contents of a full `Node48` into a new `Node256`.
-    pub(super) fn grown(from: &mut Node48<V>) -> Self {
-        let mut n = Node256 {
+impl<V: LeafValue> Node256<V> {
+    /// A node without children.
+    pub(super) fn empty() -> Self {
+        Node256 {
             header: Header::default(),
             children: [const { None }; 256],
-        };
+        }
+    }
+
+    /// Moves the contents of a full `Node48` into a new `Node256`.
+    pub(super) fn grown(from: &mut Node48<V>) -> Self {
+        let mut n = Self::empty();
         for (byte, child) in from.drain() {
             n.children[usize::from(byte)] = Some(child);
         }
@@ -53,7 +58,7 @@ impl<V: Copy> Node256<V> {
     }
 }
 
-impl<V: Copy> InnerNode<V> for Node256<V> {
+impl<V: LeafValue> InnerNode<V> for Node256<V> {
     const MIN_CHILDREN: usize = SHRINK_AT + 1;
     const MAX_CHILDREN: usize = 256;
 

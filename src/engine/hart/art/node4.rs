@@ -1,13 +1,13 @@
 //! `Node4`: up to 4 children, keys sorted, searched by a linear scan.
 //!
-//! Layout for `V = u64` (`#[repr(C)]`, 120 bytes):
+//! Layout (`#[repr(C)]`, 72 bytes; child slots are 8-byte words, see `child.rs`):
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 48 | [`Header`]: prefix (24), value slot (16), `count` (2), padding (6) |
-//! | 48 | 4 | `keys`: child bytes, ascending; `keys[..count]` in use |
-//! | 52 | 4 | padding |
-//! | 56 | 64 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 32 | 4 | `keys`: child bytes, ascending; `keys[..count]` in use |
+//! | 36 | 4 | padding |
+//! | 40 | 32 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
 //!
 //! A `Node4` is the only node that may hold a single child, and then only
 //! next to a value slot: with one entry left it is replaced by that entry
@@ -16,7 +16,7 @@
 use std::mem::size_of;
 
 use super::node16::Node16;
-use super::{Child, Header, InnerNode};
+use super::{Child, Header, InnerNode, LeafValue};
 
 /// An inner node with up to 4 children.
 #[repr(C)]
@@ -26,10 +26,9 @@ pub(super) struct Node4<V> {
     children: [Option<Child<V>>; 4],
 }
 
-const _: () = assert!(size_of::<Header<u64>>() == 48);
-const _: () = assert!(size_of::<Node4<u64>>() == 120);
+const _: () = assert!(size_of::<Node4<u64>>() == 72);
 
-impl<V: Copy> Node4<V> {
+impl<V: LeafValue> Node4<V> {
     /// An empty node with `header` (count 0).
     pub(super) fn new(header: Header<V>) -> Self {
         debug_assert_eq!(header.count, 0);
@@ -80,7 +79,7 @@ impl<V: Copy> Node4<V> {
     }
 }
 
-impl<V: Copy> InnerNode<V> for Node4<V> {
+impl<V: LeafValue> InnerNode<V> for Node4<V> {
     const MIN_CHILDREN: usize = 1;
     const MAX_CHILDREN: usize = 4;
 

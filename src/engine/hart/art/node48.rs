@@ -1,12 +1,12 @@
 //! `Node48`: 13 to 48 children behind a 256-byte index.
 //!
-//! Layout for `V = u64` (`#[repr(C)]`, 1072 bytes):
+//! Layout (`#[repr(C)]`, 672 bytes):
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 48 | [`Header`]: prefix (24), value slot (16), `count` (2), padding (6) |
-//! | 48 | 256 | `index`: for each byte, [`EMPTY`] or the child's slot + 1 |
-//! | 304 | 768 | `children`: 48 slots, in no particular order; `None` when free |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 32 | 256 | `index`: for each byte, [`EMPTY`] or the child's slot + 1 |
+//! | 288 | 384 | `children`: 48 slots, in no particular order; `None` when free |
 //!
 //! Lookup is one index load and one slot load. Removing a child frees its
 //! slot in place; adding one takes the first free slot (a scan of at most 48
@@ -21,7 +21,7 @@ use std::mem::size_of;
 
 use super::node16::Node16;
 use super::node256::Node256;
-use super::{Child, Header, InnerNode};
+use super::{Child, Header, InnerNode, LeafValue};
 
 /// `index` entry of a byte without a child.
 const EMPTY: u8 = 0;
@@ -34,13 +34,13 @@ pub(super) struct Node48<V> {
     children: [Option<Child<V>>; 48],
 }
 
-const _: () = assert!(size_of::<Node48<u64>>() == 1072);
+const _: () = assert!(size_of::<Node48<u64>>() == 672);
 
 /// A `Node48` with this many children or fewer becomes a `Node16`.
 const SHRINK_AT: usize = 12;
 
-impl<V: Copy> Node48<V> {
-    fn empty() -> Self {
+impl<V: LeafValue> Node48<V> {
+    pub(super) fn empty() -> Self {
         Node48 {
             header: Header::default(),
             index: [EMPTY; 256],
@@ -100,7 +100,7 @@ impl<V: Copy> Node48<V> {
     }
 }
 
-impl<V: Copy> InnerNode<V> for Node48<V> {
+impl<V: LeafValue> InnerNode<V> for Node48<V> {
     const MIN_CHILDREN: usize = SHRINK_AT + 1;
     const MAX_CHILDREN: usize = 48;
 
@@ -174,7 +174,7 @@ impl<V: Copy> InnerNode<V> for Node48<V> {
 }
 
 #[cfg(test)]
-impl<V: Copy> Node48<V> {
+impl<V: LeafValue> Node48<V> {
     /// Checks that `index` and `children` agree: every used entry points at
     /// a distinct full slot, and every full slot is pointed at.
     pub(super) fn index_is_consistent(&self) -> bool {

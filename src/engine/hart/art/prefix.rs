@@ -6,16 +6,19 @@
 //!
 //! | variant | bytes | holds |
 //! |---|---:|---|
-//! | `Inline` | 24 | tag (1), `len` (1), up to [`INLINE_CAP`] bytes |
-//! | `Spilled` | 24 | tag (8 with padding), `Box<[u8]>` (16) with all the bytes |
+//! | `Inline` | 16 | tag (1), `len` (1), up to [`INLINE_CAP`] bytes |
+//! | `Spilled` | 16 | tag (8 with padding), a thin `Box` (8) of the `Box<[u8]>` with all the bytes |
 //!
-//! A spilled prefix costs its length in heap bytes ([`Prefix::heap_bytes`]),
-//! which [`super::Art::dram_bytes`] adds to the node sizes.
+//! The spill is boxed twice so that a prefix is 16 bytes and a node header
+//! 32 (a fat `Box<[u8]>` would make both 8 bytes longer in every node, for
+//! the few paths longer than 14 bytes). A spilled prefix costs its length
+//! plus the 16-byte inner box in heap bytes ([`Prefix::heap_bytes`]), which
+//! [`super::Art::dram_bytes`] adds to the node sizes.
 
 use std::mem::size_of;
 
 /// Longest prefix kept inside the node.
-pub(super) const INLINE_CAP: usize = 22;
+pub(super) const INLINE_CAP: usize = 14;
 
 /// The compressed path of one inner node.
 pub(super) enum Prefix {
@@ -27,10 +30,10 @@ pub(super) enum Prefix {
         bytes: [u8; INLINE_CAP],
     },
     /// Prefixes longer than [`INLINE_CAP`].
-    Spilled(Box<[u8]>),
+    Spilled(Box<Box<[u8]>>),
 }
 
-const _: () = assert!(size_of::<Prefix>() == 24);
+const _: () = assert!(size_of::<Prefix>() == 16);
 const _: () = assert!(INLINE_CAP <= u8::MAX as usize);
 
 impl Default for Prefix {
@@ -69,7 +72,7 @@ impl Prefix {
             v.extend_from_slice(head);
             v.extend(mid);
             v.extend_from_slice(tail);
-            Prefix::Spilled(v.into_boxed_slice())
+            Prefix::Spilled(Box::new(v.into_boxed_slice()))
         }
     }
 
@@ -78,7 +81,7 @@ impl Prefix {
     pub(super) fn as_slice(&self) -> &[u8] {
         match self {
             Prefix::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Prefix::Spilled(b) => b,
+            Prefix::Spilled(b) => &b[..],
         }
     }
 
@@ -93,7 +96,7 @@ impl Prefix {
     pub(super) fn heap_bytes(&self) -> usize {
         match self {
             Prefix::Inline { .. } => 0,
-            Prefix::Spilled(b) => b.len(),
+            Prefix::Spilled(b) => b.len() + size_of::<Box<[u8]>>(),
         }
     }
 }
@@ -115,7 +118,7 @@ mod tests {
         let p = Prefix::new(&[7; INLINE_CAP + 1]);
         assert_eq!(p.as_slice(), &[7; INLINE_CAP + 1][..]);
         assert!(!p.is_empty());
-        assert_eq!(p.heap_bytes(), INLINE_CAP + 1);
+        assert_eq!(p.heap_bytes(), INLINE_CAP + 1 + 16);
     }
 
     #[test]
@@ -128,6 +131,6 @@ mod tests {
         let p = Prefix::joined(&long, Some(2), b"xyz");
         assert_eq!(p.as_slice().len(), 34);
         assert_eq!(&p.as_slice()[29..], &[1, 2, b'x', b'y', b'z']);
-        assert_eq!(p.heap_bytes(), 34);
+        assert_eq!(p.heap_bytes(), 34 + 16);
     }
 }

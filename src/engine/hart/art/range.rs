@@ -19,7 +19,7 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 
-use super::{Child, Inner, InnerNode, LeafKeys};
+use super::{Child, InnerNode, Kind, LeafKeys, LeafValue, View};
 
 /// Where all keys that start with a path lie relative to a bound key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
     }
 
     /// Walks the tree under `root`.
-    pub(super) fn run<V: Copy>(mut self, root: &Child<V>)
+    pub(super) fn run<V: LeafValue>(mut self, root: &Child<V>)
     where
         K: LeafKeys<V>,
         F: FnMut(&[u8], V) -> bool,
@@ -109,32 +109,37 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
     /// Visits the subtree `child`; `check_lo`/`check_hi` say whether the
     /// bound may cut through it (then `path` is its path). Returns `false`
     /// once the walk must stop (upper bound passed, or `f` said stop).
-    fn walk<V: Copy>(&mut self, child: &Child<V>, check_lo: bool, check_hi: bool) -> bool
+    fn walk<V: LeafValue>(&mut self, child: &Child<V>, check_lo: bool, check_hi: bool) -> bool
     where
         K: LeafKeys<V>,
         F: FnMut(&[u8], V) -> bool,
     {
-        match child {
-            Child::Leaf(v) => {
-                let key = self.keys.key(*v);
+        match child.view() {
+            View::Leaf(v) => {
+                let key = self.keys.key(v);
                 if check_lo && !self.above_lo(key) {
                     return true;
                 }
                 if check_hi && !self.below_hi(key) {
                     return false;
                 }
-                (self.f)(key, *v)
+                (self.f)(key, v)
             }
-            Child::Inner(node) => {
+            View::Inner(node) => {
                 let mark = self.path.len();
-                let go_on = dispatch!(node, n => self.walk_node(&**n, check_lo, check_hi));
+                let go_on = dispatch!(node, n => self.walk_node(n, check_lo, check_hi));
                 self.path.truncate(mark);
                 go_on
             }
         }
     }
 
-    fn walk_node<V: Copy, N: InnerNode<V>>(&mut self, n: &N, check_lo: bool, check_hi: bool) -> bool
+    fn walk_node<V: LeafValue, N: InnerNode<V>>(
+        &mut self,
+        n: &N,
+        check_lo: bool,
+        check_hi: bool,
+    ) -> bool
     where
         K: LeafKeys<V>,
         F: FnMut(&[u8], V) -> bool,
@@ -159,7 +164,7 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
             return false;
         }
 
-        if let Some(v) = header.value {
+        if let Some(v) = header.value() {
             let lo_ok = match lo_pos {
                 None | Some(Position::Above) => true,
                 Some(Position::Equal) => self.lo.is_some_and(|e| e.inclusive),

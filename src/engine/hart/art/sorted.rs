@@ -1,11 +1,11 @@
 //! The sorted key array shared by Node4 and Node16: `keys[..count]` in
 //! ascending order, `children[i]` the child of `keys[i]`.
 
-use super::Child;
+use super::{Child, LeafValue};
 
 /// Inserts `byte` → `child` at its sorted position. The caller checked that
 /// there is room and that `byte` is absent.
-pub(super) fn insert<V: Copy>(
+pub(super) fn insert<V: LeafValue>(
     keys: &mut [u8],
     children: &mut [Option<Child<V>>],
     count: usize,
@@ -24,7 +24,7 @@ pub(super) fn insert<V: Copy>(
 }
 
 /// Removes the entry at position `at < count` and returns its child.
-pub(super) fn remove<V: Copy>(
+pub(super) fn remove<V: LeafValue>(
     keys: &mut [u8],
     children: &mut [Option<Child<V>>],
     count: usize,
