@@ -14,9 +14,9 @@
 //! 120 bytes, a `Node256` 4,144 (docs/design.md §7, "Compact nodes").
 //!
 //! # Ownership
-//! A node word is made by [`Child::node`] from `Box::into_raw`, and the
-//! `Child` owns that box: it is freed when the `Child` is dropped, or handed
-//! back by [`Child::into_node`]. [`Child::view`] and [`Child::view_mut`] lend
+//! A node word is made by [`Child::node`] from `Box::leak`, and the `Child`
+//! owns that box: it is rebuilt and freed when the `Child` is dropped (and
+//! nowhere else outside the tests). [`Child::view`] and [`Child::view_mut`] lend
 //! it for as long as the `Child` is borrowed, so the borrow rules of
 //! `Box` hold unchanged. Node addresses keep their provenance
 //! (`NonNull::map_addr`); a leaf word is a plain number with none, and is
@@ -35,20 +35,30 @@ use super::node4::Node4;
 use super::node48::Node48;
 
 /// Values an ART can hold: numbers below 2^63, so that a leaf and its tag
-/// bit fit in one word (HART's leaves are PM offsets).
+/// bit fit in one word (HART's leaves are PM offsets, below 2^46).
 pub trait LeafValue: Copy {
-    /// The value as a number below 2^63.
+    /// The value as a number; storing one of 2^63 or more in a tree panics
+    /// ([`leaf_word`]).
     fn to_bits(self) -> u64;
     /// The value of [`Self::to_bits`]'s result.
     fn from_bits(bits: u64) -> Self;
 }
 
+/// The leaf word of `v`: `bits << 1 | 1`.
+///
+/// # Panics
+/// If `v.to_bits()` is 2^63 or more (no pool offset is). Callers encode a
+/// value before they change the tree, so a panic leaves it as it was.
+#[inline]
+fn leaf_word<V: LeafValue>(v: V) -> NonZeroU64 {
+    let bits = v.to_bits();
+    assert!(bits < 1 << 63, "an ART value must be below 2^63");
+    NonZeroU64::new((bits << 1) | 1).expect("bit 0 is set")
+}
+
 impl LeafValue for u64 {
-    /// # Panics
-    /// If `self` is 2^63 or more (no pool offset is).
     #[inline]
     fn to_bits(self) -> u64 {
-        assert!(self < 1 << 63, "an ART value must be below 2^63");
         self
     }
 
@@ -129,12 +139,14 @@ pub(super) struct Child<V> {
     _owns: PhantomData<Inner<V>>,
 }
 
-// SAFETY: a `Child` is a `V` or an owned `Box` of a node of `V`s (module
-// docs, "Ownership"); it shares nothing, so it may move to or be shared with
-// another thread exactly when that box may.
-unsafe impl<V> Send for Child<V> where Inner<V>: Send {}
-// SAFETY: as for `Send`: `&Child` gives out only `&` to the node.
-unsafe impl<V> Sync for Child<V> where Inner<V>: Sync {}
+// SAFETY: a `Child` is a `V` or an owned `Box` of a node, and a node holds
+// only `Child`ren, `V`s (packed), its prefix (owned bytes) and plain
+// numbers (module docs, "Ownership"). It shares nothing, so it may move to
+// another thread when `V` may.
+unsafe impl<V: Send> Send for Child<V> {}
+// SAFETY: as for `Send`: `&Child` gives out only `&` to the node and copies
+// of `V`s, so it may be shared when `V` may.
+unsafe impl<V: Sync> Sync for Child<V> {}
 
 const _: () = assert!(size_of::<Option<Child<u64>>>() == 8);
 const _: () = assert!(align_of::<Node4<u32>>() >= 8 && align_of::<Node16<u32>>() >= 8);
@@ -159,7 +171,7 @@ impl<V: LeafValue> Packed<V> {
     #[inline]
     pub(super) fn new(v: V) -> Self {
         Packed {
-            word: NonZeroU64::new((v.to_bits() << 1) | 1).expect("bit 0 is set"),
+            word: leaf_word(v),
             _v: PhantomData,
         }
     }
@@ -205,7 +217,7 @@ impl<V: LeafValue> Child<V> {
     /// A leaf holding `v`.
     #[inline]
     pub(super) fn leaf(v: V) -> Self {
-        let word = NonZeroUsize::new(((v.to_bits() << 1) | 1) as usize).expect("bit 0 is set");
+        let word = NonZeroUsize::new(leaf_word(v).get() as usize).expect("bit 0 is set");
         Child {
             word: NonNull::without_provenance(word),
             _owns: PhantomData,
@@ -267,6 +279,10 @@ impl<V> Child<V> {
             Kind::N48(b) => NonNull::from(Box::leak(b)).cast::<u8>(),
             Kind::N256(b) => NonNull::from(Box::leak(b)).cast::<u8>(),
         };
+        const {
+            assert!(align_of::<Node4<V>>() >= 8 && align_of::<Node16<V>>() >= 8);
+            assert!(align_of::<Node48<V>>() >= 8 && align_of::<Node256<V>>() >= 8);
+        }
         debug_assert_eq!(at.addr().get() & (KIND_MASK | 1), 0, "nodes are 8-aligned");
         Child {
             word: at.map_addr(|a| a | (tag << 1)),

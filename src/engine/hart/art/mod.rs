@@ -93,7 +93,7 @@
 //! wraps each tree in a reader-writer lock. It owns its nodes as a tree of
 //! boxes and holds `V`s, so it is `Send + Sync` whenever `V` is (checked
 //! below at compile time). The only `unsafe` code is the tagged child word
-//! (`child.rs`); the rest of the module may not use any.
+//! (`child.rs`); every other file of the module forbids it.
 
 #![deny(unsafe_code)]
 
@@ -705,6 +705,9 @@ fn split_prefix<V: LeafValue>(
     value: V,
     dram: &mut usize,
 ) {
+    // Encoded before the tree changes (it panics on a value of 2^63 or
+    // more); it fills the slot until the new node moves in.
+    let placeholder = Child::leaf(value);
     let header = slot.inner_mut().header_mut();
     let old_prefix = header.prefix.as_slice();
     let upper = Prefix::new(&old_prefix[..matched]);
@@ -722,8 +725,7 @@ fn split_prefix<V: LeafValue>(
         None => n.header.set_value(Some(value)),
         Some(&byte) => n.add(byte, Child::leaf(value)),
     }
-    // `Leaf(value)` only fills the slot until the new node moves in.
-    let old = std::mem::replace(slot, Child::leaf(value));
+    let old = std::mem::replace(slot, placeholder);
     n.add(old_byte, old);
     *slot = Child::node(Kind::N4(Box::new(n)));
 }

@@ -22,6 +22,8 @@
 //! to 3 children becomes a `Node4` again; a full `Node16` receiving a 17th
 //! child becomes a `Node48`.
 
+#![forbid(unsafe_code)]
+
 use std::mem::size_of;
 
 use super::node4::Node4;
@@ -119,8 +121,8 @@ impl<V: LeafValue> InnerNode<V> for Node16<V> {
 
     #[inline]
     fn prefetch_children(&self) {
-        // The slots span two or three lines (nodes are 16-byte aligned);
-        // slots 0, 8 and 15 are in each of them.
+        // The 128 bytes of slots span two or three lines wherever the node
+        // is (8-aligned): slots 0, 8 and 15 are in each of them.
         for i in [0, 8, 15] {
             crate::hint::prefetch(&self.children[i]);
         }

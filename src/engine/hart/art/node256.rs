@@ -13,6 +13,8 @@
 //! hysteresis: a node near the boundary does not flip type on every
 //! insert/remove pair.
 
+#![forbid(unsafe_code)]
+
 use std::mem::size_of;
 
 use super::node48::Node48;

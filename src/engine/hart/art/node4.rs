@@ -13,6 +13,8 @@
 //! next to a value slot: with one entry left it is replaced by that entry
 //! (see `Art::remove`), which is ART's path-compression merge.
 
+#![forbid(unsafe_code)]
+
 use std::mem::size_of;
 
 use super::node16::Node16;
@@ -95,7 +97,8 @@ impl<V: LeafValue> InnerNode<V> for Node4<V> {
 
     #[inline]
     fn prefetch_children(&self) {
-        // The slots span one or two lines (nodes are 16-byte aligned).
+        // The 32 bytes of slots span one or two lines wherever the node is
+        // (8-aligned): slots 0 and 3 are in each of them.
         crate::hint::prefetch(&self.children[0]);
         crate::hint::prefetch(&self.children[3]);
     }

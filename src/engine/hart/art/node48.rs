@@ -17,6 +17,8 @@
 //! falling to 12 children becomes a `Node16`; a full `Node48` receiving a
 //! 49th child becomes a `Node256`.
 
+#![forbid(unsafe_code)]
+
 use std::mem::size_of;
 
 use super::node16::Node16;

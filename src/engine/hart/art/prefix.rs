@@ -15,6 +15,8 @@
 //! plus the 16-byte inner box in heap bytes ([`Prefix::heap_bytes`]), which
 //! [`super::Art::dram_bytes`] adds to the node sizes.
 
+#![forbid(unsafe_code)]
+
 use std::mem::size_of;
 
 /// Longest prefix kept inside the node.

@@ -16,6 +16,8 @@
 //! bounds; everything between them is emitted without comparisons. Leaves on
 //! those two paths are compared by their full key.
 
+#![forbid(unsafe_code)]
+
 use std::cmp::Ordering;
 use std::ops::Bound;
 

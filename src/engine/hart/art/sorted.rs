@@ -1,6 +1,8 @@
 //! The sorted key array shared by Node4 and Node16: `keys[..count]` in
 //! ascending order, `children[i]` the child of `keys[i]`.
 
+#![forbid(unsafe_code)]
+
 use super::{Child, LeafValue};
 
 /// Inserts `byte` → `child` at its sorted position. The caller checked that

@@ -2,6 +2,8 @@
 //! model over several key shapes, and scenario tests for node growth and
 //! shrink, prefix keys, long prefixes and large trees.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -771,4 +773,35 @@ fn node_sizes_are_as_documented() {
         art.insert(k, v, &keys);
     }
     assert_eq!(art.dram_bytes(), size_of::<Node4<u32>>());
+}
+
+impl LeafKeys<u64> for VecKeys {
+    fn key(&self, v: u64) -> &[u8] {
+        &self.0[v as usize]
+    }
+}
+
+#[test]
+fn a_value_too_large_for_a_word_panics_before_the_tree_changes() {
+    let mut art: Art<u64> = Art::new();
+    let mut keys = VecKeys(Vec::new());
+    for k in [b"aaaa1" as &[u8], b"aaaa2"] {
+        let v = u64::from(keys.add(k));
+        art.insert(k, v, &keys);
+    }
+    // Root: a Node4 with the path "aaaa" and two leaves. Each key below
+    // reaches another insertion case: a prefix split, a new child, the
+    // value slot, a leaf split.
+    for k in [b"ab" as &[u8], b"aaaa3", b"aaaa", b"aaaa1x"] {
+        let before = (art.len(), art.dram_bytes(), art.node_counts());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            art.insert(k, 1 << 63, &keys)
+        }));
+        assert!(r.is_err(), "{k:?}: a value of 2^63 is refused");
+        assert_eq!((art.len(), art.dram_bytes(), art.node_counts()), before);
+        art.validate(&keys);
+        assert_eq!(art.get(b"aaaa1", &keys), Some(0));
+        assert_eq!(art.get(b"aaaa2", &keys), Some(1));
+        assert_eq!(art.get(k, &keys), None);
+    }
 }
