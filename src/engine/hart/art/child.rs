@@ -44,6 +44,12 @@ pub trait LeafValue: Copy {
     fn from_bits(bits: u64) -> Self;
 }
 
+/// The value of a leaf word (the inverse of [`leaf_word`]).
+#[inline(always)]
+fn leaf_value<V: LeafValue>(word: u64) -> V {
+    V::from_bits(word >> 1)
+}
+
 /// The leaf word of `v`: `bits << 1 | 1`.
 ///
 /// # Panics
@@ -149,8 +155,6 @@ unsafe impl<V: Send> Send for Child<V> {}
 unsafe impl<V: Sync> Sync for Child<V> {}
 
 const _: () = assert!(size_of::<Option<Child<u64>>>() == 8);
-const _: () = assert!(align_of::<Node4<u32>>() >= 8 && align_of::<Node16<u32>>() >= 8);
-const _: () = assert!(align_of::<Node48<u32>>() >= 8 && align_of::<Node256<u32>>() >= 8);
 
 /// A value in one non-zero word (`bits << 1 | 1`, a leaf word without
 /// ownership): a node's value slot, `Option<Packed<V>>`, is 8 bytes.
@@ -178,7 +182,7 @@ impl<V: LeafValue> Packed<V> {
 
     #[inline]
     pub(super) fn get(self) -> V {
-        V::from_bits(self.word.get() >> 1)
+        leaf_value(self.word.get())
     }
 }
 
@@ -229,7 +233,7 @@ impl<V: LeafValue> Child<V> {
     pub(super) fn view(&self) -> View<V, InnerRef<'_, V>> {
         let word = self.word.addr().get();
         if word & 1 == 1 {
-            return View::Leaf(V::from_bits((word >> 1) as u64));
+            return View::Leaf(leaf_value(word as u64));
         }
         let at = self.node_ptr();
         // SAFETY: bit 0 is clear, so `Child::node` made this word from a live
@@ -243,7 +247,7 @@ impl<V: LeafValue> Child<V> {
     pub(super) fn view_mut(&mut self) -> View<V, InnerMut<'_, V>> {
         let word = self.word.addr().get();
         if word & 1 == 1 {
-            return View::Leaf(V::from_bits((word >> 1) as u64));
+            return View::Leaf(leaf_value(word as u64));
         }
         let at = self.node_ptr();
         // SAFETY: as in `view`; `&mut self` lends the box exclusively.
