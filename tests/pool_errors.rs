@@ -783,3 +783,44 @@ fn word_loads_refuse_unaligned_and_outside_offsets() {
         );
     }
 }
+
+/// `Words::block` accepts exactly the aligned, non-null offsets whose whole
+/// block is inside the pool; its loads read what `load_u64` reads.
+#[test]
+fn word_blocks_are_checked_once_for_null_alignment_and_bounds() {
+    let size = 4 << 20;
+    let pool = Pool::create_anonymous(size, "pmlog", &PoolConfig::default()).unwrap();
+    let words = pool.words();
+    let last = size - 64;
+    pool.store_u64(last, 11).unwrap();
+    pool.store_u64(last + 56, 22).unwrap();
+    let b = words.block::<64>(last).expect("the last line of the pool");
+    assert_eq!((b.load(0), b.load(56)), (11, 22));
+    assert!(words.block::<8>(size - 8).is_some());
+    assert!(words.block::<8>(8).is_some());
+    for bad in [
+        0,
+        1,
+        7,
+        last + 8,
+        last + 4,
+        size,
+        size - 8 + 64,
+        u64::MAX - 7,
+        1 << 63,
+    ] {
+        assert!(words.block::<64>(bad).is_none(), "block at {bad:#x}");
+    }
+    // Larger than the pool: refused everywhere.
+    assert!(words.block::<{ 8 << 20 }>(8).is_none());
+}
+
+#[test]
+#[should_panic(expected = "outside a 64-byte block")]
+fn a_word_block_load_past_its_end_panics() {
+    let pool = Pool::create_anonymous(4 << 20, "pmlog", &PoolConfig::default()).unwrap();
+    let b = pool.words().block::<64>(4096).unwrap();
+    // Computed at run time, so that the compiler cannot reject it.
+    let at = std::hint::black_box(64);
+    b.load(at);
+}

@@ -6,10 +6,10 @@
 //! what exited threads left behind. The counters are process-wide, not per
 //! pool: take a snapshot before and after a piece of work and subtract.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// A sum of the PM counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -56,12 +56,16 @@ impl Block {
 }
 
 struct Registry {
-    live: Vec<Arc<Block>>,
+    /// Blocks of live threads.
+    live: Vec<&'static Block>,
+    /// Blocks of exited threads, zeroed, for the next thread to register.
+    spare: Vec<&'static Block>,
     retired: PmCounters,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     live: Vec::new(),
+    spare: Vec::new(),
     retired: PmCounters {
         flushes: 0,
         fences: 0,
@@ -76,39 +80,74 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct Local(Arc<Block>);
+// # Thread-local access
+// A count is one load of `FAST` (a const-initialised cell with no
+// destructor: one thread-pointer-relative load, no lazy-init check) and a
+// plain add. Blocks are never freed: an exiting thread's block is folded
+// into `retired`, zeroed and kept in `spare` for the next thread, so there
+// are as many blocks as threads ever ran at once, and `FAST` can hold a
+// `&'static` without `unsafe`. `LOCAL` exists only for its destructor,
+// which retires the block at thread exit and clears `FAST` first; a count
+// made after that (by another thread-local's destructor) is dropped, as
+// before.
+thread_local! {
+    static FAST: Cell<Option<&'static Block>> = const { Cell::new(None) };
+    static LOCAL: Local = Local::register();
+}
+
+struct Local(&'static Block);
 
 impl Local {
     fn register() -> Local {
-        let b = Arc::new(Block::default());
-        registry().live.push(Arc::clone(&b));
+        let mut r = registry();
+        let b = match r.spare.pop() {
+            Some(b) => b,
+            None => Box::leak(Box::default()),
+        };
+        r.live.push(b);
         Local(b)
     }
 }
 
 impl Drop for Local {
     fn drop(&mut self) {
+        FAST.set(None);
         let mut r = registry();
         let c = self.0.read();
         r.retired.flushes += c.flushes;
         r.retired.fences += c.fences;
         r.retired.bytes_persisted += c.bytes_persisted;
         r.retired.lines_read += c.lines_read;
-        r.live.retain(|b| !Arc::ptr_eq(b, &self.0));
+        r.live.retain(|b| !std::ptr::eq(*b, self.0));
+        // Under the lock, out of `live`: no snapshot sees the zeroing.
+        for c in [
+            &self.0.flushes,
+            &self.0.fences,
+            &self.0.bytes,
+            &self.0.lines_read,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        r.spare.push(self.0);
     }
-}
-
-thread_local! {
-    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
 
 #[inline(always)]
 fn bump(f: impl Fn(&Block)) {
+    match FAST.get() {
+        Some(b) => f(b),
+        None => bump_slow(f),
+    }
+}
+
+/// The first count of a thread: registers its block.
+#[cold]
+#[inline(never)]
+fn bump_slow(f: impl Fn(&Block)) {
     // `try_with` fails only during thread teardown; counting is then skipped.
     let _ = LOCAL.try_with(|l| {
-        let mut l = l.borrow_mut();
-        let local = l.get_or_insert_with(Local::register);
-        f(&local.0)
+        FAST.set(Some(l.0));
+        f(l.0)
     });
 }
 
@@ -177,5 +216,27 @@ mod tests {
         // Other tests may run concurrently and add to the counters.
         assert!(d.flushes >= 3 && d.fences >= 1 && d.lines_read >= 5);
         assert!(d.bytes_persisted >= 100);
+    }
+
+    #[test]
+    fn a_new_thread_starts_from_zero_on_a_reused_block() {
+        for _ in 0..3 {
+            let first = std::thread::spawn(|| {
+                let start = this_thread();
+                count_read(7);
+                count_flush(2, 64);
+                (start, this_thread())
+            })
+            .join()
+            .unwrap();
+            assert_eq!(first.0, PmCounters::default());
+            assert_eq!(first.1.lines_read, 7);
+            assert_eq!(first.1.flushes, 2);
+        }
+        // The spare blocks are no more than the threads that ever ran at
+        // once (the test threads here, and the ones spawned above, one at a
+        // time).
+        let r = registry();
+        assert!(r.spare.len() + r.live.len() <= 64, "blocks are reused");
     }
 }

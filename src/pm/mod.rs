@@ -19,8 +19,8 @@ pub use counters::{snapshot as counters, PmCounters};
 pub use faults::Fault;
 pub use persist::{lines_spanned, FlushKind, PersistConfig, PmLatency, CACHE_LINE};
 pub use pool::{
-    MappingMode, PmObserver, Pool, PoolConfig, Words, CHUNK_SIZE, LANE_COUNT, MAX_POOL_SIZE,
-    MIN_POOL_SIZE,
+    MappingMode, PmObserver, Pool, PoolConfig, WordBlock, Words, CHUNK_SIZE, LANE_COUNT,
+    MAX_POOL_SIZE, MIN_POOL_SIZE,
 };
 
 use crate::error::Result;

@@ -278,7 +278,7 @@ pub struct Words<'a> {
     last_word: u64,
 }
 
-impl Words<'_> {
+impl<'a> Words<'a> {
     /// Loads the word at `off` (8-byte aligned, inside the pool), as
     /// [`Pool::load_u64`] does but with relaxed ordering: callers are
     /// searches that hold their structure's lock, which orders them after
@@ -298,6 +298,31 @@ impl Words<'_> {
         Ok(w.load(Ordering::Relaxed))
     }
 
+    /// The `BYTES` bytes at `off` as a [`WordBlock`], checked once: `off`
+    /// is 8-byte aligned, not 0, and `off + BYTES` is inside the pool.
+    /// `None` otherwise. Offset 0 (the pool header, never an engine's
+    /// block) is refused so that an engine's null test and the bounds test
+    /// are one compare: a search loop does one check per node instead of
+    /// one per word.
+    #[inline(always)]
+    pub fn block<const BYTES: u64>(self, off: u64) -> Option<WordBlock<'a, BYTES>> {
+        const { assert!(BYTES >= 8 && BYTES.is_multiple_of(8)) };
+        // `off - 8`, rotated, is `(off - 8) / 8` for an aligned `off >= 8`,
+        // and has its top bits set otherwise (0 wraps; low bits rotate up).
+        // Its largest good value: `off + BYTES == (last_word + 1) * 8`.
+        let last = (self.last_word + 1).checked_sub(BYTES / 8 + 1)?;
+        if off.wrapping_sub(8).rotate_right(3) > last {
+            return None;
+        }
+        // SAFETY: `8 <= off <= map.len - BYTES` (just checked), so the
+        // pointer stays inside the mapping.
+        let at = unsafe { self.base.add(off as usize) };
+        Some(WordBlock {
+            at,
+            _pool: std::marker::PhantomData,
+        })
+    }
+
     // Takes the pool alone (one register), so that a search loop need not
     // keep the whole `Words` in memory for this call.
     #[cold]
@@ -306,6 +331,34 @@ impl Words<'_> {
         pool.word(off)
             .err()
             .unwrap_or_else(|| Error::corrupt(off, "word outside the pool"))
+    }
+}
+
+/// `BYTES` bytes of a pool, 8-byte aligned and inside the mapping (checked
+/// by [`Words::block`]): loads within them need no further test.
+#[derive(Clone, Copy)]
+pub struct WordBlock<'a, const BYTES: u64> {
+    at: NonNull<u8>,
+    _pool: std::marker::PhantomData<&'a Pool>,
+}
+
+impl<const BYTES: u64> WordBlock<'_, BYTES> {
+    /// Loads the word `at` bytes into the block (relaxed, as
+    /// [`Words::load`]). Panics unless `at` is a multiple of 8 below
+    /// `BYTES`; with `at` a constant, or computed from a masked index, the
+    /// compiler proves that and the test costs nothing.
+    #[inline(always)]
+    pub fn load(self, at: u64) -> u64 {
+        assert!(
+            at < BYTES && at.is_multiple_of(8),
+            "word {at} outside a {BYTES}-byte block"
+        );
+        // SAFETY: the block's `BYTES` bytes are inside the mapping and it
+        // starts 8-byte aligned (`Words::block`); `at` is a multiple of 8
+        // below `BYTES` (just checked). The mapping lives as long as the
+        // borrowed pool; PM words are read through atomics (`Pool::word`).
+        let w = unsafe { &*(self.at.as_ptr().add(at as usize) as *const AtomicU64) };
+        w.load(Ordering::Relaxed)
     }
 }
 

@@ -20,7 +20,7 @@ use std::ops::Range;
 
 use crate::engine::ValueBuf;
 use crate::error::{Error, Result};
-use crate::pm::{Pool, Words};
+use crate::pm::{Pool, Words, CACHE_LINE};
 
 /// Kind of a leaf (low 4 bits of its first word).
 pub const LEAF_KIND: u8 = 1;
@@ -121,16 +121,66 @@ pub fn key_matches(pm: Words<'_>, leaf: u64, w: LeafWord, key: &[u8]) -> Result<
         at += 8;
     }
     let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let (mut bytes, mut mask) = ([0u8; 8], [0u8; 8]);
-        bytes[..tail.len()].copy_from_slice(tail);
-        mask[..tail.len()].fill(0xFF);
-        let mask = u64::from_ne_bytes(mask);
-        if pm.load(at)? & mask != u64::from_ne_bytes(bytes) {
-            return Ok(false);
-        }
+    if !tail.is_empty() && pm.load(at)? & tail_mask(tail.len()) != tail_word(tail) {
+        return Ok(false);
     }
     Ok(true)
+}
+
+/// The leaf at `leaf`, if it is one that fits in one cache line: `Some`
+/// with its word if it holds `key`, `Some(None)` if it holds another key;
+/// `None` if `leaf` is not such a leaf (null, a node, a longer leaf, or an
+/// offset outside the pool), which the caller's general path handles. A
+/// bad leaf word is an error, as in [`LeafWord::decode`].
+///
+/// One bounds check for the line, then word loads within it (as
+/// [`key_matches`], so also safe on a leaf being reused).
+#[inline(always)]
+pub fn find_in_line(pm: Words<'_>, leaf: u64, key: &[u8]) -> Result<Option<Option<LeafWord>>> {
+    let Some(l) = pm.block::<CACHE_LINE>(leaf) else {
+        return Ok(None);
+    };
+    let w = l.load(0);
+    if w & 0xF != u64::from(LEAF_KIND) {
+        return Ok(None);
+    }
+    let lw = LeafWord::decode(leaf, w)?;
+    if lw.size() > CACHE_LINE {
+        return Ok(None);
+    }
+    if lw.key_len != key.len() {
+        return Ok(Some(None));
+    }
+    // Leaves are line-aligned: the key's words start at `HEADER`.
+    let mut at = HEADER;
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        if l.load(at) != u64::from_ne_bytes(c.try_into().expect("chunks of 8 bytes")) {
+            return Ok(Some(None));
+        }
+        at += 8;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() && l.load(at) & tail_mask(tail.len()) != tail_word(tail) {
+        return Ok(Some(None));
+    }
+    Ok(Some(Some(lw)))
+}
+
+/// The low `n` bytes of a word (in memory order), `n` in 1..8.
+#[inline(always)]
+fn tail_mask(n: usize) -> u64 {
+    let mut mask = [0u8; 8];
+    mask[..n].fill(0xFF);
+    u64::from_ne_bytes(mask)
+}
+
+/// `tail` (under 8 bytes) as the word that holds it, zero-padded.
+#[inline(always)]
+fn tail_word(tail: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes[..tail.len()].copy_from_slice(tail);
+    u64::from_ne_bytes(bytes)
 }
 
 /// Copies the leaf's value into `buf` a word at a time (as
@@ -155,6 +205,16 @@ pub fn copy_value(
         return Ok(Some(0..0));
     }
     let skip = (start - at) as usize;
+    // A leaf in one line: one bounds check for all its words.
+    if w.size() <= CACHE_LINE {
+        if let Some(l) = pm.block::<CACHE_LINE>(leaf) {
+            while at < end {
+                buf.push(l.load(at - leaf));
+                at += 8;
+            }
+            return Ok(Some(skip..skip + w.value_len));
+        }
+    }
     while at < end {
         buf.push(pm.load(at)?);
         at += 8;
@@ -190,4 +250,76 @@ pub(super) fn key_vec(pool: &Pool, leaf: u64) -> Result<Vec<u8>> {
     // SAFETY: the caller holds the tree (every caller is a tree method under
     // its lock), so the leaf is not freed while we copy.
     Ok(unsafe { key(pool, leaf, w)? }.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_in_line_reads_one_line_leaves_and_leaves_the_rest() {
+        let pool = Pool::create_anonymous(1 << 20, "wort", &Default::default()).unwrap();
+        let pm = pool.words();
+        let end = pool.size();
+        let short = 4096;
+        let long = 8192;
+        let last = end - CACHE_LINE;
+        // SAFETY: a fresh pool of this test alone; these blocks are not
+        // used by anything else.
+        unsafe {
+            write(&pool, short, b"key-one", b"value", false).unwrap();
+            write(&pool, long, b"key-two", &[3; 60], false).unwrap();
+            write(&pool, last, b"k", b"v", false).unwrap();
+        }
+        let w = |k: &[u8], v: usize| LeafWord {
+            key_len: k.len(),
+            value_len: v,
+        };
+        assert_eq!(
+            find_in_line(pm, short, b"key-one").unwrap(),
+            Some(Some(w(b"key-one", 5)))
+        );
+        // Same length, another key; another length.
+        assert_eq!(find_in_line(pm, short, b"key-onf").unwrap(), Some(None));
+        assert_eq!(find_in_line(pm, short, b"key-on").unwrap(), Some(None));
+        assert_eq!(find_in_line(pm, short, b"key-one!").unwrap(), Some(None));
+        // A leaf of two lines, null, an unaligned offset, a non-leaf word
+        // (zeroes), and offsets past the pool: not for this path.
+        assert_eq!(find_in_line(pm, long, b"key-two").unwrap(), None);
+        assert_eq!(find_in_line(pm, 0, b"key-one").unwrap(), None);
+        assert_eq!(find_in_line(pm, short + 4, b"key-one").unwrap(), None);
+        assert_eq!(
+            find_in_line(pm, short + CACHE_LINE, b"key-one").unwrap(),
+            None
+        );
+        assert_eq!(find_in_line(pm, end, b"k").unwrap(), None);
+        assert_eq!(find_in_line(pm, end - 8, b"k").unwrap(), None);
+        // The last line of the pool.
+        assert_eq!(
+            find_in_line(pm, last, b"k").unwrap(),
+            Some(Some(w(b"k", 1)))
+        );
+        // A bad leaf word is an error, as in `decode`.
+        pool.store_u64(short, u64::from(LEAF_KIND)).unwrap();
+        assert!(find_in_line(pm, short, b"key-one").is_err());
+    }
+
+    #[test]
+    fn copy_value_reads_short_and_long_leaves() {
+        let pool = Pool::create_anonymous(1 << 20, "wort", &Default::default()).unwrap();
+        let long_value: Vec<u8> = (0..100).collect();
+        // SAFETY: as above.
+        unsafe {
+            write(&pool, 4096, b"abc", b"short value", false).unwrap();
+            write(&pool, 8192, b"abc", &long_value, false).unwrap();
+        }
+        for (leaf, value) in [(4096, &b"short value"[..]), (8192, &long_value[..])] {
+            let lw = word(&pool, leaf).unwrap();
+            let mut buf = ValueBuf::new();
+            let r = copy_value(pool.words(), leaf, lw, &mut buf)
+                .unwrap()
+                .unwrap();
+            assert_eq!(&buf.bytes()[r], value);
+        }
+    }
 }

@@ -535,6 +535,65 @@ mod tests {
         assert_eq!(lines(&[0x50, 0]), (None, 2));
     }
 
+    /// WORT's search takes a short loop and a one-line leaf check in the
+    /// common case, and the general walk otherwise; both must give what the
+    /// general walk alone gives, lines included, for present and absent
+    /// keys of every length, short and long leaves, and compressed paths.
+    #[test]
+    fn wort_fast_search_agrees_with_the_general_walk() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        let mut x = 7u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut keys = Vec::new();
+        for i in 0..3000u64 {
+            let r = next();
+            // Lengths 1..=40; a few long values (leaves of several lines);
+            // a shared 6-byte prefix on a third of the keys (compressed paths).
+            let len = 1 + (r % 40) as usize;
+            let mut k: Vec<u8> = (0..len)
+                .map(|j| (r >> (j % 8 * 8)) as u8 ^ j as u8)
+                .collect();
+            if i % 3 == 0 {
+                k.splice(0..0, *b"prefix");
+            }
+            let v = vec![
+                i as u8;
+                if i % 10 == 0 {
+                    150
+                } else {
+                    (r >> 40) as usize % 20
+                }
+            ];
+            t.put(&k, &v, PutMode::Upsert).unwrap();
+            keys.push(k);
+        }
+        let s = t.search();
+        let mut absent = 0;
+        for k in &keys {
+            let mut probes = vec![k.clone(), k[..k.len() - 1].to_vec()];
+            let mut longer = k.clone();
+            longer.push(0x5A);
+            probes.push(longer);
+            let mut other = k.clone();
+            *other.last_mut().unwrap() ^= 0x80;
+            probes.push(other);
+            for q in probes.iter().filter(|q| !q.is_empty()) {
+                let fast = s.lookup_counted(q).unwrap();
+                let general = s.lookup_in::<true>(q, s.root, 0, 1).unwrap();
+                assert_eq!(fast, general, "key {q:?}");
+                absent += usize::from(fast.0.is_none());
+            }
+            assert!(s.lookup_counted(k).unwrap().0.is_some());
+        }
+        assert!(absent > 1000, "absent keys are probed too ({absent})");
+    }
+
     #[test]
     fn a_node_in_an_end_slot_is_an_error_not_an_endless_walk() {
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {

@@ -8,8 +8,9 @@
 //! tree that a writer is changing under it, which it is:
 //! - **Every PM read is an atomic word load** through
 //!   [`Words::load`](crate::pm::Words::load), which refuses an offset
-//!   outside the pool or unaligned: a stale or torn pointer gives a wrong
-//!   word or an error, never a fault. The mapping lives as long as the
+//!   outside the pool or unaligned, or within a block checked whole by
+//!   [`Words::block`](crate::pm::Words::block): a stale or torn pointer
+//!   gives a wrong word or an error, never a fault. The mapping lives as long as the
 //!   reader's `Arc<Pool>`. The key comparison and the value copy read
 //!   words too ([`leaf::key_matches`], [`leaf::copy_value`]): no `&[u8]`
 //!   points into a block that a writer may be reusing.
@@ -95,38 +96,57 @@ impl Search<'_> {
 
     /// WORT's search: the common step (a node of WORT's one kind, reached
     /// at its own depth, with no compressed path, and the key not yet at
-    /// its end) in a loop of its own, with one compare of the header word
-    /// for all of those conditions. Anything else (a leaf, a null slot, a
-    /// compressed path, a node left by a crashed split, the key's end) goes
-    /// on in [`Self::lookup_in`] from the slot that led there. Fewer
-    /// instructions per level let the CPU overlap the misses of successive
-    /// searches further (docs/design.md §11).
+    /// its end) in a loop of its own, with one bounds check per node and
+    /// one compare of the header word for all of those conditions; then a
+    /// leaf of one line, read with one check ([`leaf::find_in_line`]).
+    /// Anything else (a null slot, a longer leaf, a compressed path, a
+    /// node left by a crashed split, the key's end) goes on in
+    /// [`Self::lookup_in`] from the slot that led there, which gives the
+    /// same answer and line count (tested). Fewer instructions per level
+    /// let the CPU overlap the misses of successive searches further; how
+    /// far that went is measured in docs/design.md §11.
     #[inline(always)]
     fn lookup_w16(self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
         let pm = self.pool.words();
-        let klen = Span::Nibble.len(key);
-        let mut lines = 1;
         let mut slot = self.root;
+        let mut p = pm.load(slot)?;
+        // Nodes passed, and how many of their slots lay in a later line
+        // than their header: the lines read are `1 + d + later`.
         let mut d = 0;
+        let mut later = 0;
         let mut plain = Header::plain(Kind::W16 as u8, 0);
-        loop {
-            let p = pm.load(slot)?;
-            if p == 0 || d >= klen {
-                break;
-            }
-            let w = pm.load(p)?;
-            if w & Header::PLAIN_MASK != plain {
-                break;
-            }
-            // SAFETY: `d < klen = 2 * key.len()`, so `d / 2 < key.len()`.
-            let b = unsafe { *key.get_unchecked(d / 2) };
-            // High nibble first (`Span::unit`).
-            let u = (b >> (4 * (1 - d % 2))) & 0x0F;
-            let s = nodes::w16::slot(p, u);
-            lines += 1 + new_line(p, s);
-            slot = s;
-            d += 1;
-            plain += 1 << 4;
+        // One step: the node at `p`, reached at depth `d`, if it is a
+        // plain WORT node, gives the slot of `unit`; anything else (a null
+        // or bad pointer, a leaf, a compressed path) leaves the loop.
+        macro_rules! step {
+            ($unit:expr) => {{
+                // One test for null, alignment and the pool's bounds.
+                let Some(n) = pm.block::<{ nodes::w16::SIZE }>(p) else {
+                    break;
+                };
+                if n.load(0) & Header::PLAIN_MASK != plain {
+                    break;
+                }
+                let u: u8 = $unit;
+                // Nodes are line-aligned: the slot's line is known from
+                // the unit, so the count waits for no load.
+                later += nodes::w16::slot_in_later_line(u);
+                slot = nodes::w16::slot(p, u);
+                p = n.load(slot - p);
+                d += 1;
+                plain += 1 << 4;
+            }};
+        }
+        // Two units per key byte, high nibble first (`Span::unit`).
+        for &b in key {
+            step!(b >> 4);
+            step!(b & 0x0F);
+        }
+        let lines = 1 + d as u64 + later;
+        // The common end, a leaf in one line (an 8-byte key and value take
+        // 24 bytes), is read with one check; the rest goes on below.
+        if let Some(found) = leaf::find_in_line(pm, p, key)? {
+            return Ok((found.map(|lw| (p, lw)), lines + 1));
         }
         self.lookup_in::<true>(key, slot, d, lines)
     }
@@ -148,7 +168,7 @@ impl Search<'_> {
     /// It starts at `slot`, reached at depth `d`, with `lines` PM lines
     /// read so far (the root slot's line: 1, at the root).
     #[inline(always)]
-    fn lookup_in<const NIBBLE: bool>(
+    pub(super) fn lookup_in<const NIBBLE: bool>(
         self,
         key: &[u8],
         mut slot: u64,
