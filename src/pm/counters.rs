@@ -97,38 +97,44 @@ thread_local! {
 
 struct Local(&'static Block);
 
-impl Local {
-    fn register() -> Local {
-        let mut r = registry();
-        let b = match r.spare.pop() {
+impl Registry {
+    /// A block for a new thread: a spare one (zeroed) or a new one.
+    fn take(&mut self) -> &'static Block {
+        let b = match self.spare.pop() {
             Some(b) => b,
             None => Box::leak(Box::default()),
         };
-        r.live.push(b);
-        Local(b)
+        self.live.push(b);
+        b
+    }
+
+    /// An exiting thread's block: its counts go to `retired`, and the
+    /// block, zeroed, to `spare`.
+    fn retire(&mut self, b: &'static Block) {
+        let c = b.read();
+        self.retired.flushes += c.flushes;
+        self.retired.fences += c.fences;
+        self.retired.bytes_persisted += c.bytes_persisted;
+        self.retired.lines_read += c.lines_read;
+        self.live.retain(|l| !std::ptr::eq(*l, b));
+        // Under the lock, out of `live`: no snapshot sees the zeroing.
+        for c in [&b.flushes, &b.fences, &b.bytes, &b.lines_read] {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.spare.push(b);
+    }
+}
+
+impl Local {
+    fn register() -> Local {
+        Local(registry().take())
     }
 }
 
 impl Drop for Local {
     fn drop(&mut self) {
         FAST.set(None);
-        let mut r = registry();
-        let c = self.0.read();
-        r.retired.flushes += c.flushes;
-        r.retired.fences += c.fences;
-        r.retired.bytes_persisted += c.bytes_persisted;
-        r.retired.lines_read += c.lines_read;
-        r.live.retain(|b| !std::ptr::eq(*b, self.0));
-        // Under the lock, out of `live`: no snapshot sees the zeroing.
-        for c in [
-            &self.0.flushes,
-            &self.0.fences,
-            &self.0.bytes,
-            &self.0.lines_read,
-        ] {
-            c.store(0, Ordering::Relaxed);
-        }
-        r.spare.push(self.0);
+        registry().retire(self.0);
     }
 }
 
@@ -219,24 +225,39 @@ mod tests {
     }
 
     #[test]
-    fn a_new_thread_starts_from_zero_on_a_reused_block() {
-        for _ in 0..3 {
-            let first = std::thread::spawn(|| {
-                let start = this_thread();
-                count_read(7);
-                count_flush(2, 64);
-                (start, this_thread())
-            })
-            .join()
-            .unwrap();
-            assert_eq!(first.0, PmCounters::default());
-            assert_eq!(first.1.lines_read, 7);
-            assert_eq!(first.1.flushes, 2);
-        }
-        // The spare blocks are no more than the threads that ever ran at
-        // once (the test threads here, and the ones spawned above, one at a
-        // time).
-        let r = registry();
-        assert!(r.spare.len() + r.live.len() <= 64, "blocks are reused");
+    fn a_retired_block_is_reused_zeroed_and_its_counts_kept() {
+        // Under one hold of the lock, so that no other thread takes the
+        // spare block in between.
+        let mut r = registry();
+        let before = r.retired;
+        let b = r.take();
+        add(&b.lines_read, 7);
+        add(&b.flushes, 2);
+        r.retire(b);
+        assert_eq!(r.retired.lines_read, before.lines_read + 7);
+        assert_eq!(r.retired.flushes, before.flushes + 2);
+        assert!(!r.live.iter().any(|l| std::ptr::eq(*l, b)));
+        let again = r.take();
+        assert!(std::ptr::eq(again, b), "the spare block is reused");
+        assert_eq!(again.read(), PmCounters::default());
+        r.retire(again);
+        assert_eq!(r.retired.lines_read, before.lines_read + 7);
+    }
+
+    #[test]
+    fn a_new_thread_counts_from_zero() {
+        let (start, end) = std::thread::spawn(|| {
+            let start = this_thread();
+            count_read(7);
+            count_flush(2, 64);
+            (start, this_thread())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(start, PmCounters::default());
+        assert_eq!(
+            (end.lines_read, end.flushes, end.bytes_persisted),
+            (7, 2, 64)
+        );
     }
 }

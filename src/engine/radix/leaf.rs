@@ -133,7 +133,8 @@ pub fn key_matches(pm: Words<'_>, leaf: u64, w: LeafWord, key: &[u8]) -> Result<
 /// offset outside the pool), which the caller's general path handles. A
 /// bad leaf word is an error, as in [`LeafWord::decode`].
 ///
-/// One bounds check for the line, then word loads within it (as
+/// One bounds check for the line, then word loads within it, each offset
+/// compared with the line's end only (as
 /// [`key_matches`], so also safe on a leaf being reused).
 #[inline(always)]
 pub fn find_in_line(pm: Words<'_>, leaf: u64, key: &[u8]) -> Result<Option<Option<LeafWord>>> {
@@ -205,7 +206,7 @@ pub fn copy_value(
         return Ok(Some(0..0));
     }
     let skip = (start - at) as usize;
-    // A leaf in one line: one bounds check for all its words.
+    // A leaf in one line: one bounds check for the line.
     if w.size() <= CACHE_LINE {
         if let Some(l) = pm.block::<CACHE_LINE>(leaf) {
             while at < end {
