@@ -19,6 +19,8 @@
 //! (`A` and `B`, five each): an A/B comparison in one process and one
 //! stretch of time, as this machine's timings drift by ±30% between runs.
 //! `SEARCHES=K` runs K search rounds instead of three (0: insert only).
+//! `BATCH=G` looks the keys up G at a time through `Db::get_many_with`
+//! (memcached's multi-key get) instead of one `get_with` each.
 
 use std::time::Instant;
 
@@ -187,9 +189,29 @@ fn main() {
     if lfence && !cfg!(target_arch = "x86_64") {
         eprintln!("LFENCE=1 is ignored: not an x86-64 machine");
     }
+    // BATCH=G looks keys up G at a time (`Db::get_many_with`).
+    let batch: usize = std::env::var("BATCH")
+        .map(|t| t.parse().expect("BATCH is a number"))
+        .unwrap_or(0);
     let order = &order;
     let search_all = |db: &Db, start: usize| {
         let mut found = 0u64;
+        if batch > 0 {
+            let all: Vec<usize> = order[start..]
+                .iter()
+                .chain(&order[..start])
+                .copied()
+                .collect();
+            let mut ks: Vec<&[u8]> = Vec::with_capacity(batch);
+            for group in all.chunks(batch) {
+                ks.clear();
+                ks.extend(group.iter().map(|&i| keys.get(i)));
+                db.get_many_with(&ks, |_, v| found += u64::from(v.is_some()))
+                    .expect("get_many");
+            }
+            assert_eq!(found, n, "every key is found");
+            return;
+        }
         for &i in order[start..].iter().chain(&order[..start]) {
             if db
                 .get_with(keys.get(i), |v| v.len())

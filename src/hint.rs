@@ -11,16 +11,23 @@
 /// one another. On other architectures it does nothing.
 #[inline(always)]
 pub(crate) fn prefetch<T>(r: &T) {
+    prefetch_ptr((r as *const T).cast::<u8>());
+}
+
+/// [`prefetch`] of the line at `p`, which need not be valid: a prefetch
+/// never faults and changes no architectural state. Batched searches
+/// issue it for the next node of each key in flight, so that their misses
+/// overlap.
+#[inline(always)]
+pub(crate) fn prefetch_ptr(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `prefetcht0` never faults, even on an invalid address, and
-    // changes no architectural state; `r` is a valid reference anyway.
+    // changes no architectural state.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (r as *const T).cast::<i8>(),
-        );
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = r;
+    let _ = p;
 }
 
 /// Asks the CPU to fetch the cache line at `p` in a state ready for a write

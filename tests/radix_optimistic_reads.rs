@@ -15,7 +15,8 @@
 //! keeps each read open long enough for the writer to free and reuse the
 //! leaf under it.
 //!
-//! Readers check every answer: a stable key is always found, and every
+//! Readers look keys up one at a time and in batches (`Db::get_many`),
+//! and check every answer: a stable key is always found, and every
 //! value found is one the writer wrote for that key (it names its key and
 //! version, and its bytes follow from them). A torn read that slipped past
 //! the version check would show as a missing stable key or a foreign or
@@ -122,13 +123,28 @@ fn stress(engine: &str) {
                 let mut rng = SmallRng::seed_from_u64(77 + r);
                 let mut n = 0;
                 while !done.load(Ordering::Relaxed) {
-                    let i = rng.gen_range(0..STABLE + CHURN);
-                    let got = db.get(&key(i)).unwrap();
-                    match got {
-                        Some(v) => check_value(i, &v),
-                        None => assert!(i >= STABLE, "stable key {i} not found"),
+                    // Half the reads one key, half a batch of 2 to 20
+                    // (`Db::get_many`, one version check per batch).
+                    let batch: Vec<u64> = if rng.gen_bool(0.5) {
+                        vec![rng.gen_range(0..STABLE + CHURN)]
+                    } else {
+                        let m = rng.gen_range(2..=20);
+                        (0..m).map(|_| rng.gen_range(0..STABLE + CHURN)).collect()
+                    };
+                    let got = if let [i] = batch[..] {
+                        vec![db.get(&key(i)).unwrap()]
+                    } else {
+                        let ks: Vec<Vec<u8>> = batch.iter().map(|&i| key(i)).collect();
+                        let ks: Vec<&[u8]> = ks.iter().map(Vec::as_slice).collect();
+                        db.get_many(&ks).unwrap()
+                    };
+                    for (&i, got) in batch.iter().zip(got) {
+                        match got {
+                            Some(v) => check_value(i, &v),
+                            None => assert!(i >= STABLE, "stable key {i} not found"),
+                        }
+                        n += 1;
                     }
-                    n += 1;
                 }
                 reads.fetch_add(n, Ordering::Relaxed);
             });

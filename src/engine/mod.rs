@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::pm::Pool;
-pub use locked::{Locked, OptimisticRead, Probe, Reads, ValueBuf, OPTIMISTIC_TRIES, VALUE_BUF};
+pub use locked::{
+    Locked, OptimisticRead, Probe, Reads, ValueBuf, BATCH, OPTIMISTIC_TRIES, VALUE_BUF,
+};
 
 pub mod hart;
 mod locked;
@@ -84,6 +86,18 @@ pub trait Engine: Send + Sync {
     fn pool(&self) -> &Arc<Pool>;
     /// Calls `f` with the value of `key`, if present; returns whether it was.
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool>;
+    /// Calls `f(i, value)` for each `keys[i]`, in order, with `None` where
+    /// the key is absent; stops at the first error. The default searches
+    /// one key after another; engines that overlap the searches of several
+    /// keys override it (the radix trees, through [`Locked`]).
+    fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
+        for (i, key) in keys.iter().enumerate() {
+            if !self.get_with(key, &mut |v| f(i, Some(v)))? {
+                f(i, None);
+            }
+        }
+        Ok(())
+    }
     /// Inserts or replaces per `mode`. Durable on return.
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome>;
     /// Removes `key`; returns whether it was present. Durable on return.

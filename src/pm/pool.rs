@@ -323,6 +323,16 @@ impl<'a> Words<'a> {
         })
     }
 
+    /// Asks the CPU to bring the cache line holding `off` closer, without
+    /// waiting for it: a hint that reads nothing and cannot fault, for any
+    /// `off` ([`crate::hint::prefetch_ptr`]; the address is computed with a
+    /// wrapping add and never dereferenced). Batched searches issue it for
+    /// the next node of each key in flight, so that their misses overlap.
+    #[inline(always)]
+    pub fn prefetch(self, off: u64) {
+        crate::hint::prefetch_ptr(self.base.as_ptr().wrapping_add(off as usize));
+    }
+
     // Takes the pool alone (one register), so that a search loop need not
     // keep the whole `Words` in memory for this call.
     #[cold]

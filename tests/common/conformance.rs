@@ -337,6 +337,25 @@ fn random_op(h: &mut Harness, rng: &mut SmallRng, keys: &[Vec<u8>], ctx: Ctx<'_>
                 "{ctx}: get_with {}",
                 show(k)
             );
+            // A multi-key get around it: present and absent keys, the
+            // same key twice, batches of 1 to past two engine batches.
+            let n = rng.gen_range(1..40);
+            let batch: Vec<&[u8]> = std::iter::once(k)
+                .chain((1..n).map(|_| &keys[rng.gen_range(0..keys.len())][..]))
+                .collect();
+            let mut answered = 0;
+            h.db()
+                .get_many_with(&batch, |i, v| {
+                    assert_eq!(i, answered, "{ctx}: get_many answers in key order");
+                    answered += 1;
+                    assert!(
+                        v == h.model.get(batch[i]).map(Vec::as_slice),
+                        "{ctx}: get_many of {} returned another value",
+                        show(batch[i])
+                    );
+                })
+                .unwrap_or_else(|e| panic!("{ctx}: get_many: {e}"));
+            assert_eq!(answered, batch.len(), "{ctx}: get_many answers every key");
         }
         75..=89 => {
             let present = h
@@ -915,6 +934,12 @@ pub fn bad_input_changes_nothing(engine: &str) {
             ("update", db.update(key, &ok_value)),
             ("get", db.get(key).map(|_| ())),
             ("get_with", db.get_with(key, |_| ()).map(|_| ())),
+            (
+                "get_many",
+                db.get_many_with(&[b"present", key], |_, _| {
+                    panic!("get_many with a {what}: called back before the keys were checked")
+                }),
+            ),
             ("delete", db.delete(key).map(|_| ())),
         ] {
             match r {

@@ -185,6 +185,18 @@ pub fn assert_db_eq(db: &Db, model: &Model, ctx: &str) {
             show(k)
         );
     }
+    // Every key again through the multi-key get, in one call.
+    let keys: Vec<&[u8]> = model.keys().map(Vec::as_slice).collect();
+    let got = db
+        .get_many(&keys)
+        .unwrap_or_else(|e| panic!("{ctx}: get_many: {e}"));
+    for ((k, v), got) in model.iter().zip(got) {
+        assert!(
+            got.as_ref() == Some(v),
+            "{ctx}: get_many of {} returned another value",
+            show(k)
+        );
+    }
 }
 
 /// Runs `Db::check` and panics with `ctx` if it fails; checks that the walk

@@ -64,17 +64,17 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use self::art::LeafKeys;
 use self::chunk::ChunkList;
 use self::leaf::{Checksum, Commit, Meta, MAX_OBJECT};
 use self::recovery::{slot_is_valid, StripeLists};
 use self::superblock::{value_class, STRIPES};
-use self::trees::{HashKey, Trees};
+use self::trees::{HashKey, Tree, Trees};
 use super::{
     Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, PutMode, PutOutcome, ScanFn,
-    MAX_KEY_LEN, MAX_VALUE_LEN,
+    BATCH, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
 use crate::pm::{lines_spanned, Fault, Pool};
@@ -683,6 +683,42 @@ impl Engine for Hart {
         self.pool.touch_lines(key_lines + value_lines);
         f(value);
         Ok(true)
+    }
+
+    /// [`Self::get_with`] for each key, a batch of [`BATCH`] keys at a
+    /// time, after two passes over the batch that only warm the caches
+    /// (beyond the paper): each key's ART slot (its lock and root), then
+    /// each key's descent under its ART's read lock, ending in a prefetch
+    /// of its PM leaf. What the warm-up passes read is not trusted: the
+    /// leaf they found may be gone when the third pass looks the key up
+    /// again, which it does as `get_with` does, now mostly from cache. So
+    /// the misses of a batch's keys overlap at two of a search's steps:
+    /// the ART's slot and the PM leaf (docs/design.md §7, "Batched
+    /// searches").
+    fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
+        let pm = self.pool.words();
+        for (b, batch) in keys.chunks(BATCH).enumerate() {
+            for key in batch {
+                if let Some(tree) = self.trees.find_bytes(self.split(key).0) {
+                    crate::hint::prefetch::<RwLock<Tree>>(&tree);
+                }
+            }
+            for key in batch {
+                let (hk, ak) = self.split(key);
+                if let Some(tree) = self.trees.find_bytes(hk) {
+                    if let Some(leaf) = tree.read().art.probe(ak) {
+                        pm.prefetch(leaf);
+                    }
+                }
+            }
+            for (i, key) in batch.iter().enumerate() {
+                let i = b * BATCH + i;
+                if !self.get_with(key, &mut |v| f(i, Some(v)))? {
+                    f(i, None);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Algorithm 1 (insert) and Algorithm 3 (update).

@@ -535,26 +535,19 @@ mod tests {
         assert_eq!(lines(&[0x50, 0]), (None, 2));
     }
 
-    /// WORT's search takes a short loop and a one-line leaf check in the
-    /// common case, and the general walk otherwise; both must give what the
-    /// general walk alone gives, lines included, for present and absent
-    /// keys of every length, short and long leaves, and compressed paths.
-    #[test]
-    fn wort_fast_search_agrees_with_the_general_walk() {
+    /// A tree of `flavor` with 3,000 keys of 1 to 46 bytes: a shared 6-byte
+    /// prefix on a third of them (compressed paths), a 150-byte value on a
+    /// tenth (leaves of several lines). Returns it with its keys.
+    fn mixed_tree(flavor: Flavor) -> (RadixTree, Vec<Vec<u8>>) {
         let pool = Arc::new(Pool::create_anonymous(64 << 20, "wort", &Default::default()).unwrap());
-        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        let mut t = RadixTree::create(pool, flavor).unwrap();
         let mut x = 7u64;
-        let mut next = move || {
+        let mut keys = Vec::new();
+        for i in 0..3000u64 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x
-        };
-        let mut keys = Vec::new();
-        for i in 0..3000u64 {
-            let r = next();
-            // Lengths 1..=40; a few long values (leaves of several lines);
-            // a shared 6-byte prefix on a third of the keys (compressed paths).
+            let r = x;
             let len = 1 + (r % 40) as usize;
             let mut k: Vec<u8> = (0..len)
                 .map(|j| (r >> (j % 8 * 8)) as u8 ^ j as u8)
@@ -562,36 +555,92 @@ mod tests {
             if i % 3 == 0 {
                 k.splice(0..0, *b"prefix");
             }
-            let v = vec![
-                i as u8;
-                if i % 10 == 0 {
-                    150
-                } else {
-                    (r >> 40) as usize % 20
-                }
-            ];
-            t.put(&k, &v, PutMode::Upsert).unwrap();
+            let vlen = if i % 10 == 0 {
+                150
+            } else {
+                (r >> 40) as usize % 20
+            };
+            t.put(&k, &vec![i as u8; vlen], PutMode::Upsert).unwrap();
             keys.push(k);
         }
+        (t, keys)
+    }
+
+    /// Searches around a present key `k`: itself, its prefix one byte
+    /// shorter, a longer key, and `k` with its last byte changed (non-empty
+    /// ones only).
+    fn probes_around(k: &[u8]) -> Vec<Vec<u8>> {
+        let mut longer = k.to_vec();
+        longer.push(0x5A);
+        let mut other = k.to_vec();
+        *other.last_mut().unwrap() ^= 0x80;
+        let mut probes = vec![k.to_vec(), k[..k.len() - 1].to_vec(), longer, other];
+        probes.retain(|q| !q.is_empty());
+        probes
+    }
+
+    /// WORT's search takes a short loop and a one-line leaf check in the
+    /// common case, and the general walk otherwise; both must give what the
+    /// general walk alone gives, lines included, for present and absent
+    /// keys of every length, short and long leaves, and compressed paths.
+    #[test]
+    fn wort_fast_search_agrees_with_the_general_walk() {
+        let (t, keys) = mixed_tree(Flavor::Wort);
         let s = t.search();
         let mut absent = 0;
         for k in &keys {
-            let mut probes = vec![k.clone(), k[..k.len() - 1].to_vec()];
-            let mut longer = k.clone();
-            longer.push(0x5A);
-            probes.push(longer);
-            let mut other = k.clone();
-            *other.last_mut().unwrap() ^= 0x80;
-            probes.push(other);
-            for q in probes.iter().filter(|q| !q.is_empty()) {
-                let fast = s.lookup_counted(q).unwrap();
-                let general = s.lookup_in::<true>(q, s.root, 0, 1).unwrap();
+            for q in probes_around(k) {
+                let fast = s.lookup_counted(&q).unwrap();
+                let general = s.lookup_in::<true>(&q, s.root, 0, 1).unwrap();
                 assert_eq!(fast, general, "key {q:?}");
                 absent += usize::from(fast.0.is_none());
             }
             assert!(s.lookup_counted(k).unwrap().0.is_some());
         }
         assert!(absent > 1000, "absent keys are probed too ({absent})");
+    }
+
+    /// The batched search (`Search::lookup_many`) gives each key what
+    /// `lookup_counted` gives it alone, lines included, in all three trees,
+    /// for batches of every size up to `BATCH`: the keys of `mixed_tree`,
+    /// the probes around them, and random 8-byte keys.
+    #[test]
+    fn batched_searches_agree_with_single_searches() {
+        use crate::engine::BATCH;
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let (t, keys) = mixed_tree(flavor);
+            let mut probes = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                probes.extend(probes_around(k));
+                probes.push(
+                    (i as u64)
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .to_be_bytes()
+                        .to_vec(),
+                );
+            }
+            let s = t.search();
+            let (mut at, mut size, mut found) = (0, 1, 0);
+            while at < probes.len() {
+                let batch: Vec<&[u8]> = probes[at..(at + size).min(probes.len())]
+                    .iter()
+                    .map(Vec::as_slice)
+                    .collect();
+                let mut seen = vec![false; batch.len()];
+                s.lookup_many(&batch, |i, got| {
+                    assert!(!seen[i], "{flavor:?}: key {i} answered twice");
+                    seen[i] = true;
+                    let want = s.lookup_counted(batch[i]).unwrap();
+                    assert_eq!(got.unwrap(), want, "{flavor:?}: key {:?}", batch[i]);
+                    found += usize::from(want.0.is_some());
+                });
+                assert!(seen.iter().all(|&s| s), "{flavor:?}: every key answered");
+                at += batch.len();
+                size = size % BATCH + 1;
+            }
+            assert!(found >= keys.len(), "{flavor:?}: {found} found");
+            assert!(found < probes.len() / 2, "{flavor:?}: absent keys probed");
+        }
     }
 
     #[test]
@@ -611,6 +660,18 @@ mod tests {
             pool.store_u64(n + END, n).unwrap();
             let e = t.search().lookup(&[1]).unwrap_err().to_string();
             assert!(e.contains("end slot"), "{flavor:?}: {e}");
+            // The batched search too, beside a key it still finds.
+            let mut answers = Vec::new();
+            t.search()
+                .lookup_many(&[&[1], &[1, 5]], |i, r| answers.push((i, r)));
+            answers.sort_by_key(|(i, _)| *i);
+            assert!(answers[0]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("end slot"));
+            assert!(answers[1].1.as_ref().unwrap().0.is_some());
             assert!(t.search().lookup(&[1, 5]).unwrap().is_some());
         }
     }

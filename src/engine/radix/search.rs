@@ -43,7 +43,7 @@ use super::leaf::{self, LeafWord};
 use super::nodes::{self, Kind, END};
 use super::span::Span;
 use super::Flavor;
-use crate::engine::{OptimisticRead, Probe, ValueBuf};
+use crate::engine::{OptimisticRead, Probe, ValueBuf, BATCH};
 use crate::error::{Error, Result};
 use crate::pm::{Pool, CACHE_LINE};
 
@@ -98,7 +98,9 @@ impl Search<'_> {
     /// at its own depth, with no compressed path, and the key not yet at
     /// its end) in a loop of its own, with one bounds check per node and
     /// one compare of the header word for all of those conditions; then a
-    /// leaf of one line, read with one check ([`leaf::find_in_line`]).
+    /// leaf of one line, read after one bounds check for the line
+    /// ([`leaf::find_in_line`]; each word's offset is still compared with
+    /// the line's end).
     /// Anything else (a null slot, a longer leaf, a compressed path, a
     /// node left by a crashed split, the key's end) goes on in
     /// [`Self::lookup_in`] from the slot that led there, which gives the
@@ -144,11 +146,111 @@ impl Search<'_> {
         }
         let lines = 1 + d as u64 + later;
         // The common end, a leaf in one line (an 8-byte key and value take
-        // 24 bytes), is read with one check; the rest goes on below.
+        // 24 bytes), is read after one bounds check for the line; the rest
+        // goes on below.
         if let Some(found) = leaf::find_in_line(pm, p, key)? {
             return Ok((found.map(|lw| (p, lw)), lines + 1));
         }
         self.lookup_in::<true>(key, slot, d, lines)
+    }
+
+    /// [`Self::lookup_counted`] for several keys at once (at most
+    /// [`BATCH`]): calls `f(i, lookup_counted(keys[i]))` for each key, in
+    /// the order the searches end. Same answers and line counts (tested).
+    ///
+    /// WORT's keys walk their plain nodes in rounds, one step per key per
+    /// round, and each step prefetches the next node's header line and the
+    /// line of the slot the key will read there ([`Words::prefetch`]): the
+    /// misses of all the keys in flight overlap, where one search's chain
+    /// of misses is one after the other (docs/design.md §11, "Batched
+    /// searches"). A key leaves the rounds where `lookup_w16` leaves its
+    /// loop, and ends as it does. The other trees take
+    /// [`Self::lookup_many_bytes`].
+    ///
+    /// [`Words::prefetch`]: crate::pm::Words::prefetch
+    pub fn lookup_many(
+        self,
+        keys: &[&[u8]],
+        mut f: impl FnMut(usize, Result<(Option<(u64, LeafWord)>, u64)>),
+    ) {
+        assert!(keys.len() <= BATCH, "at most {BATCH} keys per batch");
+        let pm = self.pool.words();
+        if self.flavor.span() == Span::Byte {
+            return self.lookup_many_bytes(keys, &mut f);
+        }
+        let root = match pm.load(self.root) {
+            Ok(root) => root,
+            Err(_) => {
+                // Each key then reports the error itself.
+                for (i, key) in keys.iter().enumerate() {
+                    f(i, self.lookup_counted(key));
+                }
+                return;
+            }
+        };
+        /// One key's place: as `lookup_w16`'s locals.
+        #[derive(Clone, Copy)]
+        struct Walk {
+            p: u64,
+            slot: u64,
+            d: usize,
+            later: u64,
+        }
+        let mut walks = [Walk {
+            p: root,
+            slot: self.root,
+            d: 0,
+            later: 0,
+        }; BATCH];
+        // The keys still walking, compacted as they leave.
+        let mut live: [usize; BATCH] = std::array::from_fn(|i| i);
+        let mut n = keys.len();
+        let plain = Header::plain(Kind::W16 as u8, 0);
+        while n > 0 {
+            let mut j = 0;
+            while j < n {
+                let i = live[j];
+                let key = keys[i];
+                let w = &mut walks[i];
+                // One step of `lookup_w16`'s loop; `false` where it breaks.
+                let stepped = w.d < 2 * key.len()
+                    && match pm.block::<{ nodes::w16::SIZE }>(w.p) {
+                        Some(n)
+                            if n.load(0) & Header::PLAIN_MASK == plain + ((w.d as u64) << 4) =>
+                        {
+                            let u = Span::Nibble.unit(key, w.d);
+                            w.later += nodes::w16::slot_in_later_line(u);
+                            w.slot = nodes::w16::slot(w.p, u);
+                            w.p = n.load(w.slot - w.p);
+                            w.d += 1;
+                            // The next node's header and slot lines, or the
+                            // leaf's line, needed next round.
+                            pm.prefetch(w.p);
+                            if w.d < 2 * key.len() {
+                                pm.prefetch(nodes::w16::slot(w.p, Span::Nibble.unit(key, w.d)));
+                            }
+                            true
+                        }
+                        _ => false,
+                    };
+                if stepped {
+                    j += 1;
+                    continue;
+                }
+                n -= 1;
+                live[j] = live[n];
+                let Walk { p, slot, d, later } = *w;
+                let lines = 1 + d as u64 + later;
+                f(
+                    i,
+                    match leaf::find_in_line(pm, p, key) {
+                        Ok(Some(found)) => Ok((found.map(|lw| (p, lw)), lines + 1)),
+                        Ok(None) => self.lookup_in::<true>(key, slot, d, lines),
+                        Err(e) => Err(e),
+                    },
+                );
+            }
+        }
     }
 
     /// The search loop of §3 for one span.
@@ -171,103 +273,212 @@ impl Search<'_> {
     pub(super) fn lookup_in<const NIBBLE: bool>(
         self,
         key: &[u8],
-        mut slot: u64,
-        mut d: usize,
-        mut lines: u64,
+        slot: u64,
+        d: usize,
+        lines: u64,
     ) -> Result<(Option<(u64, LeafWord)>, u64)> {
+        let pm = self.pool.words();
+        let mut at = At {
+            slot,
+            d,
+            lines,
+            at_end: false,
+        };
+        loop {
+            let p = pm.load(at.slot)?;
+            match self.step::<NIBBLE>(key, p, at)? {
+                Step::Next(next) => at = next,
+                Step::Done(found, lines) => return Ok((found, lines)),
+            }
+        }
+    }
+
+    /// One step of [`Self::lookup_in`]: `p` is the word read from
+    /// `at.slot` (null, a leaf or a node). Every step consumes at least one
+    /// unit of the key, except the step into an end slot (`at_end`), after
+    /// which only a leaf is accepted: so a walk ends within `klen + 2`
+    /// steps even on a torn or damaged tree. Lines: the root slot's, then
+    /// per node as in `new_line`.
+    #[inline(always)]
+    fn step<const NIBBLE: bool>(self, key: &[u8], p: u64, at: At) -> Result<Step> {
         let span = if NIBBLE { Span::Nibble } else { Span::Byte };
         let pm = self.pool.words();
         let klen = span.len(key);
-        // Set on the step into an end slot: the one step that consumes no
-        // unit, so the walk ends within `klen + 2` steps even on a torn or
-        // damaged tree.
-        let mut at_end = false;
-        // Lines: the root slot's, then per node as in `new_line`.
-        let found = loop {
-            let p = pm.load(slot)?;
-            if p == 0 {
-                break None;
+        let At {
+            mut d,
+            mut lines,
+            at_end,
+            ..
+        } = at;
+        if p == 0 {
+            return Ok(Step::Done(None, lines));
+        }
+        lines += 1;
+        let w = pm.load(p)?;
+        if w & 0xF == u64::from(leaf::LEAF_KIND) {
+            let lw = LeafWord::decode(p, w)?;
+            if !leaf::key_matches(pm, p, lw, key)? {
+                lines += new_line(p, p + leaf::HEADER + lw.key_len as u64 - 1);
+                return Ok(Step::Done(None, lines));
             }
-            lines += 1;
-            let w = pm.load(p)?;
-            if w & 0xF == u64::from(leaf::LEAF_KIND) {
-                let lw = LeafWord::decode(p, w)?;
-                if !leaf::key_matches(pm, p, lw, key)? {
-                    lines += new_line(p, p + leaf::HEADER + lw.key_len as u64 - 1);
-                    break None;
-                }
-                // The caller reads the value: count the leaf's lines to its end.
-                lines += crate::pm::lines_spanned(p, lw.size()) - 1;
-                break Some((p, lw));
+            // The caller reads the value: count the leaf's lines to its end.
+            lines += crate::pm::lines_spanned(p, lw.size()) - 1;
+            return Ok(Step::Done(Some((p, lw)), lines));
+        }
+        if at_end {
+            return Err(Error::corrupt(p, "radix: node in an end slot"));
+        }
+        if !Header::plain_at(w, d) {
+            // Rare: a compressed path, or a node left above its depth
+            // by a crashed split (the leaf comparison decides then).
+            let h = Header::decode(w);
+            let b = h.branch();
+            if b < d {
+                return Err(Error::corrupt(p, "radix: node branches above its depth"));
             }
-            if at_end {
-                return Err(Error::corrupt(p, "radix: node in an end slot"));
-            }
-            if !Header::plain_at(w, d) {
-                // Rare: a compressed path, or a node left above its depth
-                // by a crashed split (the leaf comparison decides then).
-                let h = Header::decode(w);
-                let b = h.branch();
-                if b < d {
-                    return Err(Error::corrupt(p, "radix: node branches above its depth"));
-                }
-                if h.depth == d {
-                    for i in 0..h.stored(span) {
-                        if d + i >= klen || span.unit(key, d + i) != h.unit(span, i) {
-                            return Ok((None, lines));
-                        }
+            if h.depth == d {
+                for i in 0..h.stored(span) {
+                    if d + i >= klen || span.unit(key, d + i) != h.unit(span, i) {
+                        return Ok(Step::Done(None, lines));
                     }
                 }
-                d = b;
             }
-            if klen <= d {
-                if klen < d {
-                    break None;
-                }
-                // Only a leaf lives in an end slot: see the check above.
-                slot = p + END;
-                at_end = true;
-                continue;
+            d = b;
+        }
+        if klen <= d {
+            if klen < d {
+                return Ok(Step::Done(None, lines));
             }
-            let u = span.unit(key, d);
-            d += 1;
-            if NIBBLE {
-                // WORT has one node kind: test for it alone.
-                if w & 0xF != Kind::W16 as u64 {
-                    return Err(Error::corrupt(p, "radix: not a WORT node"));
-                }
-                let s = nodes::w16::slot(p, u);
-                lines += new_line(p, s);
-                slot = s;
-                continue;
+            // Only a leaf lives in an end slot: see the check above.
+            return Ok(Step::Next(At {
+                slot: p + END,
+                d,
+                lines,
+                at_end: true,
+            }));
+        }
+        let u = span.unit(key, d);
+        d += 1;
+        let next = |slot: u64, lines: u64| {
+            Step::Next(At {
+                slot,
+                d,
+                lines,
+                at_end: false,
+            })
+        };
+        if NIBBLE {
+            // WORT has one node kind: test for it alone.
+            if w & 0xF != Kind::W16 as u64 {
+                return Err(Error::corrupt(p, "radix: not a WORT node"));
             }
-            let (next, before) = match Kind::of(p, w)? {
-                Kind::N256 if !NIBBLE => (Some(nodes::n256::slot(p, u)), p),
-                // Keys in the header line.
-                Kind::N4 if !NIBBLE => (nodes::n4::find(self.pool, p, u)?, p),
-                Kind::N16 if !NIBBLE => (nodes::n16::find(self.pool, p, u)?, p),
-                Kind::N48 if !NIBBLE => {
-                    let index = p + nodes::n48::INDEX + u64::from(u);
-                    lines += new_line(p, index);
-                    (nodes::n48::find(self.pool, p, u)?, index)
-                }
-                k => {
-                    return Err(Error::corrupt(
-                        p,
-                        format!("radix: {k:?} node in a {} tree", self.flavor.name()),
-                    ))
-                }
-            };
-            match next {
-                Some(s) => {
-                    lines += new_line(before, s);
-                    slot = s;
-                }
-                None => break None,
+            let s = nodes::w16::slot(p, u);
+            return Ok(next(s, lines + new_line(p, s)));
+        }
+        let (found, before) = match Kind::of(p, w)? {
+            Kind::N256 if !NIBBLE => (Some(nodes::n256::slot(p, u)), p),
+            // Keys in the header line.
+            Kind::N4 if !NIBBLE => (nodes::n4::find(self.pool, p, u)?, p),
+            Kind::N16 if !NIBBLE => (nodes::n16::find(self.pool, p, u)?, p),
+            Kind::N48 if !NIBBLE => {
+                let index = p + nodes::n48::INDEX + u64::from(u);
+                lines += new_line(p, index);
+                (nodes::n48::find(self.pool, p, u)?, index)
+            }
+            k => {
+                return Err(Error::corrupt(
+                    p,
+                    format!("radix: {k:?} node in a {} tree", self.flavor.name()),
+                ))
             }
         };
-        Ok((found, lines))
+        Ok(match found {
+            Some(s) => next(s, lines + new_line(before, s)),
+            None => Step::Done(None, lines),
+        })
     }
+
+    /// [`Self::lookup_many`] for the byte-span trees (WOART, ART+CoW):
+    /// each key alternates between reading a slot (and prefetching the
+    /// node it points to) and taking [`Self::step`] on that node (and
+    /// prefetching the next slot), one of the two per key per round.
+    fn lookup_many_bytes(
+        self,
+        keys: &[&[u8]],
+        f: &mut impl FnMut(usize, Result<(Option<(u64, LeafWord)>, u64)>),
+    ) {
+        let pm = self.pool.words();
+        /// One key's place: the slot to read next, and the word read from
+        /// it once read (its line then on its way).
+        #[derive(Clone, Copy)]
+        struct Walk {
+            at: At,
+            p: Option<u64>,
+        }
+        let mut walks = [Walk {
+            at: At {
+                slot: self.root,
+                d: 0,
+                lines: 1,
+                at_end: false,
+            },
+            p: None,
+        }; BATCH];
+        let mut live: [usize; BATCH] = std::array::from_fn(|i| i);
+        let mut n = keys.len();
+        while n > 0 {
+            let mut j = 0;
+            while j < n {
+                let i = live[j];
+                let w = &mut walks[i];
+                let done = match w.p.take() {
+                    None => match pm.load(w.at.slot) {
+                        Ok(p) => {
+                            pm.prefetch(p);
+                            w.p = Some(p);
+                            None
+                        }
+                        Err(e) => Some(Err(e)),
+                    },
+                    Some(p) => match self.step::<false>(keys[i], p, w.at) {
+                        Ok(Step::Next(at)) => {
+                            pm.prefetch(at.slot);
+                            w.at = at;
+                            None
+                        }
+                        Ok(Step::Done(found, lines)) => Some(Ok((found, lines))),
+                        Err(e) => Some(Err(e)),
+                    },
+                };
+                match done {
+                    None => j += 1,
+                    Some(r) => {
+                        n -= 1;
+                        live[j] = live[n];
+                        f(i, r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a search stands between two nodes: the slot it reads next, the
+/// units consumed, the lines read, and whether the slot is an end slot.
+#[derive(Clone, Copy)]
+struct At {
+    slot: u64,
+    d: usize,
+    lines: u64,
+    at_end: bool,
+}
+
+/// Where one step of a search leads.
+enum Step {
+    /// On to this slot.
+    Next(At),
+    /// The answer, and the lines read.
+    Done(Option<(u64, LeafWord)>, u64),
 }
 
 /// The tree's lock-free reader (see the module doc).
@@ -291,5 +502,28 @@ impl OptimisticRead for Reader {
             Some(r) => Probe::Found(r),
             None => Probe::TooLong,
         })
+    }
+
+    fn get_many_into(&self, keys: &[&[u8]], bufs: &mut [ValueBuf], out: &mut [Result<Probe>]) {
+        let s = Search {
+            pool: &self.pool,
+            flavor: self.flavor,
+            root: self.root,
+        };
+        let pm = self.pool.words();
+        let mut lines = 0;
+        s.lookup_many(keys, |i, found| {
+            out[i] = found.and_then(|(found, l)| {
+                lines += l;
+                let Some((p, lw)) = found else {
+                    return Ok(Probe::Absent);
+                };
+                Ok(match leaf::copy_value(pm, p, lw, &mut bufs[i])? {
+                    Some(r) => Probe::Found(r),
+                    None => Probe::TooLong,
+                })
+            });
+        });
+        self.pool.touch_lines(lines);
     }
 }
