@@ -146,7 +146,9 @@ pub trait OptimisticRead: Send + Sync {
     /// [`Self::get_into`] for several keys (at most [`BATCH`]): `out[i]`
     /// answers `keys[i]`, with its value in `bufs[i]`. The default searches
     /// one key after another; a reader that overlaps the searches' misses
-    /// overrides it. The same contract holds for every key.
+    /// overrides it. The same contract holds for every key, and every
+    /// `out[i]` must be written on every call (the caller reuses `out`
+    /// across tries).
     fn get_many_into(&self, keys: &[&[u8]], bufs: &mut [ValueBuf], out: &mut [Result<Probe>]) {
         for ((key, buf), out) in keys.iter().zip(bufs).zip(out) {
             *out = self.get_into(key, buf);
@@ -156,7 +158,7 @@ pub trait OptimisticRead: Send + Sync {
 
 /// Keys per batch of [`Engine::get_many`] (one version check covers a
 /// batch), and the most an [`OptimisticRead::get_many_into`] is given:
-/// enough to keep a core's miss buffers busy (10 to 12 line fills on
+/// enough to keep a core's miss buffers busy (10 to 16 line fills on
 /// recent x86 cores; a radix tree's step prefetches two lines per key), few
 /// enough that a batch's state and its value buffers stay in L1 and L2.
 pub const BATCH: usize = 16;
@@ -322,17 +324,16 @@ impl<E: SerialEngine> Locked<E> {
                 return Ok(());
             }
         }
-        let g = self.inner.read();
+        // One lock hold per key, as `get_with`: a batch does not keep
+        // writers out for 16 searches and their callbacks.
         for (i, key) in keys.iter().enumerate() {
-            let found = g.get_with(key, &mut |v| f(first + i, Some(v)))?;
-            if !found {
-                f(first + i, None);
-            }
+            self.get_locked(first + i, key, f)?;
         }
         Ok(())
     }
 
-    /// One key of a batch under the read lock.
+    /// One key of a batch under the read lock (released before `f` runs
+    /// for an absent key).
     fn get_locked(
         &self,
         i: usize,

@@ -694,16 +694,19 @@ impl Engine for Hart {
     /// again, which it does as `get_with` does, now mostly from cache. So
     /// the misses of a batch's keys overlap at two of a search's steps:
     /// the ART's slot and the PM leaf (docs/design.md §7, "Batched
-    /// searches").
+    /// searches"). Only with the direct index of ARTs (`k_h` ≤ 2, the
+    /// default): the hashed one takes a shard lock to find an ART, which
+    /// the warm-up passes would take twice more per key.
     fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         let pm = self.pool.words();
+        let warm = self.trees.is_direct();
         for (b, batch) in keys.chunks(BATCH).enumerate() {
-            for key in batch {
+            for key in batch.iter().filter(|_| warm) {
                 if let Some(tree) = self.trees.find_bytes(self.split(key).0) {
                     crate::hint::prefetch::<RwLock<Tree>>(&tree);
                 }
             }
-            for key in batch {
+            for key in batch.iter().filter(|_| warm) {
                 let (hk, ak) = self.split(key);
                 if let Some(tree) = self.trees.find_bytes(hk) {
                     if let Some(leaf) = tree.read().art.probe(ak) {

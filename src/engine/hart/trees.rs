@@ -302,6 +302,12 @@ impl Trees {
         }
     }
 
+    /// Whether hash keys index the ARTs directly (`k_h` ≤ 2): finding an
+    /// ART then takes no lock.
+    pub(super) fn is_direct(&self) -> bool {
+        matches!(self, Trees::Direct(_))
+    }
+
     /// The ART of `hk`, created if there is none.
     pub(super) fn for_insert(&self, hk: &HashKey, r: Route) -> TreeRef<'_> {
         match self {

@@ -643,6 +643,29 @@ mod tests {
         }
     }
 
+    /// Regression (review of the batched search): a WORT slot holding a
+    /// word near `u64::MAX` (a torn read of a reused block, or a damaged
+    /// pool) made the batch's prefetch address overflow, a panic in builds
+    /// with overflow checks. It is an error, as in the single search.
+    #[test]
+    fn a_huge_child_word_is_an_error_in_a_batch_too() {
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        t.put(&[0x10], b"a", PutMode::Upsert).unwrap();
+        t.put(&[0x20], b"b", PutMode::Upsert).unwrap();
+        let n = pool.load_u64(t.root_slot()).unwrap();
+        assert_eq!(nodes::kind(&pool, n).unwrap(), Kind::W16);
+        pool.store_u64(nodes::w16::slot(n, 1), u64::MAX - 7)
+            .unwrap();
+        assert!(t.search().lookup(&[0x10]).is_err());
+        let mut answers = Vec::new();
+        t.search()
+            .lookup_many(&[&[0x10], &[0x20]], |i, r| answers.push((i, r)));
+        answers.sort_by_key(|(i, _)| *i);
+        assert!(answers[0].1.is_err(), "{:?}", answers[0].1);
+        assert!(answers[1].1.as_ref().unwrap().0.is_some());
+    }
+
     #[test]
     fn a_node_in_an_end_slot_is_an_error_not_an_endless_walk() {
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {

@@ -226,8 +226,11 @@ impl Search<'_> {
                             // The next node's header and slot lines, or the
                             // leaf's line, needed next round.
                             pm.prefetch(w.p);
+                            // `w.p` is not checked yet: wrapping, so that
+                            // a torn or damaged word cannot overflow.
                             if w.d < 2 * key.len() {
-                                pm.prefetch(nodes::w16::slot(w.p, Span::Nibble.unit(key, w.d)));
+                                let u = Span::Nibble.unit(key, w.d);
+                                pm.prefetch(w.p.wrapping_add(nodes::w16::slot(0, u)));
                             }
                             true
                         }
