@@ -277,9 +277,7 @@ impl<E: SerialEngine> Locked<E> {
         }
         None
     }
-}
 
-impl<E: SerialEngine> Locked<E> {
     /// [`Engine::get_many`] for at most [`BATCH`] keys, numbered from
     /// `first`: one optimistic batch, validated by one version check; the
     /// keys it cannot answer (and all of them, if no batch validates) are
@@ -309,9 +307,8 @@ impl<E: SerialEngine> Locked<E> {
                 // Validated: every answer is a state between two writes.
                 for (i, (out, buf)) in out[..n].iter().zip(&bufs).enumerate() {
                     let value = match out {
-                        Ok(Probe::Absent) => None,
                         Ok(Probe::Found(r)) => buf.bytes().get(r.clone()),
-                        Ok(Probe::TooLong) | Err(_) => None,
+                        _ => None,
                     };
                     match (out, value) {
                         (Ok(Probe::Absent), _) => f(first + i, None),
