@@ -19,6 +19,8 @@
 //! (`A` and `B`, five each): an A/B comparison in one process and one
 //! stretch of time, as this machine's timings drift by ±30% between runs.
 //! `SEARCHES=K` runs K search rounds instead of three (0: insert only).
+//! `FLUSH=KIND` makes lines persistent with `KIND` (clwb, clflushopt,
+//! clflush, or eadr: fences only) instead of the best the CPU has.
 //! `BATCH=G` looks the keys up G at a time through `Db::get_many_with`
 //! (memcached's multi-key get) instead of one `get_with` each.
 
@@ -100,6 +102,12 @@ fn main() {
         ..Options::default()
     };
     add_settings("OPT", &mut opts);
+    if let Ok(kind) = std::env::var("FLUSH") {
+        let kind = kind
+            .parse()
+            .expect("FLUSH is clwb, clflushopt, clflush or eadr");
+        opts.persist = pmindex::pm::PersistConfig::new(kind, None).expect("FLUSH");
+    }
     let threads: usize = std::env::var("THREADS")
         .map(|t| t.parse().expect("THREADS is a number"))
         .unwrap_or(1)

@@ -23,6 +23,25 @@ fn bad_input_is_a_clear_error_not_a_panic() {
             "--records must be at least 1",
         ),
         (&["bench", "--keys", "nope"], 2, "unknown key set"),
+        (&["bench", "--get-many", "0"], 2, "key count of 1 or more"),
+        (
+            &[
+                "bench",
+                "--mix",
+                "ycsb-c",
+                "--get-many",
+                "4",
+                "--records",
+                "10",
+            ],
+            1,
+            "add basic to --mix",
+        ),
+        (
+            &["bench", "--preset", "wort", "--get-many", "4"],
+            2,
+            "--get-many",
+        ),
         (&["bench", "--mix", "nope"], 2, "unknown mix"),
         (&["bench", "--mix", "read=x"], 2, "weight"),
         (

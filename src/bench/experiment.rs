@@ -9,6 +9,7 @@
 //! | [`PhaseSpec::Load`] | inserts the `records` keys (the build) | `insert` |
 //! | [`PhaseSpec::Recover`] | closes the database, opens it again, times the open | `recovery` |
 //! | [`PhaseSpec::Search`] | gets every key inserted so far, in a random order, checking values | `search` |
+//! | [`PhaseSpec::SearchMany`] | the same, `batch` keys per [`crate::Db::get_many_with`] call (memcached's multi-key get) | `search-many` |
 //! | [`PhaseSpec::Update`] | replaces every key's value, in a random order | `update` |
 //! | [`PhaseSpec::Delete`] | deletes every key, in a random order | `delete` |
 //! | [`PhaseSpec::Mix`] | runs `ops` operations of a mix (see [`super::mix`]) | the mix's name |
@@ -38,6 +39,14 @@ pub enum PhaseSpec {
     Recover,
     /// Get every key inserted so far.
     Search,
+    /// Get every key inserted so far, `batch` keys per
+    /// [`crate::Db::get_many_with`] call (in the same random order as
+    /// [`PhaseSpec::Search`]). Operations count keys, so its throughput
+    /// compares with `search`'s; a latency sample is one whole call.
+    SearchMany {
+        /// Keys per call.
+        batch: usize,
+    },
     /// Replace every key's value.
     Update,
     /// Delete every key.
@@ -86,6 +95,7 @@ impl PhaseSpec {
             PhaseSpec::Load => "insert",
             PhaseSpec::Recover => "recovery",
             PhaseSpec::Search => "search",
+            PhaseSpec::SearchMany { .. } => "search-many",
             PhaseSpec::Update => "update",
             PhaseSpec::Delete => "delete",
             PhaseSpec::Mix { mix, .. } => &mix.name,
@@ -99,6 +109,9 @@ impl PhaseSpec {
             PhaseSpec::Load => "insert every record".into(),
             PhaseSpec::Recover => "close, reopen, time the recovery".into(),
             PhaseSpec::Search => "get every key in random order".into(),
+            PhaseSpec::SearchMany { batch } => {
+                format!("get every key in random order, {batch} per multi-key get")
+            }
             PhaseSpec::Update => "update every key in random order".into(),
             PhaseSpec::Delete => "delete every key in random order".into(),
             PhaseSpec::Mix {
@@ -203,6 +216,9 @@ impl Experiment {
                 }
                 PhaseSpec::Scan { count: 0, .. } => {
                     return bad("a scan phase needs at least 1 query".into())
+                }
+                PhaseSpec::SearchMany { batch: 0 } => {
+                    return bad("a multi-key get needs at least 1 key (--get-many)".into())
                 }
                 _ => {}
             }

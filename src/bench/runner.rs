@@ -240,6 +240,16 @@ pub fn run_engine(
                 });
                 r
             }
+            PhaseSpec::SearchMany { batch } => {
+                // The order `search` uses, so that the two phases read the
+                // same keys in the same order.
+                let order = shuffled_order(seed, 1, count as usize);
+                let work = Work::EachMany {
+                    order: &order,
+                    batch: *batch,
+                };
+                run(work, count, deleted, progress)?
+            }
             PhaseSpec::Search | PhaseSpec::Update | PhaseSpec::Delete => {
                 let op = match spec {
                     PhaseSpec::Search => OpKind::Read,
@@ -311,6 +321,8 @@ enum Work<'a> {
     Load,
     /// `op` on every key of `order` (thread `t` a contiguous share).
     Each { op: OpKind, order: &'a [u32] },
+    /// Reads of every key of `order`, `batch` keys per multi-key get.
+    EachMany { order: &'a [u32], batch: usize },
     /// `ops` operations drawn from `picker`, keys from `chooser`.
     Mix {
         picker: OpPicker,
@@ -327,7 +339,7 @@ impl Work<'_> {
     fn total(&self, records: u64) -> u64 {
         match self {
             Work::Load => records,
-            Work::Each { order, .. } => order.len() as u64,
+            Work::Each { order, .. } | Work::EachMany { order, .. } => order.len() as u64,
             Work::Mix { ops, .. } => *ops,
         }
     }
@@ -502,6 +514,41 @@ impl PhaseArgs<'_> {
     fn must_exist(&self, idx: u64) -> bool {
         !self.deleted && (self.threads == 1 || idx < self.count)
     }
+
+    /// Reads the keys `idxs` with one [`Db::get_many_with`] call (`keys`
+    /// is scratch space) and checks each value as [`Self::exec`] does.
+    fn exec_many<'k>(
+        &'k self,
+        st: &mut ThreadState,
+        idxs: &[u32],
+        keys: &mut Vec<&'k [u8]>,
+        found: &mut Vec<u32>,
+    ) -> Result<()> {
+        let kind = OpKind::Read;
+        st.ops[kind.index()] += idxs.len() as u64;
+        keys.clear();
+        found.clear();
+        for &idx in idxs {
+            if (idx as usize) < self.keys.len() {
+                keys.push(self.keys.get(idx as usize));
+                found.push(idx);
+            } else {
+                // As in `exec`: a bug in the planning, reported as an error.
+                st.errors += 1;
+            }
+        }
+        let vs = self.value_size;
+        let (mut bad, mut missing) = (0u64, Vec::new());
+        self.db.get_many_with(keys, |i, v| match v {
+            Some(v) => bad += u64::from(!value_matches(v, keys[i], vs)),
+            None => missing.push(found[i]),
+        })?;
+        st.errors += bad;
+        for idx in missing {
+            st.missed(kind, self.must_exist(u64::from(idx)));
+        }
+        Ok(())
+    }
 }
 
 /// Counts one record a scan returned (and whether its value is wrong);
@@ -552,63 +599,95 @@ fn run_thread(
     barrier.wait();
     let start = Instant::now();
     let mut reported = 0;
-    for i in 0..n {
-        if i > 0 && i % batch == 0 {
-            live.done.fetch_add(i - reported, Ordering::Relaxed);
-            reported = i;
-            if live.stop.load(Ordering::Relaxed) {
+    // Reports the operations done up to `i`; whether to stop.
+    let mut checkpoint = |i: u64, stopped: &mut bool| {
+        live.done.fetch_add(i - reported, Ordering::Relaxed);
+        reported = i;
+        if live.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        *stopped = args.limit.is_some_and(|l| start.elapsed() >= l);
+        *stopped
+    };
+    if let Work::EachMany { order, batch: g } = work {
+        let share = &order[first as usize..(first + n) as usize];
+        let g = (*g).max(1);
+        let (mut keys, mut found) = (Vec::with_capacity(g), Vec::with_capacity(g));
+        let (mut i, mut last) = (0, 0);
+        for calls in share.chunks(g) {
+            if i - last >= batch {
+                last = i;
+                if checkpoint(i, &mut stopped) {
+                    break;
+                }
+            }
+            // Timed if it holds an operation that `each` would time.
+            let len = calls.len() as u64;
+            let timed =
+                i % args.sample_every == 0 || i % args.sample_every + len > args.sample_every;
+            let t0 = timed.then(Instant::now);
+            if let Err(e) = args.exec_many(&mut st, calls, &mut keys, &mut found) {
+                failure = Some(e);
+                live.stop.store(true, Ordering::Relaxed);
                 break;
             }
-            if args.limit.is_some_and(|l| start.elapsed() >= l) {
-                stopped = true;
+            if let Some(t0) = t0 {
+                st.record(OpKind::Read, t0.elapsed().as_nanos() as u64);
+            }
+            i += len;
+        }
+    } else {
+        for i in 0..n {
+            if i > 0 && i % batch == 0 && checkpoint(i, &mut stopped) {
                 break;
             }
-        }
-        let t0 = (i % args.sample_every == 0).then(Instant::now);
-        let (kind, outcome) = match (work, &mut op_rng) {
-            (Work::Load, _) => {
-                let idx = first + i;
-                (
-                    OpKind::Insert,
-                    args.exec(&mut st, OpKind::Insert, idx, false, (0, false)),
-                )
+            let t0 = (i % args.sample_every == 0).then(Instant::now);
+            let (kind, outcome) = match (work, &mut op_rng) {
+                (Work::Load, _) => {
+                    let idx = first + i;
+                    (
+                        OpKind::Insert,
+                        args.exec(&mut st, OpKind::Insert, idx, false, (0, false)),
+                    )
+                }
+                (Work::Each { op, order }, _) => {
+                    let idx = u64::from(order[(first + i) as usize]);
+                    (
+                        *op,
+                        args.exec(&mut st, *op, idx, args.must_exist(idx), (0, false)),
+                    )
+                }
+                (Work::Mix { wrap, .. }, Some(op_rng)) => {
+                    let (Some(key_rng), Some(chooser), Some(picker), Some(scan)) =
+                        (&mut key_rng, &mut chooser, picker, &scan)
+                    else {
+                        unreachable!("a mix sets up every generator")
+                    };
+                    let kind = picker.pick(op_rng);
+                    let idx = if kind == OpKind::Insert {
+                        live.next_key.fetch_add(1, Ordering::Relaxed)
+                    } else {
+                        chooser.next(key_rng, live.next_key.load(Ordering::Relaxed))
+                    };
+                    let len = if kind == OpKind::Scan {
+                        scan.sample(key_rng)
+                    } else {
+                        0
+                    };
+                    let must = kind != OpKind::Insert && args.must_exist(idx);
+                    (kind, args.exec(&mut st, kind, idx, must, (len, *wrap)))
+                }
+                (Work::Mix { .. }, None) => unreachable!("a mix sets up every generator"),
+                (Work::EachMany { .. }, _) => unreachable!("multi-key gets run above"),
+            };
+            if let Err(e) = outcome {
+                failure = Some(e);
+                live.stop.store(true, Ordering::Relaxed);
+                break;
             }
-            (Work::Each { op, order }, _) => {
-                let idx = u64::from(order[(first + i) as usize]);
-                (
-                    *op,
-                    args.exec(&mut st, *op, idx, args.must_exist(idx), (0, false)),
-                )
+            if let Some(t0) = t0 {
+                st.record(kind, t0.elapsed().as_nanos() as u64);
             }
-            (Work::Mix { wrap, .. }, Some(op_rng)) => {
-                let (Some(key_rng), Some(chooser), Some(picker), Some(scan)) =
-                    (&mut key_rng, &mut chooser, picker, &scan)
-                else {
-                    unreachable!("a mix sets up every generator")
-                };
-                let kind = picker.pick(op_rng);
-                let idx = if kind == OpKind::Insert {
-                    live.next_key.fetch_add(1, Ordering::Relaxed)
-                } else {
-                    chooser.next(key_rng, live.next_key.load(Ordering::Relaxed))
-                };
-                let len = if kind == OpKind::Scan {
-                    scan.sample(key_rng)
-                } else {
-                    0
-                };
-                let must = kind != OpKind::Insert && args.must_exist(idx);
-                (kind, args.exec(&mut st, kind, idx, must, (len, *wrap)))
-            }
-            (Work::Mix { .. }, None) => unreachable!("a mix sets up every generator"),
-        };
-        if let Err(e) = outcome {
-            failure = Some(e);
-            live.stop.store(true, Ordering::Relaxed);
-            break;
-        }
-        if let Some(t0) = t0 {
-            st.record(kind, t0.elapsed().as_nanos() as u64);
         }
     }
     let end = Instant::now();
@@ -855,6 +934,38 @@ mod tests {
             0,
             "pool left behind"
         );
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn multi_key_gets_read_every_key_and_count_the_missing_ones() {
+        let dir = tmpdir("many");
+        let c = cfg(&dir);
+        for threads in [1, 2] {
+            let many = PhaseSpec::SearchMany { batch: 7 };
+            let e = exp(threads, vec![PhaseSpec::Load, many.clone()]);
+            let prep = prepare(&c, &e).unwrap();
+            let run = run_engine(&c, &e, &prep, "wort", 0, &mut NoProgress).unwrap();
+            let p = &run.phases[1];
+            assert_eq!(p.phase, "search-many");
+            assert_eq!((p.ops, p.misses, p.errors), (3000, 0, 0));
+            assert_eq!(p.threads, threads);
+            let kinds: Vec<_> = p.by_op.iter().map(|o| (o.op, o.ops)).collect();
+            assert_eq!(kinds, [(OpKind::Read, 3000)]);
+            // One latency sample per call (every call is timed here): a
+            // thread's share of 3000 / threads keys in calls of 7.
+            let calls = threads as u64 * (3000 / threads as u64).div_ceil(7);
+            assert_eq!(p.latency.unwrap().samples, calls);
+
+            // After every key is deleted, each read is a miss, not an error.
+            let e = exp(threads, vec![PhaseSpec::Load, PhaseSpec::Delete, many]);
+            let prep = prepare(&c, &e).unwrap();
+            let run = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap();
+            let p = &run.phases[2];
+            assert_eq!((p.ops, p.misses, p.errors), (3000, 3000, 0));
+        }
+        let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::SearchMany { batch: 0 }]);
+        assert!(e.check().unwrap_err().to_string().contains("--get-many"));
         std::fs::remove_dir(&dir).unwrap();
     }
 

@@ -109,6 +109,10 @@ pub struct CustomSpec {
     pub dist: Option<Distribution>,
     /// Records per scan.
     pub scan_len: u64,
+    /// Keys per multi-key get: the `basic` workload then also reads every
+    /// key again through [`crate::Db::get_many_with`], in a `search-many`
+    /// phase after `search` (`None`: no such phase).
+    pub get_many: Option<usize>,
 }
 
 impl Default for CustomSpec {
@@ -128,17 +132,18 @@ impl Default for CustomSpec {
             ],
             dist: None,
             scan_len: 100,
+            get_many: None,
         }
     }
 }
 
-/// The phases of the `basic` workload: load, recovery, search, update,
-/// `ops / 10 / scan_len` range scans of `scan_len` records, delete.
-pub fn basic_phases(ops: u64, scan_len: u64) -> Vec<PhaseSpec> {
-    vec![
-        PhaseSpec::Load,
-        PhaseSpec::Recover,
-        PhaseSpec::Search,
+/// The phases of the `basic` workload: load, recovery, search (and, with
+/// `get_many`, search-many), update, `ops / 10 / scan_len` range scans of
+/// `scan_len` records, delete.
+pub fn basic_phases(ops: u64, scan_len: u64, get_many: Option<usize>) -> Vec<PhaseSpec> {
+    let mut phases = vec![PhaseSpec::Load, PhaseSpec::Recover, PhaseSpec::Search];
+    phases.extend(get_many.map(|batch| PhaseSpec::SearchMany { batch }));
+    phases.extend([
         PhaseSpec::Update,
         PhaseSpec::Scan {
             name: "scan".into(),
@@ -147,7 +152,8 @@ pub fn basic_phases(ops: u64, scan_len: u64) -> Vec<PhaseSpec> {
             len: ScanLen::Fixed { len: scan_len },
         },
         PhaseSpec::Delete,
-    ]
+    ]);
+    phases
 }
 
 /// The suite of a custom run: one experiment per combination of key set,
@@ -167,6 +173,14 @@ pub fn custom(spec: &CustomSpec) -> BenchResult<Suite> {
     nonempty(spec.workloads.len(), "workload (--mix)")?;
     if spec.scan_len == 0 {
         return Err(BenchError::Config("--scan-len must be at least 1".into()));
+    }
+    if spec.get_many == Some(0) {
+        return Err(BenchError::Config("--get-many must be at least 1".into()));
+    }
+    if spec.get_many.is_some() && !spec.workloads.contains(&Workload::Basic) {
+        return Err(BenchError::Config(
+            "--get-many adds a phase to the basic workload: add basic to --mix".into(),
+        ));
     }
     let ops = spec.ops.unwrap_or(spec.records);
     let varies = |n: usize| n > 1;
@@ -197,7 +211,7 @@ pub fn custom(spec: &CustomSpec) -> BenchResult<Suite> {
                         let (title, phases) = match w {
                             Workload::Basic => (
                                 "the basic operations, recovery and range scans".to_string(),
-                                basic_phases(ops, spec.scan_len),
+                                basic_phases(ops, spec.scan_len, spec.get_many),
                             ),
                             Workload::Mix(m) => (
                                 format!("{} ({})", m.label, m.source),
@@ -569,6 +583,43 @@ mod tests {
             ..CustomSpec::default()
         };
         assert!(custom(&no_scan).is_err());
+        for (get_many, workloads) in [
+            (Some(0), vec![Workload::Basic]),
+            (Some(16), vec![Workload::parse("ycsb-c").unwrap()]),
+        ] {
+            let spec = CustomSpec {
+                get_many,
+                workloads,
+                ..CustomSpec::default()
+            };
+            assert!(custom(&spec)
+                .unwrap_err()
+                .to_string()
+                .contains("--get-many"));
+        }
+        let many = custom(&CustomSpec {
+            get_many: Some(16),
+            ..CustomSpec::default()
+        })
+        .unwrap();
+        let names: Vec<_> = many.experiments[0]
+            .experiment
+            .phases
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "insert",
+                "recovery",
+                "search",
+                "search-many",
+                "update",
+                "scan",
+                "delete"
+            ]
+        );
         assert!(Workload::parse("bogus").is_err());
         assert_eq!(Workload::parse("BASIC").unwrap(), Workload::Basic);
     }

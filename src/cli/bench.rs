@@ -35,6 +35,7 @@ pub struct BenchOpts<'a> {
     pub mixes: &'a [String],
     pub dist: Option<Distribution>,
     pub scan_len: u64,
+    pub get_many: Option<usize>,
     pub threads: &'a str,
     pub pm_latencies: Option<&'a str>,
     pub rounds: Option<u32>,
@@ -169,6 +170,7 @@ pub fn run(
                 workloads: workloads(a.mixes)?,
                 dist: a.dist,
                 scan_len: a.scan_len,
+                get_many: a.get_many,
             })?
         }
     };

@@ -86,25 +86,65 @@ pub fn put(
 }
 
 /// `pmindex get`.
-pub fn get(out: Output, persist: PersistConfig, path: &Path, key: &str) -> Result<(), CliError> {
-    let k = arg_bytes(out, key, "KEY")?;
+pub fn get(
+    out: Output,
+    persist: PersistConfig,
+    path: &Path,
+    keys: &[String],
+) -> Result<(), CliError> {
+    let keys = keys
+        .iter()
+        .map(|k| arg_bytes(out, k, "KEY"))
+        .collect::<Result<Vec<_>, _>>()?;
     let db = open(path, persist)?;
-    let Some(v) = db.get(&k)? else {
-        return Err(CliError::KeyNotFound(out.text(&k)));
-    };
+    if let [k] = keys.as_slice() {
+        let Some(v) = db.get(k)? else {
+            return Err(CliError::KeyNotFound(out.text(k)));
+        };
+        if out.json {
+            return print_json(&out.pair_json(k, Some(&v)));
+        }
+        if out.hex {
+            return print_text(&format!("{}\n", to_hex(&v)));
+        }
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(&v)?;
+        if stdout.is_terminal() {
+            stdout.write_all(b"\n")?;
+        }
+        stdout.flush()?;
+        return Ok(());
+    }
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let values = db.get_many(&refs)?;
+    let absent: Vec<String> = keys
+        .iter()
+        .zip(&values)
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| out.text(k))
+        .collect();
     if out.json {
-        return print_json(&out.pair_json(&k, Some(&v)));
+        // An absent key is an object without a "value".
+        let pairs: Vec<_> = keys
+            .iter()
+            .zip(&values)
+            .map(|(k, v)| out.pair_json(k, v.as_deref()))
+            .collect();
+        print_json(&pairs)?;
+    } else {
+        let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        for (k, v) in keys.iter().zip(&values) {
+            if let Some(v) = v {
+                writeln!(stdout, "{}\t{}", out.text(k), out.text(v))?;
+            }
+        }
+        stdout.flush()?;
     }
-    if out.hex {
-        return print_text(&format!("{}\n", to_hex(&v)));
+    if absent.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::KeyNotFound(absent.join(", ")))
     }
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&v)?;
-    if stdout.is_terminal() {
-        stdout.write_all(b"\n")?;
-    }
-    stdout.flush()?;
-    Ok(())
 }
 
 /// `pmindex delete`.

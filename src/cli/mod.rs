@@ -105,12 +105,15 @@ enum Command {
     /// Prints `inserted` or `replaced`. The change is durable when the command
     /// returns.
     Put(PutArgs),
-    /// Print a key's value.
+    /// Print a key's value, or the values of several keys.
     ///
-    /// The value's bytes are written exactly as stored (a newline is added
-    /// only when standard output is a terminal); with --hex, as one hex line.
-    /// Exits with status 1 if the key is absent.
-    Get(KeyArgs),
+    /// One key: the value's bytes are written exactly as stored (a newline is
+    /// added only when standard output is a terminal); with --hex, as one hex
+    /// line. Several keys: one `KEY<TAB>VALUE` line per key found, in the
+    /// order given, escaped as `scan` escapes them (the keys are looked up
+    /// together, as memcached's `get k1 k2 ...`). Exits with status 1 if a
+    /// key is absent, after printing the others.
+    Get(GetArgs),
     /// Remove a key.
     ///
     /// Prints `deleted`; exits with status 1 if the key is absent.
@@ -256,6 +259,17 @@ struct KeyArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Use `--` before a KEY that starts with `-`.")]
+struct GetArgs {
+    /// The pool file.
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+    /// The keys (hex with --hex).
+    #[arg(value_name = "KEY", required = true, num_args = 1..)]
+    keys: Vec<String>,
+}
+
+#[derive(Debug, Args)]
 struct ScanArgs {
     /// The pool file.
     #[arg(value_name = "POOL")]
@@ -301,7 +315,7 @@ struct BenchArgs {
     /// with a verdict on each of the paper's claims.
     #[arg(long, value_name = "PAPER", value_parser = parse_preset,
           conflicts_with_all = ["keys", "records", "ops", "value_size", "mix", "dist",
-                                "scan_len", "threads", "pm_latencies"])]
+                                "scan_len", "threads", "pm_latencies", "get_many"])]
     preset: Option<pmindex::bench::preset::Preset>,
 
     /// With --preset: the paper's record counts (capped to what this
@@ -351,6 +365,13 @@ struct BenchArgs {
     /// Records per range scan (YCSB E: up to this many).
     #[arg(long, value_name = "N", default_value = "100", value_parser = parse::parse_count)]
     scan_len: u64,
+
+    /// Also time multi-key gets (memcached's `get k1 k2 ...`): the basic
+    /// workload reads every key again, N keys per `Db::get_many` call, in a
+    /// `search-many` phase after `search`. Its ns/op is per key; a latency
+    /// sample is one whole call.
+    #[arg(long, value_name = "N", value_parser = parse_get_many)]
+    get_many: Option<usize>,
 
     /// Thread counts, comma separated (1,2,4 for a scaling sweep).
     #[arg(long, value_name = "LIST", default_value = "1")]
@@ -410,6 +431,13 @@ fn parse_preset(s: &str) -> Result<pmindex::bench::preset::Preset, String> {
     s.parse()
 }
 
+fn parse_get_many(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{s}` is not a key count of 1 or more")),
+    }
+}
+
 fn parse_dist(s: &str) -> Result<pmindex::bench::dist::Distribution, String> {
     s.parse()
 }
@@ -461,7 +489,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Create(a) => kv::create(out, g.persist()?, &a.pool, &a.engine, a.size),
         Command::Put(a) => kv::put(out, g.persist()?, &a.pool, &a.key, &a.value),
-        Command::Get(a) => kv::get(out, g.persist()?, &a.pool, &a.key),
+        Command::Get(a) => kv::get(out, g.persist()?, &a.pool, &a.keys),
         Command::Delete(a) => kv::delete(out, g.persist()?, &a.pool, &a.key),
         Command::Scan(a) => kv::scan(
             out,
@@ -503,6 +531,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     mixes: &a.mix,
                     dist: a.dist,
                     scan_len: a.scan_len,
+                    get_many: a.get_many,
                     threads: &a.threads,
                     pm_latencies: a.pm_latencies.as_deref(),
                     rounds: a.rounds,

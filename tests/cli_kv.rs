@@ -1,0 +1,95 @@
+//! `pmindex create`, `put`, `get` and `delete` as commands: what they print
+//! and their exit codes, for one key and for several.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn pmindex(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmindex"))
+        .args(args)
+        .output()
+        .expect("run pmindex")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A pool file of `engine` holding `a` = `1` and `b` = `two words`.
+fn pool(tag: &str, engine: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("pmindex-cli-{tag}-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    let s = p.to_str().unwrap();
+    let o = pmindex(&["create", s, "--engine", engine, "--size", "64M"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for (k, v) in [("a", "1"), ("b", "two words")] {
+        let o = pmindex(&["put", s, k, v]);
+        assert_eq!(text(&o.stdout), "inserted\n");
+    }
+    p
+}
+
+#[test]
+fn get_prints_one_value_as_stored_and_several_as_lines() {
+    for engine in ["pmlog", "hart", "wort", "woart"] {
+        let p = pool(&format!("get-{engine}"), engine);
+        let s = p.to_str().unwrap();
+
+        // One key: the bytes alone (no newline: not a terminal).
+        let o = pmindex(&["get", s, "b"]);
+        assert!(o.status.success());
+        assert_eq!(o.stdout, b"two words");
+
+        // Several keys: a line per key found, in the order asked; an absent
+        // key is named on standard error and makes the exit status 1.
+        let o = pmindex(&["get", s, "b", "zz", "a"]);
+        assert_eq!(o.status.code(), Some(1), "{engine}");
+        assert_eq!(text(&o.stdout), "b\ttwo words\na\t1\n", "{engine}");
+        assert!(text(&o.stderr).contains("key not found: zz"), "{engine}");
+        let o = pmindex(&["get", s, "a", "b"]);
+        assert!(o.status.success());
+        assert_eq!(text(&o.stdout), "a\t1\nb\ttwo words\n");
+
+        // JSON: an object per key asked, without "value" when absent.
+        let o = pmindex(&["get", "--json", s, "a", "c"]);
+        assert_eq!(o.status.code(), Some(1));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!([{"key": "a", "value": "1"}, {"key": "c"}])
+        );
+
+        // Hex in and out.
+        let o = pmindex(&["--hex", "get", s, "61", "62"]);
+        assert!(o.status.success());
+        assert_eq!(text(&o.stdout), "61\t31\n62\t74776f20776f726473\n");
+
+        // After a delete the key is absent, alone or among others.
+        assert_eq!(text(&pmindex(&["delete", s, "a"]).stdout), "deleted\n");
+        let o = pmindex(&["get", s, "a"]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(o.stdout.is_empty());
+        let o = pmindex(&["get", s, "a", "b"]);
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(text(&o.stdout), "b\ttwo words\n");
+        std::fs::remove_file(&p).unwrap();
+    }
+}
+
+#[test]
+fn bad_gets_are_usage_errors() {
+    let p = pool("bad", "wort");
+    let s = p.to_str().unwrap();
+    // No key; a key that is not hex with --hex; an empty key.
+    for args in [
+        &["get", s][..],
+        &["--hex", "get", s, "61", "6"],
+        &["get", s, "a", ""],
+    ] {
+        let o = pmindex(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}: {}", text(&o.stdout));
+        assert!(!o.stderr.is_empty(), "{args:?}");
+    }
+    std::fs::remove_file(&p).unwrap();
+}
