@@ -19,8 +19,9 @@
 //! (`A` and `B`, five each): an A/B comparison in one process and one
 //! stretch of time, as this machine's timings drift by ±30% between runs.
 //! `SEARCHES=K` runs K search rounds instead of three (0: insert only).
-//! `FLUSH=KIND` makes lines persistent with `KIND` (clwb, clflushopt,
-//! clflush, or eadr: fences only) instead of the best the CPU has.
+//! `FLUSH=KIND` makes lines persistent with `KIND` (auto, clwb,
+//! clflushopt, clflush, or eadr: fences only) instead of the best the CPU
+//! has (auto).
 //! `BATCH=G` looks the keys up G at a time through `Db::get_many_with`
 //! (memcached's multi-key get) instead of one `get_with` each.
 

@@ -22,7 +22,8 @@
 //! Every [`RunConfig::sample_every`]-th operation of each thread is timed
 //! on its own (two `Instant::now` calls, about 40 ns) and recorded in an
 //! HDR histogram (3 significant digits) per kind of operation; the
-//! percentiles come from those samples. The sampled operations run inside
+//! percentiles come from those samples. In a `search-many` phase a sample
+//! is one multi-key call, taken when the call holds such an operation. The sampled operations run inside
 //! the timed phase, so sampling costs every engine the same few ns per
 //! operation on average.
 //!
@@ -167,7 +168,7 @@ pub fn run_engine(
                 spec.name()
             )
         };
-        let seed = mix64(cfg.seed ^ mix64(pi as u64 + 1));
+        let seed = phase_seed(cfg.seed, &exp.phases, pi);
         let limit = match spec {
             PhaseSpec::Scan { .. } => cfg.scan_time_limit,
             PhaseSpec::Mix { mix, .. } if mix.has(OpKind::Scan) => cfg.scan_time_limit,
@@ -241,8 +242,7 @@ pub fn run_engine(
                 r
             }
             PhaseSpec::SearchMany { batch } => {
-                // The order `search` uses, so that the two phases read the
-                // same keys in the same order.
+                // `search`'s order (its seed, above).
                 let order = shuffled_order(seed, 1, count as usize);
                 let work = Work::EachMany {
                     order: &order,
@@ -313,6 +313,24 @@ pub fn run_engine(
         mapping,
         secs: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The seed of phase `pi`'s keys (orders, choices, scan starts). Each
+/// phase has its own, except that `search-many` reads in `search`'s
+/// order; it takes no index of its own, so that adding it changes no
+/// other phase's keys.
+fn phase_seed(seed: u64, phases: &[PhaseSpec], pi: usize) -> u64 {
+    let index = match phases[pi] {
+        PhaseSpec::SearchMany { .. } => phases
+            .iter()
+            .position(|p| *p == PhaseSpec::Search)
+            .unwrap_or(pi),
+        _ => phases[..pi]
+            .iter()
+            .filter(|p| !matches!(p, PhaseSpec::SearchMany { .. }))
+            .count(),
+    };
+    mix64(seed ^ mix64(index as u64 + 1))
 }
 
 /// What a phase's threads do.
@@ -515,39 +533,34 @@ impl PhaseArgs<'_> {
         !self.deleted && (self.threads == 1 || idx < self.count)
     }
 
-    /// Reads the keys `idxs` with one [`Db::get_many_with`] call (`keys`
-    /// is scratch space) and checks each value as [`Self::exec`] does.
+    /// Reads the keys `idxs` with one [`Db::get_many_with`] call and checks
+    /// each value as [`Self::exec`] does (`keys` and `looked_up`, the
+    /// indices of `keys`, are scratch space).
     fn exec_many<'k>(
         &'k self,
         st: &mut ThreadState,
         idxs: &[u32],
         keys: &mut Vec<&'k [u8]>,
-        found: &mut Vec<u32>,
+        looked_up: &mut Vec<u32>,
     ) -> Result<()> {
         let kind = OpKind::Read;
         st.ops[kind.index()] += idxs.len() as u64;
         keys.clear();
-        found.clear();
+        looked_up.clear();
         for &idx in idxs {
             if (idx as usize) < self.keys.len() {
                 keys.push(self.keys.get(idx as usize));
-                found.push(idx);
+                looked_up.push(idx);
             } else {
                 // As in `exec`: a bug in the planning, reported as an error.
                 st.errors += 1;
             }
         }
         let vs = self.value_size;
-        let (mut bad, mut missing) = (0u64, Vec::new());
         self.db.get_many_with(keys, |i, v| match v {
-            Some(v) => bad += u64::from(!value_matches(v, keys[i], vs)),
-            None => missing.push(found[i]),
-        })?;
-        st.errors += bad;
-        for idx in missing {
-            st.missed(kind, self.must_exist(u64::from(idx)));
-        }
-        Ok(())
+            Some(v) => st.errors += u64::from(!value_matches(v, keys[i], vs)),
+            None => st.missed(kind, self.must_exist(u64::from(looked_up[i]))),
+        })
     }
 }
 
@@ -574,7 +587,7 @@ fn run_thread(
     let mut st = ThreadState::new(args);
     let total = work.total(args.keys.records() as u64);
     let n = thread_share(total, args.threads, t);
-    // First item of this thread's share (for Load and Each).
+    // First item of this thread's share (for Load, Each and EachMany).
     let first: u64 = (0..t).map(|u| thread_share(total, args.threads, u)).sum();
     let (mut op_rng, mut key_rng, mut chooser, picker, scan) = match work {
         Work::Mix {
@@ -612,9 +625,10 @@ fn run_thread(
     if let Work::EachMany { order, batch: g } = work {
         let share = &order[first as usize..(first + n) as usize];
         let g = (*g).max(1);
-        let (mut keys, mut found) = (Vec::with_capacity(g), Vec::with_capacity(g));
+        let cap = g.min(share.len());
+        let (mut keys, mut looked_up) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
         let (mut i, mut last) = (0, 0);
-        for calls in share.chunks(g) {
+        for call in share.chunks(g) {
             if i - last >= batch {
                 last = i;
                 if checkpoint(i, &mut stopped) {
@@ -622,11 +636,11 @@ fn run_thread(
                 }
             }
             // Timed if it holds an operation that `each` would time.
-            let len = calls.len() as u64;
+            let len = call.len() as u64;
             let timed =
                 i % args.sample_every == 0 || i % args.sample_every + len > args.sample_every;
             let t0 = timed.then(Instant::now);
-            if let Err(e) = args.exec_many(&mut st, calls, &mut keys, &mut found) {
+            if let Err(e) = args.exec_many(&mut st, call, &mut keys, &mut looked_up) {
                 failure = Some(e);
                 live.stop.store(true, Ordering::Relaxed);
                 break;
@@ -964,9 +978,41 @@ mod tests {
             let p = &run.phases[2];
             assert_eq!((p.ops, p.misses, p.errors), (3000, 3000, 0));
         }
+        // A call is timed when it holds an operation the one-key loop
+        // would time: with every 8th and calls of 3 keys, the calls that
+        // start at 6, 7 mod 8 or hold a multiple of 8.
+        let mut c = cfg(&dir);
+        c.sample_every = 8;
+        let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::SearchMany { batch: 3 }]);
+        let prep = prepare(&c, &e).unwrap();
+        let run = run_engine(&c, &e, &prep, "woart", 0, &mut NoProgress).unwrap();
+        let timed = (0..3000u64)
+            .step_by(3)
+            .filter(|&i| (i..i + 3).any(|j| j % 8 == 0))
+            .count() as u64;
+        assert_eq!(run.phases[1].latency.unwrap().samples, timed);
+
         let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::SearchMany { batch: 0 }]);
         assert!(e.check().unwrap_err().to_string().contains("--get-many"));
         std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn search_many_reads_in_the_order_of_search_and_moves_no_other_phase() {
+        let basic = crate::bench::suite::basic_phases(1000, 10, None);
+        let many = crate::bench::suite::basic_phases(1000, 10, Some(16));
+        assert_eq!(many[3], PhaseSpec::SearchMany { batch: 16 });
+        assert_eq!(phase_seed(42, &many, 3), phase_seed(42, &many, 2));
+        for (pi, p) in basic.iter().enumerate() {
+            let mi = many.iter().position(|q| q == p).unwrap();
+            assert_eq!(
+                phase_seed(42, &basic, pi),
+                phase_seed(42, &many, mi),
+                "{p:?}"
+            );
+        }
+        // Distinct phases still draw from distinct seeds.
+        assert_ne!(phase_seed(42, &many, 2), phase_seed(42, &many, 4));
     }
 
     #[test]

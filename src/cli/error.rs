@@ -18,6 +18,9 @@ pub enum CliError {
     /// `get` or `delete` did not find the key.
     #[error("key not found: {0}")]
     KeyNotFound(String),
+    /// A `get` of several keys did not find these (two or more).
+    #[error("{} keys not found: {}", .0.len(), .0.join(", "))]
+    KeysNotFound(Vec<String>),
     /// An argument clap accepted but the command cannot use (bad hex).
     #[error("{0}")]
     Usage(String),

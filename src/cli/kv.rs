@@ -140,10 +140,10 @@ pub fn get(
         }
         stdout.flush()?;
     }
-    if absent.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::KeyNotFound(absent.join(", ")))
+    match <[String; 1]>::try_from(absent) {
+        Ok([one]) => Err(CliError::KeyNotFound(one)),
+        Err(absent) if absent.is_empty() => Ok(()),
+        Err(absent) => Err(CliError::KeysNotFound(absent)),
     }
 }
 

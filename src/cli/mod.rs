@@ -111,8 +111,10 @@ enum Command {
     /// added only when standard output is a terminal); with --hex, as one hex
     /// line. Several keys: one `KEY<TAB>VALUE` line per key found, in the
     /// order given, escaped as `scan` escapes them (the keys are looked up
-    /// together, as memcached's `get k1 k2 ...`). Exits with status 1 if a
-    /// key is absent, after printing the others.
+    /// together, as memcached's `get k1 k2 ...`). With --json, an array of
+    /// one object per key asked: `key` and `value` (`value_hex` for a value
+    /// that is not UTF-8), neither value field for an absent key. Exits with
+    /// status 1 if a key is absent, after printing the others.
     Get(GetArgs),
     /// Remove a key.
     ///
@@ -367,9 +369,10 @@ struct BenchArgs {
     scan_len: u64,
 
     /// Also time multi-key gets (memcached's `get k1 k2 ...`): the basic
-    /// workload reads every key again, N keys per `Db::get_many` call, in a
-    /// `search-many` phase after `search`. Its ns/op is per key; a latency
-    /// sample is one whole call.
+    /// workload reads every key again, N keys per `Db::get_many_with` call,
+    /// in a `search-many` phase after `search`. Its ns/op is per key; a
+    /// latency sample is one whole call. The engines overlap up to 16 keys
+    /// at a time, so N above 16 adds no overlap.
     #[arg(long, value_name = "N", value_parser = parse_get_many)]
     get_many: Option<usize>,
 
