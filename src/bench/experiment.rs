@@ -40,9 +40,10 @@ pub enum PhaseSpec {
     /// Get every key inserted so far.
     Search,
     /// Get every key inserted so far, `batch` keys per
-    /// [`crate::Db::get_many_with`] call (in the same random order as
-    /// [`PhaseSpec::Search`]). Operations count keys, so its throughput
+    /// [`crate::Db::get_many_with`] call, in [`PhaseSpec::Search`]'s random
+    /// order. Operations count keys, so its throughput
     /// compares with `search`'s; a latency sample is one whole call.
+    #[serde(rename = "search-many")]
     SearchMany {
         /// Keys per call.
         batch: usize,
