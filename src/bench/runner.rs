@@ -23,9 +23,9 @@
 //! on its own (two `Instant::now` calls, about 40 ns) and recorded in an
 //! HDR histogram (3 significant digits) per kind of operation; the
 //! percentiles come from those samples. In a `search-many` phase a sample
-//! is one multi-key call, taken when the call holds such an operation. The sampled operations run inside
-//! the timed phase, so sampling costs every engine the same few ns per
-//! operation on average.
+//! is one multi-key call, taken when the call holds such an operation.
+//! The sampled operations run inside the timed phase, so sampling costs
+//! every engine the same few ns per operation on average.
 //!
 //! # Checking results
 //! A read checks the value's length and its key tag

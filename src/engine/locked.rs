@@ -459,6 +459,14 @@ mod tests {
     }
 
     /// A `Locked` fake whose locked reads find `locked` and are counted.
+    /// Reader answers that send a key to the lock: a long value, an error,
+    /// a range outside the buffer.
+    const TO_THE_LOCK: [fn() -> Result<Probe>; 3] = [
+        || Ok(Probe::TooLong),
+        || Err(crate::Error::corrupt(64, "torn")),
+        || Ok(Probe::Found(4..12)),
+    ];
+
     fn fake(probe: fn() -> Result<Probe>, reads: Reads) -> (Locked<Fake>, Arc<AtomicUsize>) {
         let pool = Arc::new(Pool::create_anonymous(8 << 20, "fake", &Default::default()).unwrap());
         let locked_gets = Arc::new(AtomicUsize::new(0));
@@ -506,12 +514,7 @@ mod tests {
             read_many(|| Ok(Probe::Absent), Reads::Optimistic),
             (all(None), 0)
         );
-        let to_the_lock: [fn() -> Result<Probe>; 3] = [
-            || Ok(Probe::TooLong),
-            || Err(crate::Error::corrupt(64, "torn")),
-            || Ok(Probe::Found(4..12)),
-        ];
-        for probe in to_the_lock {
+        for probe in TO_THE_LOCK {
             assert_eq!(
                 read_many(probe, Reads::Optimistic),
                 (all(Some(b"locked")), n)
@@ -532,12 +535,7 @@ mod tests {
 
     #[test]
     fn errors_long_values_and_bad_ranges_go_to_the_lock() {
-        let cases: [fn() -> Result<Probe>; 3] = [
-            || Ok(Probe::TooLong),
-            || Err(crate::Error::corrupt(64, "torn")),
-            || Ok(Probe::Found(4..12)),
-        ];
-        for probe in cases {
+        for probe in TO_THE_LOCK {
             assert_eq!(
                 read(probe, Reads::Optimistic),
                 (Some(b"locked".to_vec()), 1)
