@@ -437,7 +437,8 @@ impl Db {
 
     /// A full consistency check: the engine's structural check, then the
     /// allocator's: every allocated block is referenced by the index (no
-    /// leak) and every referenced block is allocated (no dangling pointer).
+    /// leak), every referenced block is allocated (no dangling pointer), and
+    /// the heap past the frontier is untouched ([`Pool::check_untouched`]).
     pub fn check(&self) -> Result<CheckReport> {
         let report = self.engine.check()?;
         if report.keys != self.engine.len() {
@@ -468,6 +469,7 @@ impl Db {
                 "block {b:#x} is referenced but not allocated"
             )));
         }
+        self.pool().check_untouched()?;
         Ok(report)
     }
 

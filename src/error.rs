@@ -28,13 +28,17 @@ pub enum Error {
         reason: String,
     },
     /// The pool was written by another format version of pmindex.
-    #[error("{path}: pool format version {found}, this build reads version {supported}")]
+    #[error(
+        "{path}: pool format version {found}, this build reads versions {oldest} to {supported}"
+    )]
     UnsupportedVersion {
         /// The file.
         path: PathBuf,
         /// The version in the header.
         found: u32,
-        /// The version this build reads.
+        /// The oldest version this build reads.
+        oldest: u32,
+        /// The newest version this build reads (and the one it writes).
         supported: u32,
     },
     /// The pool is damaged: a checksum, a size or a persistent structure does

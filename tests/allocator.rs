@@ -1222,3 +1222,104 @@ fn concurrent_allocations_stay_disjoint() {
         "after concurrent allocations",
     );
 }
+
+/// `Reservation::zeroed` (the heap frontier, `pm::alloc`): true exactly for
+/// blocks never handed out since the pool was created, and such a block
+/// reads as zero.
+#[test]
+fn only_blocks_never_handed_out_count_as_zeroed() {
+    on_both(16 << 20, |pool, what| {
+        for size in [100u64, 4096, 200 << 10] {
+            let a = pool.reserve(size).unwrap();
+            let b = pool.reserve(size).unwrap();
+            assert!(a.zeroed() && b.zeroed(), "{what}: new {size}-byte blocks");
+            for r in [&a, &b] {
+                for w in (0..r.size()).step_by(8) {
+                    assert_eq!(pool.load_u64(r.offset() + w).unwrap(), 0, "{what}");
+                }
+            }
+            // Written, then given back: handed out again, it is not zeroed.
+            let off = a.offset();
+            pool.store_u64(off, 7).unwrap();
+            pool.cancel(a).unwrap();
+            let again = pool.reserve(size).unwrap();
+            assert_eq!(again.offset(), off, "{what}");
+            assert!(
+                !again.zeroed(),
+                "{what}: a {size}-byte block handed out before"
+            );
+            pool.cancel(again).unwrap();
+            pool.cancel(b).unwrap();
+        }
+    });
+}
+
+/// The frontier is raised before a chunk past it is handed out, by
+/// `FRONTIER_STEP` chunks at a time: one fence per step, none in between.
+#[test]
+fn the_heap_frontier_is_raised_a_step_at_a_time() {
+    use pmindex::pm::header::FRONTIER_OFFSET;
+    use pmindex::pm::{counters, FRONTIER_STEP};
+    let pool = anonymous(16 << 20);
+    let frontier = || pool.load_u64(FRONTIER_OFFSET).unwrap();
+    assert_eq!(frontier(), 0);
+    let mut held = Vec::new();
+    for i in 0..2 * FRONTIER_STEP + 1 {
+        let c0 = counters();
+        let r = pool.reserve(CHUNK_SIZE).unwrap();
+        let fences = (counters() - c0).fences;
+        assert_eq!(chunk_of(&pool, r.offset()), u64::from(i));
+        assert!(r.zeroed(), "chunk {i}");
+        assert_eq!(fences, u64::from(i % FRONTIER_STEP == 0), "reserve {i}");
+        assert_eq!(
+            frontier(),
+            u64::from((i / FRONTIER_STEP + 1) * FRONTIER_STEP),
+            "after chunk {i}"
+        );
+        held.push(r);
+    }
+    for r in held {
+        pool.cancel(r).unwrap();
+    }
+}
+
+/// After a reopen, only chunks past the durable frontier count as zeroed:
+/// a slab rebuilt at open, and a chunk that was handed out and given back,
+/// may hold anything.
+#[test]
+fn after_a_reopen_only_chunks_past_the_frontier_count_as_zeroed() {
+    use pmindex::pm::header::FRONTIER_OFFSET;
+    let t = TempPool::new();
+    let pool = file_pool(&t, 16 << 20);
+    let s = pool.reserve(64).unwrap();
+    let s_off = s.offset();
+    pool.activate(s, pool.root_slot(1).unwrap()).unwrap();
+    let l = pool.reserve(CHUNK_SIZE).unwrap();
+    let l_off = l.offset();
+    pool.store_u64(l_off, 9).unwrap();
+    pool.persist(l_off, 8);
+    // Dropped: free again after the reopen, with data in it.
+    drop(l);
+    let f = pool.load_u64(FRONTIER_OFFSET).unwrap();
+    drop(pool);
+    let pool = reopen(&t);
+    assert_eq!(pool.load_u64(FRONTIER_OFFSET).unwrap(), f);
+    let s2 = pool.reserve(64).unwrap();
+    assert_eq!(chunk_of(&pool, s2.offset()), chunk_of(&pool, s_off));
+    assert!(!s2.zeroed(), "a slab rebuilt at open");
+    let l2 = pool.reserve(CHUNK_SIZE).unwrap();
+    assert_eq!(l2.offset(), l_off);
+    assert!(!l2.zeroed(), "a chunk handed out before the reopen");
+    let mut held = vec![s2, l2];
+    let mut seen_past = false;
+    while let Ok(r) = pool.reserve(CHUNK_SIZE) {
+        let past = chunk_of(&pool, r.offset()) >= f;
+        assert_eq!(r.zeroed(), past, "chunk {}", chunk_of(&pool, r.offset()));
+        seen_past |= past;
+        held.push(r);
+    }
+    assert!(seen_past);
+    for r in held {
+        pool.cancel(r).unwrap();
+    }
+}

@@ -100,3 +100,29 @@ fn bad_gets_are_errors_with_nothing_printed() {
         assert!(!o.stderr.is_empty(), "{args:?}");
     }
 }
+
+/// `info` shows the heap frontier (format version 2): where the heap that
+/// was never used begins, live, in text and in JSON.
+#[test]
+fn info_shows_the_heap_frontier() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool(&dir, "wort");
+    let s = p.to_str().unwrap();
+    let o = pmindex(&["info", s]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("format version 2"), "{out}");
+    assert!(out.contains("never used from chunk 16 on"), "{out}");
+    let o = pmindex(&["info", "--json", s]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["header"]["heap_frontier"], 16);
+    // 2 MiB of values take the frontier further.
+    for i in 0..40 {
+        let o = pmindex(&["put", s, &format!("big{i}"), &"v".repeat(60_000)]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let o = pmindex(&["info", "--json", s]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = v["header"]["heap_frontier"].as_u64().unwrap();
+    assert!(f > 16 && f % 16 == 0, "frontier {f}");
+}

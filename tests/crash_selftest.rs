@@ -38,6 +38,11 @@ fn allocator_missing_record_fence_is_caught() {
 }
 
 #[test]
+fn allocator_unflushed_heap_frontier_is_caught() {
+    must_catch(Fault::AllocFrontierUnflushed, ALLOC_SUBJECT);
+}
+
+#[test]
 fn pmlog_missing_append_fence_is_caught() {
     must_catch(Fault::PmlogSkipAppendFence, "pmlog");
 }
@@ -80,5 +85,5 @@ fn art_cow_missing_copy_flush_is_caught() {
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 10);
+    assert_eq!(Fault::ALL.len(), 11);
 }

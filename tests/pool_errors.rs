@@ -41,7 +41,7 @@ fn missing_file_is_an_io_error() {
 #[test]
 fn file_shorter_than_a_header_is_not_a_pool() {
     let t = TempPool::new();
-    for len in [0usize, 1, 100, 191] {
+    for len in [0usize, 1, 100, 191, 199] {
         std::fs::write(&t.path, vec![0xAB; len]).unwrap();
         let e = expect_err!(
             open(&t.path),
@@ -137,7 +137,7 @@ fn truncated_pool_is_corrupt() {
         .write(true)
         .open(&t.path)
         .unwrap();
-    for len in [size - 4096, size / 2, 4096, 192] {
+    for len in [size - 4096, size / 2, 4096, 200] {
         f.set_len(len).unwrap();
         let e = expect_err!(
             open(&t.path),
@@ -180,20 +180,27 @@ fn bumped_format_version_is_unsupported() {
     let t = TempPool::new();
     make_pool(&t.path);
     let h = read_header(&t.path);
-    assert_eq!(h.version, 1);
+    assert_eq!(h.version, 2);
     write_at(&t.path, 8, &(h.version + 1).to_le_bytes());
     let e = expect_err!(
         open(&t.path),
         Error::UnsupportedVersion { .. },
-        "format version 2"
+        "format version 3"
+    );
+    assert!(
+        e.to_string().contains("reads versions 1 to 2"),
+        "message: {e}"
     );
     let Error::UnsupportedVersion {
-        found, supported, ..
+        found,
+        oldest,
+        supported,
+        ..
     } = e
     else {
         unreachable!()
     };
-    assert_eq!((found, supported), (2, 1));
+    assert_eq!((found, oldest, supported), (3, 1, 2));
     write_at(&t.path, 8, &0u32.to_le_bytes());
     expect_err!(
         open(&t.path),
@@ -554,7 +561,7 @@ fn random_damage_never_panics() {
         let mut image = pristine.clone();
         for _ in 0..rng.gen_range(1..=4) {
             let region = match rng.gen_range(0..4) {
-                0 => 0..192u64,
+                0 => 0..pmindex::pm::header::HEADER_BYTES as u64,
                 1 => h.lanes_offset..h.heap_offset,
                 2 => h.heap_offset..h.heap_offset + 2 * CHUNK_SIZE,
                 _ => 0..span,
@@ -823,4 +830,85 @@ fn a_word_block_load_past_its_end_panics() {
     // Computed at run time, so that the compiler cannot reject it.
     let at = std::hint::black_box(64);
     b.load(at);
+}
+
+/// The heap frontier (`pm::alloc`, "Heap frontier"): past the heap, or
+/// below a chunk in use, it is `Corrupt` at open; data in a chunk past it
+/// fails `Db::check`.
+#[test]
+fn damaged_heap_frontier_is_refused() {
+    use pmindex::pm::header::FRONTIER_OFFSET;
+    let t = TempPool::new();
+    make_pool(&t.path);
+    let h = read_header(&t.path);
+    let f = h.heap_frontier;
+    assert!(
+        f >= 1 && f < h.chunk_count,
+        "frontier {f} of {}",
+        h.chunk_count
+    );
+    write_u64_at(&t.path, FRONTIER_OFFSET, h.chunk_count + 1);
+    let e = expect_err!(
+        open(&t.path),
+        Error::Corrupt { .. },
+        "frontier past the heap"
+    );
+    assert!(e.to_string().contains("past the heap's"), "message: {e}");
+    write_u64_at(&t.path, FRONTIER_OFFSET, 0);
+    let e = expect_err!(
+        open(&t.path),
+        Error::Corrupt { .. },
+        "frontier below a chunk in use"
+    );
+    assert!(
+        e.to_string().contains("past the heap frontier"),
+        "message: {e}"
+    );
+    write_u64_at(&t.path, FRONTIER_OFFSET, f);
+    // One byte of data in the last chunk, which was never handed out: the
+    // metadata is sound, so the pool opens, and the check finds it.
+    let last = h.heap_offset + (h.chunk_count - 1) * CHUNK_SIZE;
+    write_at(&t.path, last + 100, &[1]);
+    let db = open_db(&t.path);
+    let e = expect_err!(db.check(), Error::CheckFailed(_), "data past the frontier");
+    assert!(
+        e.to_string().contains("past the heap frontier"),
+        "message: {e}"
+    );
+    drop(db);
+    write_at(&t.path, last + 100, &[0]);
+    let db = open_db(&t.path);
+    assert_eq!(db.len(), 100);
+    db.check().unwrap();
+}
+
+/// A pool of format version 1 (no heap frontier) still opens and works; no
+/// block in it counts as zeroed, and it stays version 1.
+#[test]
+fn a_format_1_pool_opens_and_counts_no_block_as_zeroed() {
+    let t = TempPool::new();
+    make_pool(&t.path);
+    let mut h = read_header(&t.path);
+    // What a version-1 build left: version 1, zeros where the frontier is.
+    h.version = 1;
+    h.heap_frontier = 0;
+    h.checksum = h.compute_checksum();
+    write_at(&t.path, 0, &h.to_bytes());
+    let pool = Pool::open(&t.path, None, &PoolConfig::default()).unwrap();
+    for size in [64u64, 4096, 1 << 20] {
+        let r = pool.reserve(size).unwrap();
+        assert!(!r.zeroed(), "{size}-byte block of a version-1 pool");
+        pool.cancel(r).unwrap();
+    }
+    drop(pool);
+    let db = open_db(&t.path);
+    assert_eq!(db.len(), 100);
+    for i in 0..2000u32 {
+        db.put(format!("more{i:05}").as_bytes(), &[7; 300]).unwrap();
+    }
+    db.check().unwrap();
+    drop(db);
+    let after = read_header(&t.path);
+    assert_eq!((after.version, after.heap_frontier), (1, 0));
+    assert_eq!(open_db(&t.path).len(), 2100);
 }

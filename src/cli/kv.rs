@@ -239,6 +239,10 @@ pub fn info(out: Output, persist: PersistConfig, path: &Path) -> Result<(), CliE
         .map(|e| e.paper)
         .unwrap_or("");
     let dram_bytes = db.stats().dram_bytes;
+    // The live value (the cached header holds the one read at open).
+    let frontier = (h.version >= 2)
+        .then(|| db.pool().load_u64(pmindex::pm::header::FRONTIER_OFFSET))
+        .transpose()?;
     let magic = String::from_utf8_lossy(&h.magic)
         .trim_end_matches('\0')
         .to_string();
@@ -267,6 +271,7 @@ pub fn info(out: Output, persist: PersistConfig, path: &Path) -> Result<(), CliE
                     "chunk_size": h.chunk_size,
                     "checksum": h.checksum,
                     "roots": h.roots,
+                    "heap_frontier": frontier,
                 }),
             );
         }
@@ -321,11 +326,15 @@ pub fn info(out: Output, persist: PersistConfig, path: &Path) -> Result<(), CliE
     line(
         "heap",
         format!(
-            "{} chunks of {} ({}), {} free",
+            "{} chunks of {} ({}), {} free, {}",
             h.chunk_count,
             fmt_bytes(h.chunk_size),
             fmt_bytes(u.heap_bytes),
-            u.free_chunks
+            u.free_chunks,
+            match frontier {
+                Some(f) => format!("never used from chunk {f} on"),
+                None => "no frontier (format version 1)".to_string(),
+            }
         ),
     );
     let roots: Vec<String> = h

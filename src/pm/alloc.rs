@@ -49,6 +49,30 @@
 //! block returns to the DRAM free lists only after F3, so it cannot be handed
 //! out while its record could still roll the free back.
 //!
+//! # Heap frontier: blocks known to be zero
+//! A pool is created zeroed (a new sparse file, or anonymous memory), and a
+//! chunk that was never handed out still holds those zeros, in PM as in the
+//! mapping. The header's `heap_frontier` (format version 2) is a chunk index
+//! at or below which every chunk ever handed out lies: chunks from it on are
+//! untouched. A reservation says whether its block is untouched
+//! ([`Reservation::zeroed`]): a large block whose chunks all lie past the
+//! frontier when taken, or a slab block never handed out before in a slab
+//! formatted from such a chunk (the slab keeps, in DRAM, the first slot not
+//! yet handed out). An engine may then write only the lines of the block
+//! that are not zero, and flush only those: the others are zero after any
+//! crash.
+//!
+//! **Persist order.** Before a chunk at or past the frontier is handed out,
+//! the frontier is raised past it (by at least [`FRONTIER_STEP`] chunks, so
+//! this happens once per MiB of fresh heap): store, flush, **fence**. Only
+//! then can anything be written into the chunk, so a chunk past the durable
+//! frontier is zero in every crash image. Recovery treats every chunk below
+//! the frontier as written (a slab rebuilt at open has no untouched slot),
+//! and refuses a pool whose descriptors show a chunk in use past it. A
+//! version-1 pool has no frontier: nothing in it counts as untouched, and it
+//! stays version 1. `Db::check` reads every chunk past the frontier and
+//! fails on a byte that is not zero ([`Heap::check_untouched`]).
+//!
 //! # Recovery
 //! [`Heap::recover`] rolls back the unfinished lane records, then reads every descriptor and
 //! bitmap, verifies them (unknown tags, bits past a slab's end, broken
@@ -62,7 +86,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 use super::faults::Fault;
-use super::header::{ROOTS_OFFSET, ROOT_SLOTS};
+use super::header::{FRONTIER_OFFSET, ROOTS_OFFSET, ROOT_SLOTS};
 use super::pool::{Geometry, Pool, BITMAP_BYTES, CHUNK_SIZE, LANE_COUNT, LANE_SIZE};
 use crate::error::{Error, Result};
 
@@ -82,6 +106,10 @@ const LOW_MASK: u64 = (1 << 32) - 1;
 const KIND_ACTIVATE: u64 = 1;
 const KIND_REPLACE: u64 = 2;
 const KIND_FREE: u64 = 3;
+
+/// The heap frontier is raised by at least this many chunks (1 MiB) at a
+/// time, so that its flush and fence come once per MiB of fresh heap.
+pub const FRONTIER_STEP: u32 = 16;
 
 const BITMAP_WORDS: usize = (BITMAP_BYTES / 8) as usize;
 const _: () = assert!(CHUNK_SIZE / MIN_BLOCK <= BITMAP_BYTES * 8);
@@ -104,6 +132,7 @@ pub struct Reservation {
     off: u64,
     size: u64,
     chunks: u32,
+    zeroed: bool,
 }
 
 impl Reservation {
@@ -114,6 +143,13 @@ impl Reservation {
     /// Usable bytes (the class size, at least what was asked).
     pub fn size(&self) -> u64 {
         self.size
+    }
+    /// Every byte of the block is zero, in PM and in the mapping, and has not
+    /// been written since the pool was created (see the module doc, "Heap
+    /// frontier"). A line the caller leaves unwritten stays zero after any
+    /// crash, so it need not be written or flushed. `false` promises nothing.
+    pub fn zeroed(&self) -> bool {
+        self.zeroed
     }
 }
 
@@ -169,6 +205,9 @@ enum Chunk {
         /// Allocated (activated) only: the DRAM copy of the PM bitmap.
         alloc: [u64; BITMAP_WORDS],
         allocated: u32,
+        /// Slots from this one on were never handed out since the slab was
+        /// formatted from an untouched chunk (the slot count otherwise).
+        zero_from: u32,
     },
     LargeHead {
         n: u32,
@@ -184,6 +223,12 @@ struct State {
     free_runs: BTreeMap<u32, u32>,
     /// Per class, slab chunks that may have a free slot.
     open: Vec<Vec<u32>>,
+    /// The durable heap frontier: chunks from this index on are untouched
+    /// (the chunk count in a version-1 pool, where it is never raised).
+    frontier: u32,
+    /// Chunks from this index on have not been handed out: the frontier at
+    /// open, then one past the last chunk handed out (at most `frontier`).
+    handed: u32,
 }
 
 /// The allocator's DRAM state and lane locks; the persistent state is in the pool.
@@ -210,6 +255,8 @@ impl State {
             chunks: vec![Chunk::Free; n as usize],
             free_runs,
             open: vec![Vec::new(); SLAB_CLASSES],
+            frontier: 0,
+            handed: 0,
         }
     }
 
@@ -324,7 +371,26 @@ impl Heap {
                 )
             })?;
         }
-        let (state, empty) = self.build_state(&image)?;
+        let frontier = if pool.header().version < 2 {
+            n
+        } else {
+            let f = pool.load_u64(FRONTIER_OFFSET)?;
+            u32::try_from(f).ok().filter(|&f| f <= n).ok_or_else(|| {
+                Error::corrupt(
+                    FRONTIER_OFFSET,
+                    format!("heap frontier {f} is past the heap's {n} chunks"),
+                )
+            })?
+        };
+        let (mut state, empty) = self.build_state(&image)?;
+        if let Some(c) = (frontier..n).find(|&c| image.desc[c as usize] != 0) {
+            return Err(Error::corrupt(
+                self.desc_off(c),
+                format!("chunk {c} is in use but lies past the heap frontier (chunk {frontier}), where nothing was ever handed out"),
+            ));
+        }
+        state.frontier = frontier;
+        state.handed = frontier;
         // Everything checks out: write.
         for (base, rec) in &records {
             super::cases::record(match rec.kind {
@@ -359,6 +425,8 @@ impl Heap {
             chunks: vec![Chunk::Free; n as usize],
             free_runs: BTreeMap::new(),
             open: vec![Vec::new(); SLAB_CLASSES],
+            frontier: n,
+            handed: n,
         };
         let mut empty = Vec::new();
         let mut free_start: Option<u32> = None;
@@ -414,6 +482,7 @@ impl Heap {
                             taken_count: count,
                             alloc: *bits,
                             allocated: count,
+                            zero_from: slots as u32,
                         };
                         if (count as usize) < slots {
                             st.open[c].push(i);
@@ -622,6 +691,13 @@ impl Heap {
                 }
                 None => return Err(Error::PoolFull { requested: size }),
             };
+            let zeroed = match self.claim(pool, &mut st, start, n) {
+                Ok(z) => z,
+                Err(e) => {
+                    st.give_run(start, n);
+                    return Err(e);
+                }
+            };
             st.chunks[start as usize] = Chunk::LargeHead {
                 n,
                 allocated: false,
@@ -633,6 +709,7 @@ impl Heap {
                 off: self.chunk_base(start),
                 size: n64 * CHUNK_SIZE,
                 chunks: n,
+                zeroed,
             });
         }
         let c = (size.max(MIN_BLOCK).next_power_of_two().trailing_zeros()
@@ -659,8 +736,18 @@ impl Heap {
                     };
                     // Format the chunk: its bitmap is zero (free-chunk
                     // invariant); the descriptor is one 8-byte store, made
-                    // durable before any block in it can be activated.
-                    pool.store_u64(self.desc_off(i), (TAG_SLAB << TAG_SHIFT) | c as u64)?;
+                    // durable before any block in it can be activated, and
+                    // after the frontier is past the chunk.
+                    let untouched = match self.claim(pool, &mut st, i, 1).and_then(|z| {
+                        pool.store_u64(self.desc_off(i), (TAG_SLAB << TAG_SHIFT) | c as u64)?;
+                        Ok(z)
+                    }) {
+                        Ok(z) => z,
+                        Err(e) => {
+                            st.give_run(i, 1);
+                            return Err(e);
+                        }
+                    };
                     pool.persist(self.desc_off(i), 8);
                     st.chunks[i as usize] = Chunk::Slab {
                         class: c as u8,
@@ -668,6 +755,7 @@ impl Heap {
                         taken_count: 0,
                         alloc: [0; BITMAP_WORDS],
                         allocated: 0,
+                        zero_from: if untouched { 0 } else { slots },
                     };
                     st.open[c].push(i);
                     break i;
@@ -675,7 +763,10 @@ impl Heap {
             }
         };
         let Chunk::Slab {
-            taken, taken_count, ..
+            taken,
+            taken_count,
+            zero_from,
+            ..
         } = &mut st.chunks[chunk as usize]
         else {
             unreachable!("chosen chunk is a slab of the class");
@@ -689,11 +780,60 @@ impl Heap {
         debug_assert!(slot < slots);
         taken[w] |= 1 << (slot % 64);
         *taken_count += 1;
+        let zeroed = slot >= *zero_from;
+        if zeroed {
+            *zero_from = slot + 1;
+        }
         Ok(Reservation {
             off: self.chunk_base(chunk) + u64::from(slot) * class_size(c),
             size: class_size(c),
             chunks: 0,
+            zeroed,
         })
+    }
+
+    /// Before chunks `start..start + n` (just taken from the free runs) are
+    /// handed out: whether all of them are untouched, and, when the run
+    /// reaches the frontier, the frontier raised past it. Persist order:
+    /// store the new frontier, flush, **fence**, so that it is durable before
+    /// anything can be written into the chunks (see the module doc).
+    fn claim(&self, pool: &Pool, st: &mut State, start: u32, n: u32) -> Result<bool> {
+        let untouched = start >= st.handed;
+        let end = start + n;
+        if end > st.frontier {
+            let count = self.geometry.chunk_count as u32;
+            let new = end.max(st.frontier.saturating_add(FRONTIER_STEP).min(count));
+            pool.store_u64(FRONTIER_OFFSET, u64::from(new))?;
+            if !pool.fault(Fault::AllocFrontierUnflushed) {
+                pool.persist(FRONTIER_OFFSET, 8);
+            }
+            st.frontier = new;
+        }
+        st.handed = st.handed.max(end);
+        Ok(untouched)
+    }
+
+    /// `Db::check`'s test of the frontier: every byte of every chunk not yet
+    /// handed out (those past the frontier, and those below it not handed
+    /// out since it was raised) is zero. Holds the state lock, so nothing
+    /// can be handed out meanwhile.
+    pub(crate) fn check_untouched(&self, pool: &Pool) -> Result<()> {
+        let st = self.state.lock();
+        let n = self.geometry.chunk_count as u32;
+        for c in st.handed..n {
+            let base = self.chunk_base(c);
+            let words = pool.words();
+            for i in 0..CHUNK_SIZE / 8 {
+                if words.load(base + 8 * i)? != 0 {
+                    return Err(Error::CheckFailed(format!(
+                        "chunk {c} lies past the heap frontier (chunk {}) but holds data at {:#x}",
+                        st.frontier,
+                        base + 8 * i
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Returns a reserved (never activated) block to the free lists.
@@ -720,6 +860,7 @@ impl Heap {
                 taken_count,
                 alloc,
                 allocated,
+                ..
             } => {
                 let slot = (off - base) / class_size(*class as usize);
                 taken[(slot / 64) as usize] &= !(1 << (slot % 64));

@@ -23,6 +23,10 @@ pub enum Fault {
     /// Allocator: no fence F1 after writing the lane record (the effects can
     /// become durable without the record).
     AllocSkipRecordFence,
+    /// Allocator: the heap frontier is raised without a flush or fence
+    /// before chunks past it are handed out (a crash can leave data in a
+    /// chunk that the frontier says was never touched).
+    AllocFrontierUnflushed,
     /// pmlog: an appended record is flushed but not fenced before the put
     /// returns (an acknowledged put can be lost).
     PmlogSkipAppendFence,
@@ -55,6 +59,7 @@ impl Fault {
     pub const ALL: &'static [Fault] = &[
         Fault::AllocSkipMarkFlush,
         Fault::AllocSkipRecordFence,
+        Fault::AllocFrontierUnflushed,
         Fault::PmlogSkipAppendFence,
         Fault::PmlogSkipKillFlush,
         Fault::HartSkipLeafFlush,
@@ -70,6 +75,7 @@ impl Fault {
         match self {
             Fault::AllocSkipMarkFlush => "alloc-skip-mark-flush",
             Fault::AllocSkipRecordFence => "alloc-skip-record-fence",
+            Fault::AllocFrontierUnflushed => "alloc-frontier-unflushed",
             Fault::PmlogSkipAppendFence => "pmlog-skip-append-fence",
             Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
             Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
@@ -84,7 +90,9 @@ impl Fault {
     /// The engine whose code has the site (`None`: the substrate).
     pub fn engine(self) -> Option<&'static str> {
         match self {
-            Fault::AllocSkipMarkFlush | Fault::AllocSkipRecordFence => None,
+            Fault::AllocSkipMarkFlush
+            | Fault::AllocSkipRecordFence
+            | Fault::AllocFrontierUnflushed => None,
             Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
             Fault::HartSkipLeafFlush | Fault::HartCommitBeforeSlot => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),

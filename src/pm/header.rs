@@ -4,7 +4,9 @@
 //! by a CRC-32 stored in `checksum`. Bytes `128..192` are the root slots: eight
 //! 8-byte words that engines update with failure-atomic stores at run time,
 //! so they are outside the checksum (a checksum cannot be updated atomically
-//! with them). Engines validate what they read from their roots.
+//! with them). Engines validate what they read from their roots. Bytes
+//! `192..200` are the allocator's heap frontier (format version 2), also
+//! mutable: see [`crate::pm::alloc`].
 //!
 //! [`FIELDS`] is the one source of truth for the layout; `docs/design.md`
 //! carries the table that [`layout_table`] prints, and a test checks that the
@@ -20,8 +22,14 @@ use crate::error::{Error, Result};
 
 /// `magic`: the first 8 bytes of every pool.
 pub const MAGIC: [u8; 8] = *b"PMINDEX\0";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes (and the newest it reads).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads. Version 1 has no heap
+/// frontier: every chunk of a version-1 pool counts as written, and the pool
+/// stays version 1.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
+/// Bytes of the header that [`RawHeader`] covers.
+pub const HEADER_BYTES: usize = 200;
 /// The header occupies one 4 KiB page.
 pub const HEADER_SIZE: u64 = 4096;
 /// Number of root slots.
@@ -66,9 +74,14 @@ pub struct RawHeader {
     pub checksum: u64,
     /// Root slots, owned by the engine; not checksummed.
     pub roots: [u64; ROOT_SLOTS],
+    /// Heap chunks from this index on have never been handed out, so they
+    /// hold the zeros the pool was created with (version 2). Mutable, not
+    /// checksummed; only ever raised.
+    pub heap_frontier: u64,
 }
 
-const _: () = assert!(size_of::<RawHeader>() == 192);
+const _: () = assert!(size_of::<RawHeader>() == HEADER_BYTES);
+const _: () = assert!(offset_of!(RawHeader, heap_frontier) == FRONTIER_OFFSET as usize);
 const _: () = assert!(offset_of!(RawHeader, checksum) == CHECKSUM_OFFSET as usize);
 const _: () = assert!(offset_of!(RawHeader, roots) == ROOTS_OFFSET as usize);
 
@@ -76,6 +89,8 @@ const _: () = assert!(offset_of!(RawHeader, roots) == ROOTS_OFFSET as usize);
 pub const CHECKSUM_OFFSET: u64 = 120;
 /// Offset of the first root slot.
 pub const ROOTS_OFFSET: u64 = 128;
+/// Offset of `heap_frontier`.
+pub const FRONTIER_OFFSET: u64 = 192;
 
 /// One row of the layout table: name, offset, size, meaning.
 pub struct Field {
@@ -103,7 +118,11 @@ macro_rules! field {
 /// The header layout, in file order.
 pub const FIELDS: &[Field] = &[
     field!(magic, [u8; 8], "`PMINDEX\\0`; written last at creation"),
-    field!(version, u32, "format version (1)"),
+    field!(
+        version,
+        u32,
+        "format version (2; version 1, without `heap_frontier`, is still read)"
+    ),
     field!(header_size, u32, "4096"),
     field!(engine, [u8; ENGINE_ID_LEN], "engine id, ASCII, NUL padded"),
     field!(pool_size, u64, "pool size in bytes = file length"),
@@ -134,6 +153,11 @@ pub const FIELDS: &[Field] = &[
         [u64; ROOT_SLOTS],
         "8 engine root slots; mutable, not checksummed"
     ),
+    field!(
+        heap_frontier,
+        u64,
+        "heap chunks from this index on were never handed out (all zero); mutable, not checksummed, only raised"
+    ),
 ];
 
 /// The layout as a Markdown table (the one in `docs/design.md`).
@@ -150,8 +174,8 @@ pub fn layout_table() -> String {
 
 impl RawHeader {
     /// Encodes the header as stored (little-endian).
-    pub fn to_bytes(&self) -> [u8; 192] {
-        let mut b = [0u8; 192];
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut b = [0u8; HEADER_BYTES];
         b[0..8].copy_from_slice(&self.magic);
         b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&self.header_size.to_le_bytes());
@@ -167,6 +191,7 @@ impl RawHeader {
             (104, self.chunk_count),
             (112, self.chunk_size),
             (120, self.checksum),
+            (FRONTIER_OFFSET as usize, self.heap_frontier),
         ];
         for (o, v) in words {
             b[o..o + 8].copy_from_slice(&v.to_le_bytes());
@@ -180,7 +205,7 @@ impl RawHeader {
     }
 
     /// Decodes a header; does not validate it.
-    pub fn from_bytes(b: &[u8; 192]) -> RawHeader {
+    pub fn from_bytes(b: &[u8; HEADER_BYTES]) -> RawHeader {
         let u64_at = |o: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&b[o..o + 8]);
@@ -208,6 +233,7 @@ impl RawHeader {
             chunk_size: u64_at(112),
             checksum: u64_at(120),
             roots: [0; ROOT_SLOTS],
+            heap_frontier: u64_at(FRONTIER_OFFSET as usize),
         };
         h.magic.copy_from_slice(&b[0..8]);
         h.engine.copy_from_slice(&b[16..32]);
@@ -304,6 +330,7 @@ mod tests {
             chunk_size: 65536,
             checksum: 5,
             roots: [1, 2, 3, 4, 5, 6, 7, 8],
+            heap_frontier: 9,
         };
         assert_eq!(RawHeader::from_bytes(&h.to_bytes()), h);
         assert_eq!(h.engine_id(), "pmlog");

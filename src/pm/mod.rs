@@ -14,7 +14,9 @@ pub mod header;
 pub mod persist;
 mod pool;
 
-pub use alloc::{ClassUsage, Reservation, Usage, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES};
+pub use alloc::{
+    ClassUsage, Reservation, Usage, FRONTIER_STEP, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES,
+};
 pub use counters::{snapshot as counters, PmCounters};
 pub use faults::Fault;
 pub use persist::{lines_spanned, FlushKind, PersistConfig, PmLatency, CACHE_LINE};
@@ -84,5 +86,13 @@ impl Pool {
     /// Bytes in use per class.
     pub fn usage(&self) -> Usage {
         self.heap().usage()
+    }
+
+    /// Checks that every chunk past the heap frontier (never handed out, see
+    /// [`Reservation::zeroed`]) is still all zero; [`crate::Error::CheckFailed`]
+    /// names the first byte that is not. Reads the whole untouched part of
+    /// the heap.
+    pub fn check_untouched(&self) -> Result<()> {
+        self.heap().check_untouched(self)
     }
 }

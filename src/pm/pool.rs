@@ -39,7 +39,10 @@ use std::sync::Arc;
 use super::alloc::Heap;
 use super::counters;
 use super::faults::Fault;
-use super::header::{self, RawHeader, FORMAT_VERSION, HEADER_SIZE, MAGIC, ROOTS_OFFSET};
+use super::header::{
+    self, RawHeader, FORMAT_VERSION, HEADER_BYTES, HEADER_SIZE, MAGIC, OLDEST_FORMAT_VERSION,
+    ROOTS_OFFSET,
+};
 use super::persist::{self, FlushKind, PersistConfig, CACHE_LINE};
 use crate::error::{Error, Result};
 
@@ -504,6 +507,7 @@ impl Pool {
             chunk_size: CHUNK_SIZE,
             checksum: 0,
             roots: [0; header::ROOT_SLOTS],
+            heap_frontier: 0,
         };
         h.checksum = h.compute_checksum();
         let pool = Pool {
@@ -539,7 +543,7 @@ impl Pool {
             .metadata()
             .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
             .len();
-        let mut first = [0u8; 192];
+        let mut first = [0u8; HEADER_BYTES];
         {
             use std::os::unix::fs::FileExt;
             if file_len < first.len() as u64 {
@@ -578,7 +582,7 @@ impl Pool {
         cfg: &PoolConfig,
     ) -> Result<Pool> {
         let fake = Path::new("<image>");
-        if image.len() < 192 {
+        if image.len() < HEADER_BYTES {
             return Err(Error::NotAPool {
                 path: fake.to_path_buf(),
                 reason: format!(
@@ -587,8 +591,8 @@ impl Pool {
                 ),
             });
         }
-        let mut first = [0u8; 192];
-        first.copy_from_slice(&image[..192]);
+        let mut first = [0u8; HEADER_BYTES];
+        first.copy_from_slice(&image[..HEADER_BYTES]);
         let h = validate_header(fake, &first, image.len() as u64, expected_engine)?;
         let geometry = Geometry::for_size(h.pool_size)?;
         let map = Mapping::map_anonymous(h.pool_size as usize)?;
@@ -898,7 +902,7 @@ impl Pool {
 /// Checks a header read from a file or image of `file_len` bytes.
 fn validate_header(
     path: &Path,
-    first: &[u8; 192],
+    first: &[u8; HEADER_BYTES],
     file_len: u64,
     expected_engine: Option<&str>,
 ) -> Result<RawHeader> {
@@ -917,10 +921,11 @@ fn validate_header(
             reason,
         });
     }
-    if h.version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&h.version) {
         return Err(Error::UnsupportedVersion {
             path: path.to_path_buf(),
             found: h.version,
+            oldest: OLDEST_FORMAT_VERSION,
             supported: FORMAT_VERSION,
         });
     }

@@ -9,7 +9,9 @@
 //! 3. no other key exists (1-3: the recovered contents equal the model before
 //!    or after the in-flight operation);
 //! 4. `Db::check()` passes, which includes
-//! 5. the leak check: allocated blocks = blocks the index references.
+//! 5. the leak check: allocated blocks = blocks the index references, and
+//! 6. the heap past the allocator's frontier is all zero (engines may leave
+//!    the zero lines of a never-written block unwritten and unflushed).
 //!
 //! A sample of images is also crashed *during recovery*: recovery is recorded,
 //! crashed at each of its fences, and recovered again (recovery must be
@@ -614,6 +616,7 @@ impl AllocSubject {
                 "allocated blocks differ from the referenced ones (leaked: {leak:x?}, referenced but free: {dangling:x?})"
             ));
         }
+        pool.check_untouched().map_err(e)?;
         Ok(())
     }
 }

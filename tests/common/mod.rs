@@ -273,6 +273,6 @@ pub fn write_u64_at(path: &Path, offset: u64, value: u64) {
 
 /// The pool header of a file, decoded (not validated).
 pub fn read_header(path: &Path) -> pmindex::pm::header::RawHeader {
-    let b = read_at(path, 0, 192);
-    pmindex::pm::header::RawHeader::from_bytes(&b.try_into().expect("192 bytes"))
+    let b = read_at(path, 0, pmindex::pm::header::HEADER_BYTES);
+    pmindex::pm::header::RawHeader::from_bytes(&b.try_into().expect("a whole header"))
 }

@@ -251,7 +251,8 @@ impl ChunkList {
 
     /// Persist order: zero the header line and the first `zero_prefix`
     /// bytes of every object (a leaf's commit word and slots: stale leaves
-    /// from an earlier use of the memory must not look valid), set `PNext`
+    /// from an earlier use of the memory must not look valid; skipped when
+    /// the block was never written, so is zero in PM already), set `PNext`
     /// to the current head, flush; then `activate` the block into the head
     /// slot (whose first fence orders those flushes).
     fn add_chunk(&mut self, pool: &Pool) -> Result<()> {
@@ -262,8 +263,14 @@ impl ChunkList {
         let mut line = [0u8; 64];
         line[8..16].copy_from_slice(&self.head.to_le_bytes());
         let zeros = [0u8; 64];
-        // Objects whose first `zero_prefix` bytes are zeroed: all or none.
-        let zeroed = if self.zero_prefix > 0 { OBJECTS } else { 0 };
+        // Objects whose first `zero_prefix` bytes are zeroed: all or none;
+        // none in a block that was never written (zero already, in PM too:
+        // `Reservation::zeroed`).
+        let zeroed = if self.zero_prefix > 0 && !r.zeroed() {
+            OBJECTS
+        } else {
+            0
+        };
         // SAFETY: the block is reserved by us and not yet published; every
         // write stays inside it (object i ends at 64 + (i + 1) × size).
         unsafe {
@@ -273,7 +280,7 @@ impl ChunkList {
                 pool.write_bytes(o, &zeros[..self.zero_prefix as usize])?;
             }
         }
-        if self.zero_prefix > 0 && self.obj_size == CACHE_LINE {
+        if zeroed > 0 && self.obj_size == CACHE_LINE {
             // One object per line: every line of the chunk was written, and
             // one call flushes them all.
             pool.flush(c, size);

@@ -40,6 +40,11 @@
 //!   and flushed; **fence**; the 8-byte pointer store; flush; **fence**. The
 //!   store is the commit point. Nothing is written for the allocation: the
 //!   block is in use because the tree reaches it.
+//! - **A block never written before** ([`Block::zeroed`]: carved from a
+//!   chunk the substrate handed out untouched, at or past the first block
+//!   not yet handed out; kept in DRAM, so no chunk loaded at open counts):
+//!   its zero lines need no store and no flush, since they are zero in PM
+//!   after any crash (the substrate's heap frontier, `pm::alloc`).
 //! - **Unlink a block**: the store that makes it unreachable is made
 //!   durable (flush, fence) before the block goes back to the DRAM free map,
 //!   so it is never handed out while a crash could still bring back the
@@ -100,12 +105,20 @@ pub const fn chunk_len(class: u8) -> u64 {
 #[must_use = "a reserved block is published or cancelled"]
 pub struct Block {
     off: u64,
+    zeroed: bool,
 }
 
 impl Block {
     /// Its offset in the pool.
     pub fn offset(&self) -> u64 {
         self.off
+    }
+
+    /// The block has not been written since the pool was created: it is
+    /// zero in PM and in the mapping, and its lines that are left unwritten
+    /// stay zero after any crash ([`crate::pm::Reservation::zeroed`]).
+    pub fn zeroed(&self) -> bool {
+        self.zeroed
     }
 }
 
@@ -125,6 +138,10 @@ struct Chunk {
     low: usize,
     /// Small chunks: blocks not in use.
     free: u32,
+    /// Blocks from this one on were never handed out since the substrate
+    /// gave the chunk untouched (DRAM only: the capacity for a chunk loaded
+    /// at open, whose blocks may all have been written before).
+    zero_from: u32,
 }
 
 impl Chunk {
@@ -137,8 +154,10 @@ impl Chunk {
             used: Vec::new(),
             low: 0,
             free: 0,
+            zero_from: 0,
         };
         ch.used = vec![0; ch.capacity().div_ceil(64) as usize];
+        ch.zero_from = ch.capacity();
         ch
     }
 
@@ -341,8 +360,11 @@ impl Chunks {
             let ch = self.chunk_mut(c);
             ch.used[0] = 1;
             ch.free = 0;
+            let zeroed = ch.zero_from == 0;
+            ch.zero_from = 1;
             return Ok(Block {
                 off: ch.start + FIRST,
+                zeroed,
             });
         }
         let k = usize::from(class - MIN_CLASS);
@@ -366,11 +388,16 @@ impl Chunks {
         debug_assert!(i < ch.capacity());
         ch.used[w] |= 1 << (i % 64);
         ch.free -= 1;
+        let zeroed = i >= ch.zero_from;
+        if zeroed {
+            ch.zero_from = i + 1;
+        }
         if ch.free == 0 {
             self.partial[k].remove(&(start, c));
         }
         Ok(Block {
             off: start + FIRST + (u64::from(i) << class),
+            zeroed,
         })
     }
 
@@ -433,6 +460,7 @@ impl Chunks {
     fn new_chunk(&mut self, pool: &Pool, class: u8, len: u64) -> Result<usize> {
         let r = pool.reserve(len)?;
         let start = r.offset();
+        let untouched = r.zeroed();
         let head = pool.load_u64(self.head_slot)?;
         let mut hdr = [0u8; 24];
         hdr[0..8].copy_from_slice(&MAGIC.to_le_bytes());
@@ -449,6 +477,9 @@ impl Chunks {
         }
         let mut ch = Chunk::new(start, class, pool.block_size(start)?, 0);
         ch.free = ch.capacity();
+        if untouched {
+            ch.zero_from = 0;
+        }
         Ok(self.add(ch))
     }
 
