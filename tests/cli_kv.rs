@@ -124,5 +124,5 @@ fn info_shows_the_heap_frontier() {
     let o = pmindex(&["info", "--json", s]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = v["header"]["heap_frontier"].as_u64().unwrap();
-    assert!(f > 16 && f % 16 == 0, "frontier {f}");
+    assert!(f > 16 && f.is_multiple_of(16), "frontier {f}");
 }
