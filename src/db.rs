@@ -439,6 +439,7 @@ impl Db {
     /// allocator's: every allocated block is referenced by the index (no
     /// leak), every referenced block is allocated (no dangling pointer), and
     /// the heap past the frontier is untouched ([`Pool::check_untouched`]).
+    /// Reads every key and the whole unused heap: O(pool size).
     pub fn check(&self) -> Result<CheckReport> {
         let report = self.engine.check()?;
         if report.keys != self.engine.len() {

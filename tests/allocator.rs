@@ -1221,6 +1221,13 @@ fn concurrent_allocations_stay_disjoint() {
         0,
         "after concurrent allocations",
     );
+    // Every chunk handed out lies below the durable frontier, and the rest
+    // of the heap is untouched.
+    let frontier = pool.load_u64(pmindex::pm::header::FRONTIER_OFFSET).unwrap();
+    for &(off, size) in live.values() {
+        assert!(chunk_of(&pool, off + size - 1) < frontier);
+    }
+    pool.check_untouched().unwrap();
 }
 
 /// `Reservation::zeroed` (the heap frontier, `pm::alloc`): true exactly for
@@ -1322,4 +1329,91 @@ fn after_a_reopen_only_chunks_past_the_frontier_count_as_zeroed() {
     for r in held {
         pool.cancel(r).unwrap();
     }
+}
+
+/// A run of chunks longer than a step takes the frontier to its end; a run
+/// that starts below the chunks handed out is not zeroed, even where it
+/// reaches past them.
+#[test]
+fn long_runs_move_the_frontier_to_their_end_and_zeroed_needs_the_whole_run() {
+    use pmindex::pm::header::FRONTIER_OFFSET;
+    use pmindex::pm::FRONTIER_STEP;
+    let pool = anonymous(16 << 20);
+    let frontier = || pool.load_u64(FRONTIER_OFFSET).unwrap();
+    let n = u64::from(FRONTIER_STEP) * 2 + 8;
+    let r = pool.reserve(n * CHUNK_SIZE).unwrap();
+    assert_eq!(chunk_of(&pool, r.offset()), 0);
+    assert!(r.zeroed());
+    assert_eq!(
+        frontier(),
+        n,
+        "a run past a step: the frontier goes to its end"
+    );
+    pool.cancel(r).unwrap();
+    // Chunks 0..n were handed out: a longer run from chunk 0 is not zeroed.
+    let r = pool.reserve((n + 3) * CHUNK_SIZE).unwrap();
+    assert_eq!(chunk_of(&pool, r.offset()), 0);
+    assert!(!r.zeroed(), "a run that starts below the handed-out mark");
+    assert_eq!(frontier(), n + u64::from(FRONTIER_STEP));
+    let next = pool.reserve(CHUNK_SIZE).unwrap();
+    assert_eq!(chunk_of(&pool, next.offset()), n + 3);
+    assert!(next.zeroed(), "the chunk after them was never handed out");
+    pool.check_untouched().unwrap();
+    pool.cancel(next).unwrap();
+    pool.cancel(r).unwrap();
+}
+
+/// A slab released while another slab of its class is open goes back to
+/// the free chunks; formatted again, for another class, none of its blocks
+/// is zeroed.
+#[test]
+fn a_released_slab_formatted_again_has_no_zeroed_block() {
+    let pool = anonymous(16 << 20);
+    // 4 KiB blocks: 16 to a chunk. Fill one slab and open a second.
+    let first: Vec<Reservation> = (0..16).map(|_| pool.reserve(4096).unwrap()).collect();
+    let a = chunk_of(&pool, first[0].offset());
+    assert!(first.iter().all(|r| chunk_of(&pool, r.offset()) == a));
+    for r in &first {
+        pool.store_u64(r.offset() + 8, 0xdead).unwrap();
+    }
+    let second = pool.reserve(4096).unwrap();
+    assert_ne!(chunk_of(&pool, second.offset()), a);
+    for r in first {
+        pool.cancel(r).unwrap();
+    }
+    // The first slab is empty with another open: released. A 64-byte slab
+    // takes its chunk, the lowest free one.
+    let small = pool.reserve(64).unwrap();
+    assert_eq!(chunk_of(&pool, small.offset()), a);
+    assert!(!small.zeroed(), "a block in a slab formatted again");
+    pool.check_untouched().unwrap();
+    pool.cancel(small).unwrap();
+    pool.cancel(second).unwrap();
+}
+
+/// `check_untouched` looks at every chunk not handed out, also those below
+/// the frontier (raised ahead of use), and not at chunks handed out and
+/// given back.
+#[test]
+fn check_untouched_reads_every_chunk_not_handed_out() {
+    use pmindex::pm::header::FRONTIER_OFFSET;
+    let pool = anonymous(16 << 20);
+    let r = pool.reserve(CHUNK_SIZE).unwrap();
+    let off = r.offset();
+    pool.store_u64(off + 64, 1).unwrap();
+    pool.cancel(r).unwrap();
+    pool.check_untouched().unwrap();
+    // Chunk 3 lies below the frontier (16) but was never handed out.
+    assert!(pool.load_u64(FRONTIER_OFFSET).unwrap() > 3);
+    let third = off + 3 * CHUNK_SIZE + 4000;
+    pool.store_u64(third, 5).unwrap();
+    match pool.check_untouched() {
+        Err(Error::CheckFailed(m)) => {
+            assert!(m.contains(&format!("{third:#x}")), "message: {m}");
+            assert!(m.contains("chunk 3 was never handed out"), "message: {m}");
+        }
+        other => panic!("expected CheckFailed, got {other:?}"),
+    }
+    pool.store_u64(third, 0).unwrap();
+    pool.check_untouched().unwrap();
 }

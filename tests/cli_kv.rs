@@ -126,3 +126,37 @@ fn info_shows_the_heap_frontier() {
     let f = v["header"]["heap_frontier"].as_u64().unwrap();
     assert!(f > 16 && f.is_multiple_of(16), "frontier {f}");
 }
+
+/// A format-1 pool has no frontier, and `info` says so.
+#[test]
+fn info_on_a_format_1_pool_shows_no_frontier() {
+    use pmindex::pm::header::{RawHeader, HEADER_BYTES};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool(&dir, "pmlog");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    let mut b = [0u8; HEADER_BYTES];
+    f.read_exact_at(&mut b, 0).unwrap();
+    let mut h = RawHeader::from_bytes(&b);
+    h.version = 1;
+    h.heap_frontier = 0;
+    h.checksum = h.compute_checksum();
+    f.write_all_at(&h.to_bytes(), 0).unwrap();
+    drop(f);
+    let s = p.to_str().unwrap();
+    let o = pmindex(&["info", s]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("format version 1"), "{out}");
+    assert!(out.contains("no frontier (format version 1)"), "{out}");
+    let o = pmindex(&["info", "--json", s]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["header"]["heap_frontier"].is_null(), "{v}");
+    assert_eq!(v["header"]["version"], 1);
+    let o = pmindex(&["get", s, "b"]);
+    assert_eq!(o.stdout, b"two words");
+}

@@ -53,7 +53,7 @@
 //! A pool is created zeroed (a new sparse file, or anonymous memory), and a
 //! chunk that was never handed out still holds those zeros, in PM as in the
 //! mapping. The header's `heap_frontier` (format version 2) is a chunk index
-//! at or below which every chunk ever handed out lies: chunks from it on are
+//! below which every chunk ever handed out lies: chunks from it on are
 //! untouched. A reservation says whether its block is untouched
 //! ([`Reservation::zeroed`]): a large block whose chunks all lie past the
 //! frontier when taken, or a slab block never handed out before in a slab
@@ -70,8 +70,8 @@
 //! the frontier as written (a slab rebuilt at open has no untouched slot),
 //! and refuses a pool whose descriptors show a chunk in use past it. A
 //! version-1 pool has no frontier: nothing in it counts as untouched, and it
-//! stays version 1. `Db::check` reads every chunk past the frontier and
-//! fails on a byte that is not zero ([`Heap::check_untouched`]).
+//! stays version 1. `Db::check` reads every chunk not handed out and fails
+//! on a byte that is not zero ([`Heap::check_untouched`]).
 //!
 //! # Recovery
 //! [`Heap::recover`] rolls back the unfinished lane records, then reads every descriptor and
@@ -227,7 +227,7 @@ struct State {
     /// (the chunk count in a version-1 pool, where it is never raised).
     frontier: u32,
     /// Chunks from this index on have not been handed out: the frontier at
-    /// open, then one past the last chunk handed out (at most `frontier`).
+    /// open, then one past the highest chunk handed out (at most `frontier`).
     handed: u32,
 }
 
@@ -815,25 +815,30 @@ impl Heap {
 
     /// `Db::check`'s test of the frontier: every byte of every chunk not yet
     /// handed out (those past the frontier, and those below it not handed
-    /// out since it was raised) is zero. Holds the state lock, so nothing
-    /// can be handed out meanwhile.
+    /// out since it was raised) is zero. Each chunk is read under the state
+    /// lock, taken per chunk, so nothing can hand it out meanwhile and
+    /// reservations wait for one chunk's scan at most. Reads all of the
+    /// untouched heap (on a file pool, through the page cache).
     pub(crate) fn check_untouched(&self, pool: &Pool) -> Result<()> {
-        let st = self.state.lock();
         let n = self.geometry.chunk_count as u32;
-        for c in st.handed..n {
-            let base = self.chunk_base(c);
-            let words = pool.words();
-            for i in 0..CHUNK_SIZE / 8 {
-                if words.load(base + 8 * i)? != 0 {
-                    return Err(Error::CheckFailed(format!(
-                        "chunk {c} lies past the heap frontier (chunk {}) but holds data at {:#x}",
-                        st.frontier,
-                        base + 8 * i
-                    )));
-                }
+        let mut c = 0;
+        loop {
+            let st = self.state.lock();
+            c = c.max(st.handed);
+            if c >= n {
+                return Ok(());
             }
+            // SAFETY: chunk `c` was never handed out, and cannot be while we
+            // hold the state lock, so nothing writes it.
+            if let Some(at) = unsafe { pool.first_nonzero(self.chunk_base(c), CHUNK_SIZE)? } {
+                return Err(Error::CheckFailed(format!(
+                    "chunk {c} was never handed out (heap frontier: chunk {}, handed out below chunk {}) but holds data at {at:#x}",
+                    st.frontier, st.handed
+                )));
+            }
+            drop(st);
+            c += 1;
         }
-        Ok(())
     }
 
     /// Returns a reserved (never activated) block to the free lists.

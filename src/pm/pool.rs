@@ -675,6 +675,26 @@ impl Pool {
         Ok(ROOTS_OFFSET + 8 * i as u64)
     }
 
+    /// The offset of the first non-zero byte in `off..off + len`, if any.
+    ///
+    /// # Safety
+    /// No thread may write the range meanwhile (the allocator calls it on
+    /// chunks never handed out, under its state lock).
+    pub(crate) unsafe fn first_nonzero(&self, off: u64, len: u64) -> Result<Option<u64>> {
+        let p = self.check(off, len)?;
+        // SAFETY: `check` bounds the range inside the mapping; the caller
+        // guarantees that nobody writes it while the slice lives.
+        let bytes = unsafe { std::slice::from_raw_parts(p, len as usize) };
+        for (i, block) in bytes.chunks(4096).enumerate() {
+            // An OR over the whole block (vectorised), then the position.
+            if block.iter().fold(0u8, |a, &b| a | b) != 0 {
+                let at = block.iter().position(|&b| b != 0).unwrap_or(0);
+                return Ok(Some(off + (i * 4096 + at) as u64));
+            }
+        }
+        Ok(None)
+    }
+
     // ----- store API -----------------------------------------------------
 
     #[inline(always)]

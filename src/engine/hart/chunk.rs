@@ -470,4 +470,38 @@ mod tests {
             "an offset outside every chunk"
         );
     }
+
+    /// A new chunk in a block never written flushes its header line only;
+    /// in a block used before, it zeroes and flushes every object's first
+    /// bytes too, so that stale leaves cannot look valid.
+    #[test]
+    fn a_new_chunk_zeroes_its_objects_only_in_a_used_block() {
+        let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
+        let size = chunk_size(CACHE_LINE);
+        // A block used before: written with garbage, given back.
+        let r = pool.reserve(size).unwrap();
+        let used = r.offset();
+        // SAFETY: the block is reserved by us and never published.
+        unsafe { pool.write_bytes(used, &vec![0xAB; size as usize]).unwrap() };
+        pool.flush(used, size);
+        pool.cancel(r).unwrap();
+        let mut list = ChunkList::new(CACHE_LINE, pool.root_slot(0).unwrap(), 40);
+        let c0 = crate::pm::counters();
+        list.add_chunk(&pool).unwrap();
+        let reused = crate::pm::counters() - c0;
+        assert_eq!(list.head, used, "the used block is taken again");
+        for i in 0..OBJECTS {
+            let o = used + CHUNK_HEADER + i * CACHE_LINE;
+            for w in 0..5 {
+                assert_eq!(pool.load_u64(o + 8 * w).unwrap(), 0, "object {i}");
+            }
+        }
+        let c1 = crate::pm::counters();
+        list.add_chunk(&pool).unwrap();
+        let fresh = crate::pm::counters() - c1;
+        assert_ne!(list.head, used);
+        // The same activate in both; the 56 objects' lines are the difference.
+        assert_eq!(reused.flushes - fresh.flushes, OBJECTS);
+        assert_eq!(reused.fences, fresh.fences);
+    }
 }

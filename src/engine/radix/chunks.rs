@@ -360,6 +360,8 @@ impl Chunks {
             let ch = self.chunk_mut(c);
             ch.used[0] = 1;
             ch.free = 0;
+            // (Leaves are written whole, so no caller uses this yet; kept
+            // so that `zeroed` means the same for every block.)
             let zeroed = ch.zero_from == 0;
             ch.zero_from = 1;
             return Ok(Block {
