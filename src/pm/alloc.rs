@@ -50,13 +50,13 @@
 //! out while its record could still roll the free back.
 //!
 //! # Heap frontier: blocks known to be zero
-//! A pool is created zeroed (a new sparse file, or anonymous memory), and a
-//! chunk that was never handed out still holds those zeros, in PM as in the
-//! mapping. The header's `heap_frontier` (format version 2) is a chunk index
+//! A pool is created zeroed (a new file sized by `posix_fallocate`, or
+//! anonymous memory), and a chunk that was never handed out still holds
+//! those zeros, in PM as in the mapping. The header's `heap_frontier` (format version 2) is a chunk index
 //! below which every chunk ever handed out lies: chunks from it on are
 //! untouched. A reservation says whether its block is untouched
-//! ([`Reservation::zeroed`]): a large block whose chunks all lie past the
-//! frontier when taken, or a slab block never handed out before in a slab
+//! ([`Reservation::zeroed`]): a large block none of whose chunks was
+//! handed out before, or a slab block never handed out before in a slab
 //! formatted from such a chunk (the slab keeps, in DRAM, the first slot not
 //! yet handed out). An engine may then write only the lines of the block
 //! that are not zero, and flush only those: the others are zero after any
