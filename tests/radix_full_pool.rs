@@ -1,7 +1,8 @@
 //! The radix trees in a small pool: puts (which split paths, expand leaves
 //! and grow nodes, all of which allocate more than one block) until
 //! `PoolFull`; then every earlier key still reads back, the check passes (no
-//! half-done split, no leaked reservation, no pending block), every key can
+//! half-done split, no leaked reservation, no pending block), inserts of
+//! present keys and updates of absent ones are refused as such, every key can
 //! be deleted (shrinks and merges in a full pool), and a reopen keeps
 //! everything.
 
@@ -39,6 +40,24 @@ fn fill_then_empty(engine: &str) {
     assert!(failed > 1000, "{engine}: only {failed} keys fit");
     assert_db_eq(&db, &model, "full pool");
     assert_check(&db, model.len(), "full pool");
+    // A full pool still answers what needs no new block: the leaf a put
+    // writes ahead of its walk (docs/design.md §11, "Leaf first") cannot be
+    // reserved, and the walk goes on without it. Present keys refuse an
+    // insert, absent keys refuse an update, and present keys can still be
+    // read.
+    for i in (0..failed).step_by(97) {
+        match db.insert(&key(i), &value) {
+            Err(pmindex::Error::KeyExists) => {}
+            r => panic!("{engine}: insert of present key {i} in a full pool: {r:?}"),
+        }
+    }
+    for i in failed + 1000..failed + 1010 {
+        match db.update(&key(i), &value) {
+            Err(pmindex::Error::KeyNotFound) => {}
+            r => panic!("{engine}: update of absent key {i} in a full pool: {r:?}"),
+        }
+    }
+    assert_check(&db, model.len(), "refused writes in a full pool");
     // A few more attempts at the edge: each fails cleanly or succeeds.
     for i in failed..failed + 50 {
         match db.put(&key(i), &value) {

@@ -1,5 +1,9 @@
 //! Insert, update and delete, with the persist order of each step.
 //!
+//! Every put writes and flushes its new leaf before the walk (see
+//! [`RadixTree::put_impl`]); the table gives each step's PM stores in the
+//! order they reach PM, which that does not change.
+//!
 //! `publish(slot, p)` is: fence; store `p` into `slot` (the commit point);
 //! flush; fence. `retract(slot, p)` is the same without the first fence
 //! (nothing new to make durable first). Blocks unlinked by a commit are
@@ -200,11 +204,56 @@ impl RadixTree {
         Ok(())
     }
 
+    /// Insert, update or upsert. The new leaf is written and flushed
+    /// **before** the walk (see "Leaf first" in docs/design.md §11): its
+    /// write-back then runs while the walk waits for its misses, instead of
+    /// after them, where the commit's first fence would wait for it. The
+    /// leaf is unreachable until a commit publishes it, so a crash at any
+    /// point leaves it free, as a leaf written after the walk would be. A
+    /// leaf the walk does not use (the key is present for an insert, or
+    /// absent for an update) is given back. If it cannot be reserved or
+    /// written here, the walk goes on without one and makes it where it is
+    /// needed, as before: a full pool still answers "unchanged" where
+    /// nothing would be written.
     pub(super) fn put_impl(
         &mut self,
         key: &[u8],
         value: &[u8],
         mode: PutMode,
+    ) -> Result<PutOutcome> {
+        // The error, if any, comes again from `take_leaf` where a leaf is
+        // needed.
+        let mut pre = self.new_leaf(key, value).ok();
+        let r = self.put_walk(key, value, mode, &mut pre);
+        if let Ok(PutOutcome::Inserted) = r {
+            self.count += 1;
+        }
+        match pre {
+            Some(l) => {
+                let c = self.cancel(l);
+                r.and_then(|o| c.map(|()| o))
+            }
+            None => r,
+        }
+    }
+
+    /// The leaf written ahead (`pre`), or a new one if there is none. The
+    /// caller owns the block from here: it publishes or cancels it.
+    fn take_leaf(&self, pre: &mut Option<Block>, key: &[u8], value: &[u8]) -> Result<Block> {
+        match pre.take() {
+            Some(l) => Ok(l),
+            None => self.new_leaf(key, value),
+        }
+    }
+
+    /// [`Self::put_impl`]'s walk; takes the leaf from `pre` where it
+    /// publishes one and leaves it there otherwise.
+    fn put_walk(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mode: PutMode,
+        pre: &mut Option<Block>,
     ) -> Result<PutOutcome> {
         let span = self.span;
         let klen = span.len(key);
@@ -217,9 +266,8 @@ impl RadixTree {
                     return Ok(PutOutcome::Unchanged);
                 }
                 // Persist order: leaf flushed; publish (commit: slot = leaf).
-                let l = self.new_leaf(key, value)?;
+                let l = self.take_leaf(pre, key, value)?;
                 self.publish_block(slot, l, &[])?;
-                self.count += 1;
                 return Ok(PutOutcome::Inserted);
             }
             let w = self.pool.load_u64(p)?;
@@ -237,15 +285,15 @@ impl RadixTree {
                     }
                     // Persist order: new leaf flushed; publish (commit:
                     // slot = new leaf); the old leaf is released.
-                    let l = self.new_leaf(key, value)?;
+                    let l = self.take_leaf(pre, key, value)?;
                     self.publish_block(slot, l, &[])?;
                     return Ok(PutOutcome::Replaced);
                 }
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
                 }
-                self.expand_leaf(slot, p, lkey, key, value, d)?;
-                self.count += 1;
+                let l = self.take_leaf(pre, key, value)?;
+                self.expand_leaf(slot, p, lkey, key, l, d)?;
                 return Ok(PutOutcome::Inserted);
             }
             // As in `lookup_in`: a node at its own depth without a path
@@ -262,8 +310,8 @@ impl RadixTree {
                     if mode == PutMode::Update {
                         return Ok(PutOutcome::Unchanged);
                     }
-                    self.split(slot, p, kind, &h, d, i, &prefix, key, value)?;
-                    self.count += 1;
+                    let l = self.take_leaf(pre, key, value)?;
+                    self.split(slot, p, kind, &h, d, i, &prefix, key, l)?;
                     return Ok(PutOutcome::Inserted);
                 }
                 h.branch()
@@ -283,23 +331,24 @@ impl RadixTree {
             if mode == PutMode::Update {
                 return Ok(PutOutcome::Unchanged);
             }
-            self.add_child(slot, p, kind, u, key, value)?;
-            self.count += 1;
+            let l = self.take_leaf(pre, key, value)?;
+            self.add_child(slot, p, kind, u, l)?;
             return Ok(PutOutcome::Inserted);
         }
     }
 
     /// Lazy expansion: the leaf `p` in `slot` (reached at depth `d`) and the
-    /// new key's leaf go under a new node whose path is the units the two
-    /// keys share. Persist order: new leaf, node holding both, flushed;
-    /// `publish(slot, node)` (commit).
+    /// new key's leaf `l` (written and flushed) go under a new node whose
+    /// path is the units the two keys share. Persist order: node holding
+    /// both flushed; `publish(slot, node)` (commit). `l` is given back if
+    /// nothing was committed.
     fn expand_leaf(
         &self,
         slot: u64,
         p: u64,
         lkey: &[u8],
         key: &[u8],
-        value: &[u8],
+        l: Block,
         d: usize,
     ) -> Result<()> {
         let span = self.span;
@@ -315,7 +364,6 @@ impl RadixTree {
                 0
             }
         };
-        let l = self.new_leaf(key, value)?;
         let node = match self.node_with(kind, &h, end, children, place(span, key, b), l.offset()) {
             Ok(n) => n,
             Err(e) => {
@@ -331,7 +379,8 @@ impl RadixTree {
     /// Algorithm 1 (SplitCmp) with the insert folded in: the node `p` in
     /// `slot`, reached at depth `d`, has a path `prefix` that `key` leaves
     /// at index `i`. A new parent takes the first `i` units and holds the
-    /// node (which keeps the units after `i`) and the new leaf.
+    /// node (which keeps the units after `i`) and the new leaf `l` (written
+    /// and flushed; given back if nothing was committed).
     #[allow(clippy::too_many_arguments)]
     fn split(
         &self,
@@ -343,14 +392,13 @@ impl RadixTree {
         i: usize,
         prefix: &[u8],
         key: &[u8],
-        value: &[u8],
+        l: Block,
     ) -> Result<()> {
         let span = self.span;
         let parent_h = Header::new(0, span, d, &prefix[..i]);
         let node_h = Header::new(h.kind, span, d + i + 1, &prefix[i + 1..]);
         let small = self.flavor.small_kind();
         let at = place(span, key, d + i);
-        let l = self.new_leaf(key, value)?;
         if self.flavor == Flavor::ArtCow {
             // Persist order: new leaf, copy of the node with the new header,
             // parent holding both, flushed; publish the parent into `slot`
@@ -414,18 +462,10 @@ impl RadixTree {
         Ok(())
     }
 
-    /// Adds a leaf for `key` as child `u` of node `p` (in `slot`), which
-    /// does not list it; a full node is replaced by a grown copy holding it.
-    fn add_child(
-        &self,
-        slot: u64,
-        p: u64,
-        kind: Kind,
-        u: u8,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<()> {
-        let l = self.new_leaf(key, value)?;
+    /// Adds the leaf `l` (written and flushed) as child `u` of node `p` (in
+    /// `slot`), which does not list it; a full node is replaced by a grown
+    /// copy holding it. `l` is given back if nothing was committed.
+    fn add_child(&self, slot: u64, p: u64, kind: Kind, u: u8, l: Block) -> Result<()> {
         let c = l.offset();
         let r = match (self.flavor, kind) {
             // Persist order: leaf flushed; publish (commit: the slot).
