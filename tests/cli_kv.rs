@@ -101,6 +101,16 @@ fn bad_gets_are_errors_with_nothing_printed() {
     }
 }
 
+/// `pmindex info` on the pool `s`, which must succeed: its text and its
+/// `--json` form.
+fn info(s: &str) -> (String, serde_json::Value) {
+    let o = pmindex(&["info", s]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o2 = pmindex(&["info", "--json", s]);
+    assert!(o2.status.success(), "{}", text(&o2.stderr));
+    (text(&o.stdout), serde_json::from_slice(&o2.stdout).unwrap())
+}
+
 /// `info` shows the heap frontier (format version 2): where the heap that
 /// was never used begins, live, in text and in JSON.
 #[test]
@@ -108,21 +118,16 @@ fn info_shows_the_heap_frontier() {
     let dir = tempfile::tempdir().unwrap();
     let p = pool(&dir, "wort");
     let s = p.to_str().unwrap();
-    let o = pmindex(&["info", s]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let out = text(&o.stdout);
+    let (out, v) = info(s);
     assert!(out.contains("format version 2"), "{out}");
     assert!(out.contains("never used from chunk 16 on"), "{out}");
-    let o = pmindex(&["info", "--json", s]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["header"]["heap_frontier"], 16);
     // 2 MiB of values take the frontier further.
     for i in 0..40 {
         let o = pmindex(&["put", s, &format!("big{i}"), &"v".repeat(60_000)]);
         assert!(o.status.success(), "{}", text(&o.stderr));
     }
-    let o = pmindex(&["info", "--json", s]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (_, v) = info(s);
     let f = v["header"]["heap_frontier"].as_u64().unwrap();
     assert!(f > 16 && f.is_multiple_of(16), "frontier {f}");
 }
@@ -148,13 +153,9 @@ fn info_on_a_format_1_pool_shows_no_frontier() {
     f.write_all_at(&h.to_bytes(), 0).unwrap();
     drop(f);
     let s = p.to_str().unwrap();
-    let o = pmindex(&["info", s]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let out = text(&o.stdout);
+    let (out, v) = info(s);
     assert!(out.contains("format version 1"), "{out}");
     assert!(out.contains("no frontier (format version 1)"), "{out}");
-    let o = pmindex(&["info", "--json", s]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["header"]["heap_frontier"].is_null(), "{v}");
     assert_eq!(v["header"]["version"], 1);
     let o = pmindex(&["get", s, "b"]);
