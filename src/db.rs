@@ -293,10 +293,10 @@ impl Db {
     /// of several keys run at once and their PM misses overlap: on the
     /// radix trees (with their default lock-free reads), 2 to 3 times the
     /// throughput of one `get_with` per key (docs/design.md §11, "Batched
-    /// searches"); on `hart`, 1.25 to 1.7 times on random strings and no
-    /// gain on dictionary words (§7). `f` must not call back into the
-    /// `Db`: it may run under an engine's read lock. An error stops the
-    /// call, after `f` has run for the keys before it.
+    /// searches"); on `hart`, 1.3 to 3 times (§7, "Interleaved batched
+    /// searches"). `f` must not call back into the `Db`: it may run under
+    /// an engine's read locks. An error stops the call, after `f` has run
+    /// for the keys before it.
     pub fn get_many_with(
         &self,
         keys: &[&[u8]],

@@ -4,8 +4,9 @@
 //! shards and allocation stripes) but each owns its keys, so the final
 //! contents are known: the union of the writers' own models. Scanning
 //! threads run meanwhile and check that every scan is strictly ordered and
-//! that every value they see is one its writer wrote for that key. At the
-//! end: contents against the oracle, `check()` (structure and leak check),
+//! that every value they see is one its writer wrote for that key; threads
+//! of multi-key gets (`Db::get_many_with`) check the same of every value
+//! they find. At the end: contents against the oracle, `check()` (structure and leak check),
 //! reopen (recovery), and the same again.
 //!
 //! `PMINDEX_STRESS_THREADS=16 PMINDEX_STRESS_OPS=200000 cargo test --release
@@ -90,6 +91,31 @@ fn scanner(db: &Db, stop: &AtomicBool) -> usize {
     scans
 }
 
+/// Multi-key gets of random keys of every writer while they write: every
+/// value found is one its writer wrote for that key. A batch read-locks
+/// several ARTs at once while writers queue for them, so a lock order
+/// that could deadlock hangs this test.
+fn batch_reader(db: &Db, stop: &AtomicBool, writers: usize, keys: usize) -> usize {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut batches = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let n = rng.gen_range(1..40);
+        let wanted: Vec<Vec<u8>> = (0..n)
+            .map(|_| key(rng.gen_range(0..writers), rng.gen_range(0..keys)))
+            .collect();
+        let batch: Vec<&[u8]> = wanted.iter().map(Vec::as_slice).collect();
+        db.get_many_with(&batch, |i, v| {
+            if let Some(v) = v {
+                let (w, j, _) = parse(v);
+                assert_eq!(batch[i], &key(w, j)[..], "a value under another key");
+            }
+        })
+        .unwrap();
+        batches += 1;
+    }
+    batches
+}
+
 fn verify(db: &Db, want: &BTreeMap<Vec<u8>, Vec<u8>>) {
     let got = db.scan(Bound::Unbounded, Bound::Unbounded, None).unwrap();
     assert_eq!(got.len(), want.len());
@@ -122,6 +148,9 @@ fn writers_sharing_arts_and_concurrent_scans() {
             let scanners: Vec<_> = (0..threads.div_ceil(2))
                 .map(|_| s.spawn(|| scanner(&db, &stop)))
                 .collect();
+            let batch_readers: Vec<_> = (0..threads.div_ceil(2))
+                .map(|_| s.spawn(|| batch_reader(&db, &stop, threads, keys)))
+                .collect();
             let writers: Vec<_> = (0..threads)
                 .map(|w| {
                     let db = &db;
@@ -135,6 +164,9 @@ fn writers_sharing_arts_and_concurrent_scans() {
             stop.store(true, Ordering::Relaxed);
             for h in scanners {
                 assert!(h.join().expect("scanner") > 0);
+            }
+            for h in batch_readers {
+                assert!(h.join().expect("batch reader") > 0);
             }
             want
         });

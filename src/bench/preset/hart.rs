@@ -20,7 +20,7 @@
 //! The paper compares HART with WOART, FPTree and ART+CoW (project ids
 //! `woart`, `fptree`, `art-cow`).
 
-use super::{exp, latency, short_count, Built, Planner, PresetCtx};
+use super::{exp, latency, short_count, Built, Planner, PresetCtx, SEARCH_MANY_BATCH};
 use crate::bench::dist::ScanLen;
 use crate::bench::experiment::PhaseSpec;
 use crate::bench::keys::KeyKind;
@@ -47,6 +47,9 @@ pub(super) fn build(ctx: &PresetCtx) -> Built {
         vec![
             PhaseSpec::Load,
             PhaseSpec::Search,
+            PhaseSpec::SearchMany {
+                batch: SEARCH_MANY_BATCH,
+            },
             PhaseSpec::Update,
             PhaseSpec::Delete,
         ]

@@ -30,7 +30,7 @@ use super::experiment::{Experiment, PhaseSpec};
 use super::keys::{dictionary_available, missing_dictionary_message, KeyKind};
 use super::suite::{Planned, Suite, REFERENCE_ENGINE};
 use super::summary::meminfo_kib;
-use crate::engine::MAX_KEY_LEN;
+use crate::engine::{BATCH, MAX_KEY_LEN};
 use crate::pm::PmLatency;
 
 /// A preset.
@@ -45,6 +45,11 @@ pub enum Preset {
     /// The heterogeneous ART + B+-tree paper.
     ArtBplus,
 }
+
+/// Keys per multi-key get in the presets' `search-many` phases (beyond
+/// the papers, which search one key at a time): the engines' own batch,
+/// so that each call is one batch of searches run side by side.
+const SEARCH_MANY_BATCH: usize = BATCH;
 
 impl Preset {
     /// Every preset.

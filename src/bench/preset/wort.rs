@@ -14,7 +14,7 @@
 //! The paper compares WORT, WOART and ART+CoW with FPTree, NVTree and
 //! wB+Tree; NVTree and wB+Tree are not in this project's plan.
 
-use super::{exp, latency, Built, Planner, PresetCtx};
+use super::{exp, latency, Built, Planner, PresetCtx, SEARCH_MANY_BATCH};
 use crate::bench::dist::ScanLen;
 use crate::bench::experiment::PhaseSpec;
 use crate::bench::keys::KeyKind;
@@ -53,6 +53,9 @@ pub(super) fn build(ctx: &PresetCtx) -> Built {
         for (l, w, r) in LATS {
             let mut phases = vec![PhaseSpec::Load, PhaseSpec::Search];
             if l == "dram" {
+                phases.push(PhaseSpec::SearchMany {
+                    batch: SEARCH_MANY_BATCH,
+                });
                 for (name, frac) in RANGES {
                     phases.push(PhaseSpec::Scan {
                         name: name.into(),

@@ -64,9 +64,9 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-use self::art::LeafKeys;
+use self::art::{LeafKeys, ProbeCursor};
 use self::chunk::ChunkList;
 use self::leaf::{Checksum, Commit, Meta, MAX_OBJECT};
 use self::recovery::{slot_is_valid, StripeLists};
@@ -358,6 +358,129 @@ impl Hart {
     /// `written == false`.
     fn slot(&self, leaf: u64, s: u64) -> Result<ValueRef> {
         read_slot(&self.pool, leaf, s)
+    }
+
+    /// Algorithm 4 from the leaf a probe of `key` ended at, under the
+    /// read lock of the ART that holds it: the leaf check in one pass over
+    /// the leaf's first line (the commit word, the key, compared here and
+    /// not inside the ART so that the word is decoded once, the active
+    /// slot), then `f` on the value. Returns whether the leaf is `key`'s.
+    /// The path from the probe to `f` is short on purpose: a search is a
+    /// chain of cache misses, and the fewer instructions between one
+    /// search's last miss and the next search's first, the more searches
+    /// the CPU overlaps (docs/design.md §7, "Instructions between two
+    /// searches").
+    #[inline(always)]
+    fn answer(&self, leaf: u64, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        let c = self.live_commit(leaf)?;
+        // SAFETY: the ART only holds live leaves, whose keys are never
+        // written while they are reachable (writers hold the ART's write
+        // lock; the caller holds its read lock).
+        let k = unsafe { leaf::key(&self.pool, leaf, c)? };
+        let key_lines = lines_spanned(leaf, leaf::HEADER + c.key_len as u64);
+        if k != key {
+            self.pool.touch_lines(key_lines);
+            return Ok(false);
+        }
+        let (value, value_lines) = self.current_value(leaf, c)?;
+        self.pool.touch_lines(key_lines + value_lines);
+        f(value);
+        Ok(true)
+    }
+
+    /// One batch of [`Engine::get_many`] on the direct index: `batch[i]`
+    /// is key `base + i`. The searches run side by side, one ART node per
+    /// key per round, each step starting the loads of the key's next node
+    /// ([`art::ProbeCursor`]), so the misses of up to [`BATCH`] keys
+    /// overlap at every level instead of only where the CPU's window
+    /// reaches; then every leaf's line is prefetched, and the leaves are
+    /// checked and answered in key order.
+    ///
+    /// The ARTs of the batch are read-locked once each, for the whole
+    /// batch, in the order of their addresses. That order cannot deadlock
+    /// with the fair lock's queued writers: a writer holds no ART lock
+    /// while it waits for one (puts and deletes lock a single ART), and a
+    /// reader waits only for a lock above every one it holds, so along any
+    /// chain of waits the locks' addresses rise. Locking one ART twice in a
+    /// thread could deadlock (a writer queued between the two); each ART is
+    /// locked once.
+    fn get_batch(
+        &self,
+        base: usize,
+        batch: &[&[u8]],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        let n = batch.len();
+        debug_assert!(n <= BATCH);
+        // Each key's ART; the slot line (lock and root) starts loading.
+        let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
+        let mut order = [0usize; BATCH];
+        let mut m = 0;
+        for (i, key) in batch.iter().enumerate() {
+            if let Some(t) = self.trees.find_direct(self.split(key).0) {
+                crate::hint::prefetch(t);
+                tree[i] = Some(t);
+                order[m] = i;
+                m += 1;
+            }
+        }
+        let addr = |i: &usize| tree[*i].map_or(0, |t| t as *const RwLock<Tree> as usize);
+        order[..m].sort_unstable_by_key(addr);
+        let mut guards: [Option<RwLockReadGuard<'_, Tree>>; BATCH] = Default::default();
+        let mut guard_of = [0usize; BATCH];
+        let mut g = 0;
+        for (j, &i) in order[..m].iter().enumerate() {
+            if j == 0 || addr(&order[j - 1]) != addr(&i) {
+                guards[g] = tree[i].map(RwLock::read);
+                g += 1;
+            }
+            guard_of[i] = g - 1;
+        }
+        let guards = guards;
+        // The descents, side by side.
+        let pm = self.pool.words();
+        let mut cursor: [Option<ProbeCursor<'_, u64>>; BATCH] = Default::default();
+        let mut leaf: [Option<u64>; BATCH] = [None; BATCH];
+        let mut running = 0;
+        for &i in &order[..m] {
+            let Some(t) = &guards[guard_of[i]] else {
+                continue;
+            };
+            match t.art.probe_cursor(self.split(batch[i]).1) {
+                Ok(c) => {
+                    cursor[i] = Some(c);
+                    running += 1;
+                }
+                Err(found) => leaf[i] = found,
+            }
+        }
+        while running > 0 {
+            for i in 0..n {
+                let Some(c) = cursor[i].take() else {
+                    continue;
+                };
+                match c.step() {
+                    Ok(c) => cursor[i] = Some(c),
+                    Err(found) => {
+                        if let Some(l) = found {
+                            pm.prefetch(l);
+                        }
+                        leaf[i] = found;
+                        running -= 1;
+                    }
+                }
+            }
+        }
+        for (i, key) in batch.iter().enumerate() {
+            let hit = match leaf[i] {
+                Some(l) => self.answer(l, key, &mut |v| f(base + i, Some(v)))?,
+                None => false,
+            };
+            if !hit {
+                f(base + i, None);
+            }
+        }
+        Ok(())
     }
 
     /// The commit word of a leaf the ART holds (an error if it is not
@@ -661,58 +784,19 @@ impl Engine for Hart {
         let Some(leaf) = t.art.probe(ak) else {
             return Ok(false);
         };
-        // Algorithm 4's leaf check in one pass over the leaf's first line:
-        // the commit word, the key (compared here, not inside the ART, so
-        // that the word is decoded once), the active slot. The whole path
-        // from `probe` to the callback is short on purpose: a search is a
-        // chain of cache misses, and the fewer instructions between one
-        // search's last miss and the next search's first, the more searches
-        // the CPU overlaps (docs/design.md §7, "Instructions between two
-        // searches").
-        let c = self.live_commit(leaf)?;
-        // SAFETY: the ART only holds live leaves, whose keys are never
-        // written while they are reachable (writers hold the ART's write
-        // lock; this holds its read lock).
-        let k = unsafe { leaf::key(&self.pool, leaf, c)? };
-        let key_lines = lines_spanned(leaf, leaf::HEADER + c.key_len as u64);
-        if k != key {
-            self.pool.touch_lines(key_lines);
-            return Ok(false);
-        }
-        let (value, value_lines) = self.current_value(leaf, c)?;
-        self.pool.touch_lines(key_lines + value_lines);
-        f(value);
-        Ok(true)
+        self.answer(leaf, key, f)
     }
 
-    /// [`Self::get_with`] for each key, a batch of [`BATCH`] keys at a
-    /// time, after two passes over the batch that only warm the caches
-    /// (beyond the paper): each key's ART slot (its lock and root), then
-    /// each key's descent under its ART's read lock, ending in a prefetch
-    /// of its PM leaf. What the warm-up passes read is not trusted: the
-    /// leaf they found may be gone when the third pass looks the key up
-    /// again, which it does as `get_with` does, now mostly from cache. So
-    /// the misses of a batch's keys overlap at two of a search's steps:
-    /// the ART's slot and the PM leaf (docs/design.md §7, "Batched
-    /// searches"). Only with the direct index of ARTs (`k_h` ≤ 2, the
-    /// default): the hashed one takes a shard lock to find an ART, which
-    /// the warm-up passes would take twice more per key.
+    /// [`Self::get_with`] for each key. With the direct index of ARTs
+    /// (`k_h` ≤ 2, the default), [`BATCH`] keys at a time whose searches
+    /// run side by side (beyond the paper, docs/design.md §7,
+    /// "Interleaved batched searches"); the hashed index takes a shard
+    /// lock to find an ART, and looks its keys up one by one.
     fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
-        let pm = self.pool.words();
-        let warm = self.trees.is_direct();
         for (b, batch) in keys.chunks(BATCH).enumerate() {
-            for key in batch.iter().filter(|_| warm) {
-                if let Some(tree) = self.trees.find_bytes(self.split(key).0) {
-                    crate::hint::prefetch::<RwLock<Tree>>(&tree);
-                }
-            }
-            for key in batch.iter().filter(|_| warm) {
-                let (hk, ak) = self.split(key);
-                if let Some(tree) = self.trees.find_bytes(hk) {
-                    if let Some(leaf) = tree.read().art.probe(ak) {
-                        pm.prefetch(leaf);
-                    }
-                }
+            if self.trees.is_direct() {
+                self.get_batch(b * BATCH, batch, f)?;
+                continue;
             }
             for (i, key) in batch.iter().enumerate() {
                 let i = b * BATCH + i;

@@ -302,6 +302,16 @@ impl Trees {
         }
     }
 
+    /// The ART of hash key bytes `hk` in the direct index (no lock, no
+    /// reference count); `None` where it has none, and always `None` on
+    /// the hashed index ([`Self::is_direct`]).
+    pub(super) fn find_direct(&self, hk: &[u8]) -> Option<&RwLock<Tree>> {
+        match self {
+            Trees::Direct(d) => d.slot(d.index_of(hk)),
+            Trees::Hashed(_) => None,
+        }
+    }
+
     /// Whether hash keys index the ARTs directly (`k_h` ≤ 2): finding an
     /// ART then takes no lock.
     pub(super) fn is_direct(&self) -> bool {

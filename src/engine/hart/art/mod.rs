@@ -273,6 +273,18 @@ impl<V: LeafValue> Art<V> {
         }
     }
 
+    /// [`Self::probe`] taken one node at a time, so that a caller can run
+    /// several at once and their cache misses overlap (HART's batched gets,
+    /// docs/design.md §7, "Interleaved batched searches"): the cursor before
+    /// the root node, whose first lines it starts loading, or `Err` with
+    /// `probe`'s answer when there is no node to visit (an empty tree, or a
+    /// root that is a leaf).
+    #[inline]
+    pub fn probe_cursor<'a>(&'a self, key: &'a [u8]) -> Result<ProbeCursor<'a, V>, Option<V>> {
+        let root = self.root.as_ref().ok_or(None)?;
+        ProbeCursor::enter(root, key, 0)
+    }
+
     /// Maps `key` to `value`; returns the value it replaced, if the key was
     /// present (upsert). `keys.key(value)` need not work until this returns.
     pub fn insert<K: LeafKeys<V> + ?Sized>(&mut self, key: &[u8], value: V, keys: &K) -> Option<V> {
@@ -447,6 +459,43 @@ impl<V> Default for Header<V> {
     }
 }
 
+/// A search of [`Art::probe`] stopped in front of an inner node (made by
+/// [`Art::probe_cursor`]). Each [`Self::step`] visits that node and starts
+/// loading the next one's first lines, so the caller can step other
+/// cursors while they arrive.
+pub struct ProbeCursor<'a, V: LeafValue> {
+    /// An inner node: the slot the search goes through next.
+    at: &'a Child<V>,
+    key: &'a [u8],
+    /// Key bytes consumed above `at`.
+    depth: usize,
+}
+
+impl<'a, V: LeafValue> ProbeCursor<'a, V> {
+    /// The cursor in front of `at` at `depth`, or `probe`'s answer when `at`
+    /// is a leaf (a leaf word holds its value: no load).
+    #[inline(always)]
+    fn enter(at: &'a Child<V>, key: &'a [u8], depth: usize) -> Result<Self, Option<V>> {
+        match at.view() {
+            View::Leaf(v) => Err(Some(v)),
+            View::Inner(node) => {
+                let byte = key.get(depth).copied();
+                dispatch!(node, n => n.prefetch_search(byte));
+                Ok(ProbeCursor { at, key, depth })
+            }
+        }
+    }
+
+    /// Visits the node in front: `Ok` with the cursor in front of the next
+    /// node, or `Err` with what [`Art::probe`] returns for the key.
+    #[inline(always)]
+    pub fn step(self) -> Result<Self, Option<V>> {
+        let mut depth = self.depth;
+        let next = dispatch!(self.at.inner(), n => descend(n, self.key, &mut depth))?;
+        Self::enter(next, self.key, depth)
+    }
+}
+
 /// What the four node kinds share. Positions (`pos`) are indices into the
 /// kind's child array, valid until the node changes.
 trait InnerNode<V: LeafValue> {
@@ -460,6 +509,17 @@ trait InnerNode<V: LeafValue> {
     /// Starts loading the lines of the child slots a search may read next.
     #[inline]
     fn prefetch_children(&self) {}
+    /// Starts loading what a search for `byte` (the key's byte at the
+    /// node's depth; `None` where the key ends there) reads first in this
+    /// node if it has no compressed path: the header's line and the lines
+    /// of the child slots the byte can be in. Addresses only: nothing is
+    /// loaded, and a wrong guess (a node with a path) costs bandwidth.
+    #[inline(always)]
+    fn prefetch_search(&self, byte: Option<u8>) {
+        let _ = byte;
+        crate::hint::prefetch(self.header());
+        self.prefetch_children();
+    }
     /// Position of the child for `byte`.
     fn find_pos(&self, byte: u8) -> Option<usize>;
     /// The child for `byte`.

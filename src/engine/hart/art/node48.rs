@@ -116,6 +116,14 @@ impl<V: LeafValue> InnerNode<V> for Node48<V> {
         &mut self.header
     }
 
+    #[inline(always)]
+    fn prefetch_search(&self, byte: Option<u8>) {
+        crate::hint::prefetch(&self.header);
+        if let Some(b) = byte {
+            crate::hint::prefetch(&self.index[usize::from(b)]);
+        }
+    }
+
     #[inline]
     fn find_pos(&self, byte: u8) -> Option<usize> {
         self.slot(byte)

@@ -13,6 +13,22 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
+/// [`Art::probe`] through a [`ProbeCursor`], one node per step, checking
+/// that the steps are bounded by the key's length plus one.
+fn probe_by_steps<V: LeafValue>(art: &Art<V>, key: &[u8]) -> Option<V> {
+    let mut c = match art.probe_cursor(key) {
+        Ok(c) => c,
+        Err(found) => return found,
+    };
+    for _ in 0..=key.len() {
+        c = match c.step() {
+            Ok(c) => c,
+            Err(found) => return found,
+        };
+    }
+    panic!("the probe of {key:?} took more steps than the key has bytes");
+}
+
 /// Test keys: the value of a key is its index in the vector.
 struct VecKeys(Vec<Vec<u8>>);
 
@@ -223,6 +239,7 @@ impl<G: FnMut(&mut SmallRng) -> Vec<u8>> Harness<G> {
                 }
             }
         }
+        assert_eq!(probe_by_steps(&self.art, key), probed, "cursor {key:?}");
     }
 
     fn bound(&mut self) -> Bound<Vec<u8>> {
