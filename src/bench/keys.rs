@@ -444,8 +444,9 @@ pub fn dictionary_available(path: &Path) -> bool {
     std::fs::File::open(path).is_ok()
 }
 
-fn words(path: &Path, records: usize, extra: usize, seed: u64) -> BenchResult<KeySet> {
-    let text = std::fs::read(path).map_err(|e| {
+/// The word list at `path`, read whole.
+fn read_dictionary(path: &Path) -> BenchResult<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             BenchError::Config(missing_dictionary_message(path))
         } else {
@@ -454,7 +455,12 @@ fn words(path: &Path, records: usize, extra: usize, seed: u64) -> BenchResult<Ke
                 Error::io(format!("read {}", path.display()), e),
             )
         }
-    })?;
+    })
+}
+
+/// The distinct words of `text` (one per line, `\r\n` or `\n`) that are
+/// valid keys (1 to [`MAX_KEY_LEN`] bytes), in file order.
+fn distinct_words(text: &[u8]) -> Vec<&[u8]> {
     let mut seen: HashSet<&[u8]> = HashSet::new();
     let mut list: Vec<&[u8]> = Vec::new();
     for line in text.split(|&b| b == b'\n') {
@@ -463,16 +469,41 @@ fn words(path: &Path, records: usize, extra: usize, seed: u64) -> BenchResult<Ke
             list.push(w);
         }
     }
-    let need = records + extra;
-    if list.len() < need {
+    list
+}
+
+/// How many distinct keys the word list at `path` gives: the most that one
+/// experiment on the `dictionary` key set can load and insert. A benchmark
+/// checks this for every experiment before it runs the first.
+pub fn dictionary_capacity(path: &Path) -> BenchResult<usize> {
+    Ok(distinct_words(&read_dictionary(path)?).len())
+}
+
+/// Fails with the advice to lower `--records` when a word list of `have`
+/// distinct words cannot give `records + extra` keys.
+pub fn check_dictionary_size(
+    path: &Path,
+    have: usize,
+    records: usize,
+    extra: usize,
+) -> BenchResult<()> {
+    let need = records.saturating_add(extra);
+    if have < need {
         return Err(BenchError::Config(format!(
-            "{}: {} distinct words, but the experiment needs {need} keys \
+            "{}: {have} distinct words, but the experiment needs {need} keys \
              ({records} to load, {extra} to insert later); use --records {} or fewer",
             path.display(),
-            list.len(),
-            list.len().saturating_sub(extra)
+            have.saturating_sub(extra)
         )));
     }
+    Ok(())
+}
+
+fn words(path: &Path, records: usize, extra: usize, seed: u64) -> BenchResult<KeySet> {
+    let text = read_dictionary(path)?;
+    let mut list = distinct_words(&text);
+    check_dictionary_size(path, list.len(), records, extra)?;
+    let need = records + extra;
     list.shuffle(&mut SmallRng::seed_from_u64(mix64(seed ^ 0x0077_6f72_6473)));
     list.truncate(need);
     let bytes = list.iter().map(|w| w.len()).sum();

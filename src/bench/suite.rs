@@ -13,7 +13,7 @@ use std::time::Instant;
 use super::alloc;
 use super::dist::{Distribution, ScanLen};
 use super::experiment::{Experiment, PhaseSpec};
-use super::keys::KeyKind;
+use super::keys::{self, KeyKind};
 use super::mix::Mix;
 use super::plot::Figure;
 use super::runner::{self, RunConfig};
@@ -415,6 +415,26 @@ pub fn run(
             )));
         }
     }
+    // A word list too short for some experiment fails the run now, not
+    // after the experiments before that one have run.
+    let mut dictionary_words = None;
+    for p in suite.experiments.iter().filter(|p| p.skip.is_none()) {
+        let exp = &p.experiment;
+        if exp.keys != KeyKind::Dictionary {
+            continue;
+        }
+        let have = match dictionary_words {
+            Some(n) => n,
+            None => *dictionary_words.insert(keys::dictionary_capacity(&opts.dictionary)?),
+        };
+        let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        keys::check_dictionary_size(
+            &opts.dictionary,
+            have,
+            as_usize(exp.records),
+            as_usize(exp.planned_inserts(opts.seed)),
+        )?;
+    }
     let dir = opts.dir.clone().unwrap_or_else(default_pool_dir);
     let cfg = RunConfig {
         engines: engines.clone(),
@@ -569,6 +589,51 @@ mod tests {
         // A throughput chart per experiment and a scaling chart per group.
         assert_eq!(s.figures.len(), 6);
         assert!(matches!(&s.figures[2], Figure::Lines { id, .. } if id == "dense-ycsb-c-scaling"));
+    }
+
+    /// Counts the engine runs that started.
+    struct CountBegins(usize);
+    impl Progress for CountBegins {
+        fn begin(&mut self, _step: usize, _steps: usize, _what: &str) {
+            self.0 += 1;
+        }
+        fn start(&mut self, _engine: &str, _phase: &str, _total: u64) {}
+        fn advance(&mut self, _n: u64) {}
+        fn finish(&mut self) {}
+    }
+
+    #[test]
+    fn a_word_list_too_short_for_a_later_experiment_fails_before_the_first_runs() {
+        let words =
+            std::env::temp_dir().join(format!("pmindex-suite-words-{}", std::process::id()));
+        std::fs::write(&words, "one\ntwo\nthree\nfour\nfive\n").unwrap();
+        let spec = CustomSpec {
+            keys: vec![KeyKind::Sparse, KeyKind::Dictionary],
+            records: 6,
+            workloads: vec![Workload::parse("basic").unwrap()],
+            ..CustomSpec::default()
+        };
+        let suite = custom(&spec).unwrap();
+        let opts = RunOptions {
+            engines: vec!["pmlog".into()],
+            rounds: Some(1),
+            dictionary: words.clone(),
+            ..RunOptions::default()
+        };
+        let mut progress = CountBegins(0);
+        let e = run(&suite, &opts, &mut progress).unwrap_err().to_string();
+        assert!(
+            e.contains("5 distinct words") && e.contains("--records 5"),
+            "{e}"
+        );
+        assert_eq!(progress.0, 0, "an experiment ran before the check");
+
+        // Five words are enough for five records: both experiments run.
+        let spec = CustomSpec { records: 5, ..spec };
+        let r = run(&custom(&spec).unwrap(), &opts, &mut progress).unwrap();
+        assert_eq!(r.experiments.len(), 2);
+        assert_eq!(progress.0, 2);
+        std::fs::remove_file(&words).unwrap();
     }
 
     #[test]

@@ -807,7 +807,14 @@ impl Heap {
             if !pool.fault(Fault::AllocFrontierUnflushed) {
                 pool.persist(FRONTIER_OFFSET, 8);
             }
+            let old = st.frontier;
             st.frontier = new;
+            // The pages of the stretch just opened, mapped in one call
+            // rather than by a fault at each one's first store.
+            pool.prefault(
+                self.chunk_base(old),
+                self.chunk_base(new) - self.chunk_base(old),
+            );
         }
         st.handed = st.handed.max(end);
         Ok(untouched)

@@ -897,6 +897,34 @@ impl Pool {
         }
     }
 
+    /// Maps the pages of `off..off + len` writable now (`madvise` with
+    /// `MADV_POPULATE_WRITE`), so that the first stores into them take no
+    /// page fault: the allocator calls it for each stretch of fresh heap it
+    /// opens, once per [`crate::pm::alloc::FRONTIER_STEP`] chunks, instead
+    /// of a fault at the first store into each of its pages, which an
+    /// engine may make while it holds a lock (docs/design.md §4, "Heap
+    /// frontier"). Writes nothing: no effect on PM contents, the counters
+    /// or the crash simulator. Best effort: a kernel without it (before
+    /// Linux 5.14) or a failure leaves the pages to fault as before.
+    pub fn prefault(&self, off: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        let end = off.saturating_add(len).min(self.map.len as u64);
+        let start = off - off % PAGE;
+        if start >= end {
+            return;
+        }
+        // SAFETY: `start..end` lies inside the mapping (clamped above) and
+        // `start` is page-aligned (the mapping is); populating page tables
+        // changes no byte of memory.
+        unsafe {
+            libc::madvise(
+                self.map.base.as_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+    }
+
     /// Read hook for `lines` cache lines an engine has counted itself (a
     /// search that tallies the distinct lines of its path): counts them and
     /// charges the emulated read latency, as [`Pool::touch`] does.
@@ -1016,4 +1044,70 @@ fn validate_header(
         }
     }
     Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: usize = 4096;
+
+    /// Whether the page at `off` of `pool`'s mapping is resident.
+    fn resident(pool: &Pool, off: u64) -> bool {
+        let mut v = 0u8;
+        let at = pool
+            .map
+            .base
+            .as_ptr()
+            .wrapping_add(off as usize & !(PAGE - 1));
+        // SAFETY: `at` is a page-aligned address inside the mapping, and
+        // `v` holds the one byte `mincore` writes for one page.
+        let rc = unsafe { libc::mincore(at.cast(), PAGE, &mut v) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        v & 1 == 1
+    }
+
+    /// Whether this kernel has `MADV_POPULATE_WRITE` (Linux 5.14).
+    fn populate_supported() -> bool {
+        // SAFETY: a private anonymous page of our own, unmapped below.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let ok = libc::madvise(p, PAGE, libc::MADV_POPULATE_WRITE) == 0;
+            libc::munmap(p, PAGE);
+            ok
+        }
+    }
+
+    #[test]
+    fn fresh_heap_is_mapped_when_the_frontier_opens_it_not_at_first_store() {
+        if !populate_supported() {
+            eprintln!("skipped: this kernel has no MADV_POPULATE_WRITE");
+            return;
+        }
+        let pool = Pool::create_anonymous(64 << 20, "test", &PoolConfig::default()).unwrap();
+        let heap = pool.header.heap_offset;
+        // 4 MiB into the heap: far from the metadata that formatting wrote.
+        let probe = heap + (4 << 20);
+        assert!(!resident(&pool, probe), "untouched heap is not resident");
+        // One large block over the probe raises the frontier past it.
+        let r = pool.reserve(6 << 20).unwrap();
+        assert!(r.offset() <= probe && probe < r.offset() + r.size());
+        for off in (r.offset()..r.offset() + r.size()).step_by(PAGE) {
+            assert!(
+                resident(&pool, off),
+                "page at {off} not mapped before any store"
+            );
+        }
+        // Nothing was written: the block is still zero.
+        assert!(r.zeroed());
+        assert_eq!(pool.load_u64(probe).unwrap(), 0);
+    }
 }
