@@ -229,6 +229,9 @@ struct State {
     /// Chunks from this index on have not been handed out: the frontier at
     /// open, then one past the highest chunk handed out (at most `frontier`).
     handed: u32,
+    /// The stretch of heap the last raise of the frontier opened, for
+    /// [`Heap::reserve`] to map once it has let go of the state lock.
+    unmapped: Option<(u64, u64)>,
 }
 
 /// The allocator's DRAM state and lane locks; the persistent state is in the pool.
@@ -257,6 +260,7 @@ impl State {
             open: vec![Vec::new(); SLAB_CLASSES],
             frontier: 0,
             handed: 0,
+            unmapped: None,
         }
     }
 
@@ -427,6 +431,7 @@ impl Heap {
             open: vec![Vec::new(); SLAB_CLASSES],
             frontier: n,
             handed: n,
+            unmapped: None,
         };
         let mut empty = Vec::new();
         let mut free_start: Option<u32> = None;
@@ -676,22 +681,38 @@ impl Heap {
 
     // ----- reserve -------------------------------------------------------
 
+    /// Takes a block of at least `size` bytes (see [`Heap::reserve_in`]).
+    /// When that opened fresh heap, its pages are mapped after the state
+    /// lock is let go (`Pool::prefault`: populating writes nothing, so a
+    /// thread already writing there is not disturbed), so that other
+    /// threads' reservations do not wait for it.
     pub(crate) fn reserve(&self, pool: &Pool, size: u64) -> Result<Reservation> {
+        let mut st = self.state.lock();
+        let r = self.reserve_in(pool, &mut st, size);
+        let unmapped = st.unmapped.take();
+        drop(st);
+        if let Some((off, len)) = unmapped {
+            pool.prefault(off, len);
+        }
+        r
+    }
+
+    /// [`Heap::reserve`] under the state lock.
+    fn reserve_in(&self, pool: &Pool, st: &mut State, size: u64) -> Result<Reservation> {
         if size == 0 {
             return Err(Error::InvalidArgument("cannot reserve 0 bytes".into()));
         }
-        let mut st = self.state.lock();
         if size > MAX_SLAB_BLOCK {
             let n64 = size.div_ceil(CHUNK_SIZE);
             let n = u32::try_from(n64).map_err(|_| Error::PoolFull { requested: size })?;
             let start = match st.take_run(n) {
                 Some(start) => start,
-                None if self.release_empty_slabs(pool, &mut st)? => {
+                None if self.release_empty_slabs(pool, st)? => {
                     st.take_run(n).ok_or(Error::PoolFull { requested: size })?
                 }
                 None => return Err(Error::PoolFull { requested: size }),
             };
-            let zeroed = match self.claim(pool, &mut st, start, n) {
+            let zeroed = match self.claim(pool, st, start, n) {
                 Ok(z) => z,
                 Err(e) => {
                     st.give_run(start, n);
@@ -729,7 +750,7 @@ impl Heap {
                 None => {
                     let i = match st.take_run(1) {
                         Some(i) => i,
-                        None if self.release_empty_slabs(pool, &mut st)? => {
+                        None if self.release_empty_slabs(pool, st)? => {
                             st.take_run(1).ok_or(Error::PoolFull { requested: size })?
                         }
                         None => return Err(Error::PoolFull { requested: size }),
@@ -738,7 +759,7 @@ impl Heap {
                     // invariant); the descriptor is one 8-byte store, made
                     // durable before any block in it can be activated, and
                     // after the frontier is past the chunk.
-                    let untouched = match self.claim(pool, &mut st, i, 1).and_then(|z| {
+                    let untouched = match self.claim(pool, st, i, 1).and_then(|z| {
                         pool.store_u64(self.desc_off(i), (TAG_SLAB << TAG_SHIFT) | c as u64)?;
                         Ok(z)
                     }) {
@@ -807,14 +828,12 @@ impl Heap {
             if !pool.fault(Fault::AllocFrontierUnflushed) {
                 pool.persist(FRONTIER_OFFSET, 8);
             }
-            let old = st.frontier;
+            // The pages of the stretch just opened are mapped in one call
+            // (by `reserve`, after the lock) rather than by a fault at each
+            // one's first store.
+            let (from, to) = (self.chunk_base(st.frontier), self.chunk_base(new));
+            st.unmapped = Some((from, to - from));
             st.frontier = new;
-            // The pages of the stretch just opened, mapped in one call
-            // rather than by a fault at each one's first store.
-            pool.prefault(
-                self.chunk_base(old),
-                self.chunk_base(new) - self.chunk_base(old),
-            );
         }
         st.handed = st.handed.max(end);
         Ok(untouched)
