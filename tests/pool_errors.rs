@@ -27,6 +27,15 @@ fn make_pool(path: &Path) {
     db.check().unwrap();
 }
 
+/// Opens the pool `make_pool` made and checks that its 100 keys are all
+/// there and the pool is sound; returns it open.
+fn reopens_intact(path: &Path) -> Db {
+    let db = open_db(path);
+    assert_eq!(db.len(), 100);
+    db.check().unwrap();
+    db
+}
+
 fn open(path: &Path) -> pmindex::Result<Db> {
     Db::open(path, &Options::default())
 }
@@ -106,9 +115,7 @@ fn flipped_byte_in_checksummed_header_is_corrupt() {
         write_at(&t.path, off, &original[off as usize..=off as usize]);
     }
     // Restored: the pool opens again.
-    let db = open_db(&t.path);
-    assert_eq!(db.len(), 100);
-    db.check().unwrap();
+    reopens_intact(&t.path);
 }
 
 #[test]
@@ -319,9 +326,7 @@ fn create_on_an_existing_path_fails_and_leaves_the_file() {
         std::fs::read(&t.path).unwrap() == before,
         "create over an existing pool changed it"
     );
-    let db = open_db(&t.path);
-    assert_eq!(db.len(), 100);
-    db.check().unwrap();
+    let db = reopens_intact(&t.path);
     // Also while the pool is open, and over a file that is not a pool.
     expect_err!(
         Db::create(&t.path, &options("pmlog", MIN_POOL_SIZE)),
@@ -495,9 +500,7 @@ fn damaged_allocator_metadata_is_corrupt() {
     write_u64_at(&t.path, bitmap_last, 0);
     write_u64_at(&t.path, desc_off(&t.path, last), 0);
     // Undamaged again: the pool opens with its contents.
-    let db = open_db(&t.path);
-    assert_eq!(db.len(), 100);
-    db.check().unwrap();
+    reopens_intact(&t.path);
 }
 
 #[test]
@@ -540,9 +543,7 @@ fn damaged_engine_root_is_corrupt() {
     write_u64_at(&t.path, seg, !seg_magic);
     expect_err!(open(&t.path), Error::Corrupt { .. }, "segment magic");
     write_u64_at(&t.path, seg, seg_magic);
-    let db = open_db(&t.path);
-    assert_eq!(db.len(), 100);
-    db.check().unwrap();
+    reopens_intact(&t.path);
 }
 
 /// Random damage anywhere in the metadata or the data: open either fails
@@ -695,9 +696,7 @@ fn consistent_checksum_over_inconsistent_fields() {
         "engine renamed to `other`"
     );
     write_header(&good);
-    let db = open_db(&t.path);
-    assert_eq!(db.len(), 100);
-    db.check().unwrap();
+    reopens_intact(&t.path);
 }
 
 /// A pool made by `Pool::create` whose engine never published its root (a
@@ -879,9 +878,7 @@ fn damaged_heap_frontier_is_refused() {
     assert!(e.to_string().contains("never handed out"), "message: {e}");
     drop(db);
     write_at(&t.path, last + 100, &[0]);
-    let db = open_db(&t.path);
-    assert_eq!(db.len(), 100);
-    db.check().unwrap();
+    reopens_intact(&t.path);
 }
 
 /// A pool of format version 1 (no heap frontier) still opens and works; no
