@@ -248,6 +248,32 @@ impl Db {
         Ok(self.engine.put(key, value, PutMode::Upsert)? == PutOutcome::Replaced)
     }
 
+    /// Inserts or replaces every `(key, value)` of `items`, in order (a key
+    /// given twice ends with its last value); all of them are durable when
+    /// it returns. Every item is checked before any is written, so a bad
+    /// key or value fails the call with nothing changed. Not atomic as a
+    /// whole: on any other error (a full pool) the items before the one
+    /// that failed are applied and durable and the rest are not, and after
+    /// a crash during the call each key holds either its value from before
+    /// the call or one the call gave it. On `hart`, up to 16 items at a time
+    /// share one fence and their searches overlap (docs/design.md §7,
+    /// "Batched puts"); other engines put one item after another.
+    ///
+    /// ```
+    /// use pmindex::{Db, Options};
+    /// let db = Db::create_anonymous(&Options::with_engine("hart"))?;
+    /// db.put_many(&[(&b"a"[..], &b"1"[..]), (b"b", b"2"), (b"a", b"3")])?;
+    /// assert_eq!(db.get(b"a")?.as_deref(), Some(&b"3"[..]));
+    /// # Ok::<(), pmindex::Error>(())
+    /// ```
+    pub fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        for (key, value) in items {
+            self.check_key(key)?;
+            self.check_value(value)?;
+        }
+        self.engine.put_many(items)
+    }
+
     /// Inserts; [`Error::KeyExists`] if the key is present (nothing changes).
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.check_key(key)?;

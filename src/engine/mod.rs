@@ -100,6 +100,19 @@ pub trait Engine: Send + Sync {
     }
     /// Inserts or replaces per `mode`. Durable on return.
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome>;
+    /// Upserts `items[i] = (key, value)` in order (a key given twice ends
+    /// with its last value); every item is durable on return. Not atomic as
+    /// a whole: on an error, the items before the one that failed are
+    /// applied and durable and the rest are not; after a crash during the
+    /// call, each key holds its value from before the call or one the call
+    /// gave it. The default puts one item after another; engines that
+    /// overlap the writes of several items override it (`hart`).
+    fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        for (key, value) in items {
+            self.put(key, value, PutMode::Upsert)?;
+        }
+        Ok(())
+    }
     /// Removes `key`; returns whether it was present. Durable on return.
     fn delete(&self, key: &[u8]) -> Result<bool>;
     /// Calls `f` for each key in `lo..hi` (byte order) until it returns false.

@@ -275,7 +275,27 @@ fn random_op(h: &mut Harness, rng: &mut SmallRng, keys: &[Vec<u8>], ctx: Ctx<'_>
     let key = keys[rng.gen_range(0..keys.len())].clone();
     let k = &key[..];
     match rng.gen_range(0..100) {
-        0..=29 => {
+        0..=7 => {
+            // A multi-key put: 1 to past two engine batches of items,
+            // keys drawn with repeats (the last value stays).
+            let n = rng.gen_range(1..40);
+            let mut items = vec![(key.clone(), random_value(rng, h.limits))];
+            for _ in 1..n {
+                let k = keys[rng.gen_range(0..keys.len())].clone();
+                items.push((k, random_value(rng, h.limits)));
+            }
+            let refs: Vec<(&[u8], &[u8])> = items
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            h.db()
+                .put_many(&refs)
+                .unwrap_or_else(|e| panic!("{ctx}: put_many of {n} items: {e}"));
+            for (k, v) in items {
+                h.model.insert(k, v);
+            }
+        }
+        8..=29 => {
             let v = random_value(rng, h.limits);
             let replaced = h
                 .db()
@@ -941,6 +961,15 @@ pub fn bad_input_changes_nothing(engine: &str) {
                 }),
             ),
             ("delete", db.delete(key).map(|_| ())),
+            // A bad key after good items: nothing is written.
+            (
+                "put_many",
+                db.put_many(&[
+                    (&b"fresh"[..], &b"v"[..]),
+                    (b"present", b"new"),
+                    (key, b"v"),
+                ]),
+            ),
         ] {
             match r {
                 Err(e) if key_err(&e) => println!("[{op} with {what}] {e}"),
@@ -955,6 +984,10 @@ pub fn bad_input_changes_nothing(engine: &str) {
             ("put", db.put(key, &long_value).map(|_| ())),
             ("insert", db.insert(key, &long_value)),
             ("update", db.update(key, &long_value)),
+            (
+                "put_many",
+                db.put_many(&[(&b"fresh"[..], &b"v"[..]), (key, &long_value)]),
+            ),
         ] {
             match r {
                 Err(ref e @ Error::ValueTooLong { len, max }) => {
@@ -1069,6 +1102,14 @@ fn cc_writer(db: &Db, writer: usize, done: &AtomicUsize) -> Model {
                     continue;
                 }
                 r.unwrap();
+            }
+            3 => {
+                // Two keys in one multi-key put (versions still rise per key).
+                let j2 = rng.gen_range(0..KEYS_PER_WRITER);
+                let (k2, v2) = (cc_key(writer, j2), cc_value(writer, j2, version));
+                db.put_many(&[(&k[..], &v[..]), (&k2, &v2)])
+                    .unwrap_or_else(|e| panic!("writer {writer}: put_many: {e}"));
+                mine.insert(k2, v2);
             }
             _ => assert_eq!(
                 db.put(&k, &v).unwrap(),

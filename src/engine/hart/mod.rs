@@ -64,7 +64,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use self::art::{LeafKeys, ProbeCursor};
 use self::chunk::ChunkList;
@@ -258,6 +258,14 @@ struct ValueRef {
     at: u64,
 }
 
+/// A value an update replaced, and the slot that points to it: freed once
+/// the update is durable.
+#[derive(Debug, Clone, Copy)]
+struct OldValue {
+    value: ValueRef,
+    slot: u64,
+}
+
 /// Reads slot `s` of `leaf`; a never-written slot reads as an empty value
 /// with `written == false`.
 fn read_slot(pool: &Pool, leaf: u64, s: u64) -> Result<ValueRef> {
@@ -273,6 +281,18 @@ fn read_slot(pool: &Pool, leaf: u64, s: u64) -> Result<ValueRef> {
             large: false,
         }),
     })
+}
+
+/// The length of the longest prefix of `items`, at most `max` long, whose
+/// keys are distinct (at least 1 if `items` is not empty): a key given
+/// twice starts a new batch, so that within a batch no item changes
+/// another's presence, and the later value is the one that stays.
+fn distinct_prefix(items: &[(&[u8], &[u8])], max: usize) -> usize {
+    let mut n = 0;
+    while n < items.len().min(max) && !items[..n].iter().any(|(k, _)| *k == items[n].0) {
+        n += 1;
+    }
+    n
 }
 
 impl Hart {
@@ -483,6 +503,195 @@ impl Hart {
         Ok(())
     }
 
+    /// Whether the leaf a probe of `key` ended at holds `key` (the caller
+    /// holds the read or write lock of the ART that holds the leaf).
+    fn holds_key(&self, leaf: u64, key: &[u8]) -> Result<bool> {
+        let c = self.live_commit(leaf)?;
+        // SAFETY: as in `answer`: an indexed leaf's key is not written while
+        // it is reachable, and the caller holds its ART's lock.
+        let k = unsafe { leaf::key(&self.pool, leaf, c)? };
+        self.pool
+            .touch_lines(lines_spanned(leaf, leaf::HEADER + c.key_len as u64));
+        Ok(k == key)
+    }
+
+    /// One batch of [`Engine::put_many`] on the direct index, in the tight
+    /// order: `batch` holds at most [`BATCH`] items with distinct keys.
+    /// Beyond the paper (docs/design.md §7, "Batched puts"):
+    ///
+    /// 1. the batch's ARTs are write-locked once each, in the order of
+    ///    their addresses (as [`Self::get_batch`] read-locks them: every
+    ///    thread that holds several ART locks took them in rising address
+    ///    order, so no chain of waits closes), and held to the end;
+    /// 2. the keys' searches run side by side ([`art::ProbeCursor`]), which
+    ///    tells which keys are present and leaves their paths in cache;
+    /// 3. each item is written and flushed without a fence: an absent key
+    ///    gets a new leaf (value, slots, key, commit word last:
+    ///    [`Self::write_leaf`]), a present one its inactive slot and a
+    ///    flipped commit word ([`Self::write_update`]);
+    /// 4. **one fence** for the batch: every item is durable;
+    /// 5. the new leaves are linked into their ARTs (after the fence, so no
+    ///    reader sees a leaf a crash could lose) and the replaced values
+    ///    are freed (after the fence, so none is reused while a crash could
+    ///    still fall back to it).
+    ///
+    /// Each item alone is what a single put makes durable, in the same
+    /// order up to the fence, so a crash before the fence leaves each key
+    /// old or new, independently. The keys are distinct, so no item
+    /// changes another's presence. If item `j` fails (a full pool), the
+    /// items before it are still fenced and linked and its error returned;
+    /// it and the items after it are not applied.
+    fn put_batch(&self, batch: &[(&[u8], &[u8])]) -> Result<()> {
+        let n = batch.len();
+        debug_assert!(n <= BATCH);
+        let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
+        let mut stripe = [0usize; BATCH];
+        let mut order = [0usize; BATCH];
+        for (i, (key, _)) in batch.iter().enumerate() {
+            let hk = self.split(key).0;
+            let t = self
+                .trees
+                .for_insert_direct(hk)
+                .ok_or_else(|| Error::corrupt(0, "hart: a batched put needs the direct index"))?;
+            crate::hint::prefetch(t);
+            tree[i] = Some(t);
+            stripe[i] = HashKey::new(hk).route().stripe;
+            order[i] = i;
+        }
+        let addr = |i: &usize| tree[*i].map_or(0, |t| t as *const RwLock<Tree> as usize);
+        order[..n].sort_unstable_by_key(addr);
+        let mut guards: [Option<RwLockWriteGuard<'_, Tree>>; BATCH] = Default::default();
+        let mut guard_of = [0usize; BATCH];
+        let mut g = 0;
+        for (j, &i) in order[..n].iter().enumerate() {
+            if j == 0 || addr(&order[j - 1]) != addr(&i) {
+                guards[g] = tree[i].map(RwLock::write);
+                g += 1;
+            }
+            guard_of[i] = g - 1;
+        }
+        // The searches, side by side: `found[i]` is the leaf that holds
+        // key `i`, if it is present.
+        let mut found: [Option<u64>; BATCH] = [None; BATCH];
+        {
+            let pm = self.pool.words();
+            let mut cursor: [Option<ProbeCursor<'_, u64>>; BATCH] = Default::default();
+            let mut running = 0;
+            for (i, (key, _)) in batch.iter().enumerate() {
+                let Some(t) = &guards[guard_of[i]] else {
+                    continue;
+                };
+                match t.art.probe_cursor(self.split(key).1) {
+                    Ok(c) => {
+                        cursor[i] = Some(c);
+                        running += 1;
+                    }
+                    Err(leaf) => found[i] = leaf,
+                }
+            }
+            while running > 0 {
+                for (i, slot) in cursor.iter_mut().enumerate().take(n) {
+                    let Some(c) = slot.take() else {
+                        continue;
+                    };
+                    match c.step() {
+                        Ok(c) => *slot = Some(c),
+                        Err(leaf) => {
+                            if let Some(l) = leaf {
+                                pm.prefetch(l);
+                            }
+                            found[i] = leaf;
+                            running -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        for (i, (key, _)) in batch.iter().enumerate() {
+            if let Some(l) = found[i] {
+                if !self.holds_key(l, key)? {
+                    found[i] = None;
+                }
+            }
+        }
+        // Leaves for the absent keys, their lines fetched for writing while
+        // the others are taken.
+        let mut new_leaf: [Option<u64>; BATCH] = [None; BATCH];
+        let mut failed: Option<(usize, Error)> = None;
+        for (i, (key, _)) in batch.iter().enumerate() {
+            if found[i].is_some() {
+                continue;
+            }
+            match self.alloc_leaf(stripe[i], key.len()) {
+                Ok(l) => {
+                    self.pool.prefetch_write(l);
+                    new_leaf[i] = Some(l);
+                }
+                Err(e) => {
+                    failed = Some((i, e));
+                    break;
+                }
+            }
+        }
+        // Write and flush every item before the first failure.
+        let mut old: [Option<OldValue>; BATCH] = [None; BATCH];
+        let mut done = failed.as_ref().map_or(n, |f| f.0);
+        for (i, &(key, value)) in batch.iter().enumerate().take(done) {
+            let written = match (found[i], new_leaf[i]) {
+                (Some(l), _) => self
+                    .write_update(stripe[i], l, key, value, None)
+                    .map(|o| old[i] = Some(o)),
+                (None, Some(l)) => self.write_leaf(stripe[i], l, key, value),
+                (None, None) => unreachable!("a leaf was taken for every absent key before `done`"),
+            };
+            if let Err(e) = written {
+                failed = Some((i, e));
+                done = i;
+                break;
+            }
+        }
+        // Leaves taken for items that were not written go back.
+        for (i, (key, _)) in batch.iter().enumerate().skip(done) {
+            if let Some(l) = new_leaf[i].take() {
+                self.release_leaf(stripe[i], l, key.len())?;
+            }
+        }
+        if done == 0 {
+            return failed.map_or(Ok(()), |(_, e)| Err(e));
+        }
+        self.pool.fence();
+        let keys = self.keys();
+        let mut first_err = None;
+        for (i, &(key, _)) in batch.iter().enumerate().take(done) {
+            let t = guards[guard_of[i]]
+                .as_mut()
+                .expect("every item's ART is locked");
+            if let Some(o) = old[i] {
+                if let Err(e) = self.drop_value(stripe[i], o.value, o.slot) {
+                    first_err.get_or_insert(e);
+                }
+                continue;
+            }
+            let Some(l) = new_leaf[i] else {
+                continue;
+            };
+            let was_empty = t.art.is_empty();
+            if t.art.insert(self.split(key).1, l, &keys).is_some() {
+                // The search found the key absent under this write lock.
+                first_err.get_or_insert(leaf::corrupt(l, "batched put: key present twice"));
+                continue;
+            }
+            if was_empty {
+                self.trees.filled(&HashKey::new(self.split(key).0));
+            }
+            self.stripes[stripe[i]].len.fetch_add(1, Ordering::Relaxed);
+        }
+        match (first_err, failed) {
+            (Some(e), _) | (None, Some((_, e))) => Err(e),
+            (None, None) => Ok(()),
+        }
+    }
+
     /// The commit word of a leaf the ART holds (an error if it is not
     /// committed: an indexed leaf always is).
     fn live_commit(&self, leaf: u64) -> Result<Commit> {
@@ -648,59 +857,101 @@ impl Hart {
 
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
     fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
-        let lc = leaf::class_for_key(key.len());
-        let leaf = {
-            let mut list = self.leaves(st, lc).lock();
-            let leaf = list.alloc(&self.pool)?;
-            let next = list.next_free().unwrap_or(0);
-            self.stripes[st].next_leaf[lc].store(next, Ordering::Relaxed);
-            leaf
-        };
-        let filled = (|| {
-            self.fill_slot(st, leaf, 0, key, value, None)?;
-            self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
-            self.pool.store_u64(leaf::slot_off(leaf, 1) + 8, 0)?;
-            // SAFETY: the leaf was free and is taken by us in DRAM.
-            unsafe { self.pool.write_bytes(leaf + leaf::HEADER, key)? };
-            if self.order == PersistOrder::Paper {
-                // Algorithm 1 line 15: leaf.key = K; persistent(leaf.key).
-                self.pool.persist(leaf + leaf::HEADER, key.len() as u64);
-            }
-            let c = Commit {
-                key_len: key.len(),
-                active: 0,
-            };
-            self.pool.store_u64(leaf, c.encode())?;
-            if self.pool.fault(Fault::HartSkipLeafFlush) {
-                self.pool.flush(
-                    leaf + 64,
-                    (leaf::HEADER + key.len() as u64).saturating_sub(64),
-                );
-            } else {
-                self.pool.flush(leaf, leaf::HEADER + key.len() as u64);
-            }
-            self.pool.fence();
-            // Algorithm 1 line 18 (paper order): persist the leaf bit.
-            self.persist_leaf_bit(st, leaf, key.len());
-            Ok(())
-        })();
-        if let Err(e) = filled {
-            // Nothing was committed: give the leaf back (its value object, if
-            // any, was written but is unreferenced and free at recovery; in
-            // DRAM it stays taken until reopen).
-            self.leaves(st, lc).lock().release(&self.pool, leaf)?;
+        let leaf = self.alloc_leaf(st, key.len())?;
+        if let Err(e) = self.write_leaf(st, leaf, key, value) {
+            self.release_leaf(st, leaf, key.len())?;
             return Err(e);
         }
+        self.pool.fence();
+        // Algorithm 1 line 18 (paper order): persist the leaf bit.
+        self.persist_leaf_bit(st, leaf, key.len());
         Ok(leaf)
+    }
+
+    /// Takes a free leaf for a key of `key_len` bytes from stripe `st`
+    /// (DRAM only) and notes the one after it for the next insert's
+    /// prefetch.
+    fn alloc_leaf(&self, st: usize, key_len: usize) -> Result<u64> {
+        let lc = leaf::class_for_key(key_len);
+        let mut list = self.leaves(st, lc).lock();
+        let leaf = list.alloc(&self.pool)?;
+        let next = list.next_free().unwrap_or(0);
+        self.stripes[st].next_leaf[lc].store(next, Ordering::Relaxed);
+        Ok(leaf)
+    }
+
+    /// Gives back a leaf whose commit word was never stored (its value
+    /// object, if any, was written but is unreferenced and free at
+    /// recovery; in DRAM it stays taken until reopen).
+    fn release_leaf(&self, st: usize, leaf: u64, key_len: usize) -> Result<()> {
+        self.leaves(st, leaf::class_for_key(key_len))
+            .lock()
+            .release(&self.pool, leaf)
+    }
+
+    /// Algorithm 1, lines 10-16, without the fence: writes the value and the
+    /// free leaf `leaf` (slot 0, slot 1 zeroed, key, the commit word last)
+    /// and flushes them. The leaf is committed once the caller's fence is
+    /// done; it must not be reachable before.
+    fn write_leaf(&self, st: usize, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
+        self.fill_slot(st, leaf, 0, key, value, None)?;
+        self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
+        self.pool.store_u64(leaf::slot_off(leaf, 1) + 8, 0)?;
+        // SAFETY: the leaf was free and is taken by us in DRAM.
+        unsafe { self.pool.write_bytes(leaf + leaf::HEADER, key)? };
+        if self.order == PersistOrder::Paper {
+            // Algorithm 1 line 15: leaf.key = K; persistent(leaf.key).
+            self.pool.persist(leaf + leaf::HEADER, key.len() as u64);
+        }
+        let c = Commit {
+            key_len: key.len(),
+            active: 0,
+        };
+        self.pool.store_u64(leaf, c.encode())?;
+        if self.pool.fault(Fault::HartSkipLeafFlush) {
+            self.pool.flush(
+                leaf + 64,
+                (leaf::HEADER + key.len() as u64).saturating_sub(64),
+            );
+        } else {
+            self.pool.flush(leaf, leaf::HEADER + key.len() as u64);
+        }
+        Ok(())
     }
 
     /// Algorithm 3 in the tight order: one fence, then the old value is freed.
     fn update_leaf(&self, st: usize, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
+        let log = (self.order == PersistOrder::Paper).then(|| self.log_line(leaf));
+        let old = self.write_update(st, leaf, key, value, log)?;
+        self.pool.fence();
+        self.drop_value(st, old.value, old.slot)?;
+        if let Some(log) = log {
+            // Algorithm 3 line 9 (reset the old value bit) and line 11
+            // (reclaim the log).
+            self.persist_value_bit(st, old.value.p, old.value.meta.value_len);
+            self.pool.store_u64(log, 0)?;
+            self.pool.persist(log, 8);
+        }
+        Ok(())
+    }
+
+    /// Algorithm 3 up to its fence: writes the new value into the leaf's
+    /// inactive slot and stores the commit word with the active slot
+    /// flipped, then flushes line 0. Returns the old value, which the
+    /// caller frees once its fence is done (not before: a crash before the
+    /// fence may fall back to it).
+    fn write_update(
+        &self,
+        st: usize,
+        leaf: u64,
+        key: &[u8],
+        value: &[u8],
+        log: Option<u64>,
+    ) -> Result<OldValue> {
         let c = leaf::commit(&self.pool, leaf)?
             .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
         let old = self.slot(leaf, c.active)?;
         let s = 1 - c.active;
-        let log = (self.order == PersistOrder::Paper).then(|| self.log_line(leaf));
         if let Some(log) = log {
             // Algorithm 3 lines 2-3: PLeaf, then POldV, each persisted.
             self.pool.store_u64(log, leaf)?;
@@ -721,16 +972,10 @@ impl Hart {
         if !self.pool.fault(Fault::HartSkipLeafFlush) {
             self.pool.flush(leaf, 8);
         }
-        self.pool.fence();
-        self.drop_value(st, old, leaf::slot_off(leaf, c.active))?;
-        if let Some(log) = log {
-            // Algorithm 3 line 9 (reset the old value bit) and line 11
-            // (reclaim the log).
-            self.persist_value_bit(st, old.p, old.meta.value_len);
-            self.pool.store_u64(log, 0)?;
-            self.pool.persist(log, 8);
-        }
-        Ok(())
+        Ok(OldValue {
+            value: old,
+            slot: leaf::slot_off(leaf, c.active),
+        })
     }
 
     /// Algorithm 5, lines 10-14, in the tight order: one fence.
@@ -872,6 +1117,25 @@ impl Engine for Hart {
                 }
             };
         }
+    }
+
+    /// Upserts in batches of up to [`BATCH`] items with distinct keys, each
+    /// batch with one fence ([`Self::put_batch`]). The `paper` order and
+    /// the hashed index (`k_h` 3..8) put one item after another.
+    fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        if self.order == PersistOrder::Paper || !self.trees.is_direct() {
+            for (key, value) in items {
+                self.put(key, value, PutMode::Upsert)?;
+            }
+            return Ok(());
+        }
+        let mut rest = items;
+        while !rest.is_empty() {
+            let n = distinct_prefix(rest, BATCH);
+            self.put_batch(&rest[..n])?;
+            rest = &rest[n..];
+        }
+        Ok(())
     }
 
     /// Algorithm 5, with the empty ART freed (lines 15-16).

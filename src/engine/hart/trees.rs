@@ -338,6 +338,16 @@ impl Trees {
         }
     }
 
+    /// The ART of the hash key `hk` (at most `k_h` bytes), created if there
+    /// is none, on the direct index only (`None` for the hashed form,
+    /// whose ARTs are reference-counted cells).
+    pub(super) fn for_insert_direct(&self, hk: &[u8]) -> Option<&RwLock<Tree>> {
+        match self {
+            Trees::Direct(d) => Some(d.slot_for_insert(d.index_of(hk))),
+            Trees::Hashed(_) => None,
+        }
+    }
+
     /// Notes that the ART of `hk` got its first key; the caller holds its
     /// write lock.
     pub(super) fn filled(&self, hk: &HashKey) {
