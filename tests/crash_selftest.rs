@@ -63,6 +63,11 @@ fn hart_commit_before_slot_is_caught() {
 }
 
 #[test]
+fn hart_batch_free_before_fence_is_caught() {
+    must_catch(Fault::HartBatchFreeBeforeFence, "hart");
+}
+
+#[test]
 fn wort_missing_leaf_flush_is_caught() {
     must_catch(Fault::WortSkipLeafFlush, "wort");
 }
@@ -85,5 +90,5 @@ fn art_cow_missing_copy_flush_is_caught() {
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 11);
+    assert_eq!(Fault::ALL.len(), 12);
 }

@@ -39,6 +39,10 @@ pub enum Fault {
     /// hart: an update stores the new commit word before the new slot (the
     /// commit can reach PM pointing at a slot that was never written).
     HartCommitBeforeSlot,
+    /// hart: a batched put frees each replaced value as soon as its slot is
+    /// written, before the batch's fence (a later item of the batch can take
+    /// and overwrite the value a crash before the fence falls back to).
+    HartBatchFreeBeforeFence,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -64,6 +68,7 @@ impl Fault {
         Fault::PmlogSkipKillFlush,
         Fault::HartSkipLeafFlush,
         Fault::HartCommitBeforeSlot,
+        Fault::HartBatchFreeBeforeFence,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -80,6 +85,7 @@ impl Fault {
             Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
             Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
             Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
+            Fault::HartBatchFreeBeforeFence => "hart-batch-free-before-fence",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -94,7 +100,9 @@ impl Fault {
             | Fault::AllocSkipRecordFence
             | Fault::AllocFrontierUnflushed => None,
             Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
-            Fault::HartSkipLeafFlush | Fault::HartCommitBeforeSlot => Some("hart"),
+            Fault::HartSkipLeafFlush
+            | Fault::HartCommitBeforeSlot
+            | Fault::HartBatchFreeBeforeFence => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush => Some("art-cow"),

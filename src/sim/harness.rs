@@ -293,6 +293,14 @@ impl KvSubject {
                     let e = model.remove(k.as_slice()).is_some();
                     (db.delete(k), e)
                 }
+                Op::PutMany(items) => {
+                    for (k, v) in items {
+                        model.insert(k.clone(), Arc::clone(v));
+                    }
+                    let refs: Vec<(&[u8], &[u8])> =
+                        items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+                    (db.put_many(&refs).map(|()| true), true)
+                }
                 Op::Reopen => {
                     // The new mapping starts as a copy of the old one, so the
                     // trace and the cache model simply continue.
@@ -310,8 +318,15 @@ impl KvSubject {
                     format!("live run: returned {got}, the model says {expect}"),
                 )),
                 Err(Error::PoolFull { .. }) => {
-                    // The op changed nothing: undo it in the model.
+                    // A single op changed nothing: undo it in the model. A
+                    // put_many applied the items before the one that failed.
                     model = s.models[i].clone();
+                    if let Op::PutMany(items) = op {
+                        match applied_prefix(&db, &model, items) {
+                            Ok(m) => model = m,
+                            Err(msg) => failures.push(live_failure(i, op, msg)),
+                        }
+                    }
                 }
                 Err(e) => failures.push(live_failure(i, op, format!("live run: {e}"))),
             }
@@ -341,6 +356,11 @@ impl KvSubject {
             .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
             .map_err(|e| format!("scan after recovery failed: {e}"))?;
         let (acked, in_flight) = self.expected(point);
+        if in_flight {
+            if let Op::PutMany(items) = &self.ops[acked] {
+                return compare_put_many(&self.models[acked], items, &got);
+            }
+        }
         let mut candidates = vec![&self.models[acked]];
         if in_flight {
             candidates.push(&self.models[acked + 1]);
@@ -355,6 +375,92 @@ impl KvSubject {
             return Ok(());
         }
         Err(describe_diff(candidates[0], &got))
+    }
+}
+
+/// The contents after a `put_many` that failed on a full pool: `before`
+/// with the items before the failing one applied. Fails unless the
+/// database holds exactly that for some prefix of `items`.
+fn applied_prefix(
+    db: &Db,
+    before: &Model,
+    items: &[(Vec<u8>, Arc<[u8]>)],
+) -> std::result::Result<Model, String> {
+    let got = db
+        .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+        .map_err(|e| format!("live run: scan after a failed put_many: {e}"))?;
+    let mut model = before.clone();
+    for n in 0..=items.len() {
+        if n > 0 {
+            let (k, v) = &items[n - 1];
+            model.insert(k.clone(), Arc::clone(v));
+        }
+        let same = model.len() == got.len()
+            && model
+                .iter()
+                .zip(&got)
+                .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..]);
+        if same {
+            return Ok(model);
+        }
+    }
+    Err(format!(
+        "live run: after a put_many failed on a full pool, the contents are no prefix \
+         of its items applied ({})",
+        describe_diff(before, &got)
+    ))
+}
+
+/// The check of a crash during a `put_many`: each key of `items` holds its
+/// value in `before` (or is absent if it was) or one of the values the call
+/// gives it; every other key is as in `before`.
+fn compare_put_many(
+    before: &Model,
+    items: &[(Vec<u8>, Arc<[u8]>)],
+    got: &[(Vec<u8>, Vec<u8>)],
+) -> std::result::Result<(), String> {
+    let got_map: BTreeMap<&[u8], &[u8]> = got
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
+    let mut batch: BTreeMap<&[u8], Vec<&[u8]>> = BTreeMap::new();
+    for (k, v) in items {
+        batch.entry(k.as_slice()).or_default().push(v);
+    }
+    for (k, given) in &batch {
+        let now = got_map.get(k).copied();
+        let old = before.get(*k).map(|v| &v[..]);
+        if now != old && !now.is_some_and(|n| given.contains(&n)) {
+            return Err(format!(
+                "key {} of the put_many in flight has {}, neither its value from before \
+                 nor one the call gave it",
+                super::show_key(k),
+                now.map_or_else(
+                    || "no value".to_string(),
+                    |v| format!("a {}-byte value", v.len())
+                )
+            ));
+        }
+    }
+    let rest: Model = before
+        .iter()
+        .filter(|(k, _)| !batch.contains_key(k.as_slice()))
+        .map(|(k, v)| (k.clone(), Arc::clone(v)))
+        .collect();
+    let others: Vec<(Vec<u8>, Vec<u8>)> = got
+        .iter()
+        .filter(|(k, _)| !batch.contains_key(k.as_slice()))
+        .cloned()
+        .collect();
+    let same = rest.len() == others.len()
+        && rest
+            .iter()
+            .zip(&others)
+            .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..]);
+    if same {
+        Ok(())
+    } else {
+        Err(describe_diff(&rest, &others))
     }
 }
 

@@ -26,16 +26,21 @@ pub enum Op {
     Update(Vec<u8>, Arc<[u8]>),
     /// Remove.
     Delete(Vec<u8>),
+    /// Upsert several items with one [`crate::Db::put_many`] call (a key may
+    /// repeat). In flight, each of its keys may hold its value from before
+    /// the call or any the call gives it, independently of the others.
+    PutMany(Vec<(Vec<u8>, Arc<[u8]>)>),
     /// Close the pool and open it again (recovery runs, and later appends
     /// follow a recovered log).
     Reopen,
 }
 
 impl Op {
-    /// The key (empty for `Reopen`).
+    /// The key (the first item's for `PutMany`, empty for `Reopen`).
     pub fn key(&self) -> &[u8] {
         match self {
             Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) => k,
+            Op::PutMany(items) => items.first().map_or(&[], |(k, _)| k),
             Op::Reopen => &[],
         }
     }
@@ -49,6 +54,16 @@ impl std::fmt::Display for Op {
             Op::Insert(_, v) => write!(f, "insert {k} ({} B)", v.len()),
             Op::Update(_, v) => write!(f, "update {k} ({} B)", v.len()),
             Op::Delete(_) => write!(f, "delete {k}"),
+            Op::PutMany(items) => write!(
+                f,
+                "put_many of {} items ({})",
+                items.len(),
+                items
+                    .iter()
+                    .map(|(k, v)| format!("{} {} B", crate::sim::show_key(k), v.len()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Op::Reopen => write!(f, "reopen"),
         }
     }
@@ -124,7 +139,18 @@ pub fn generate(seed: u64, n: usize, keys: usize) -> Vec<Op> {
             let k = space[rng.gen_range(0..space.len())].clone();
             match rng.gen_range(0..100) {
                 0..=1 => Op::Reopen,
-                2..=44 => Op::Put(k, value(&mut rng, i as u64)),
+                2..=7 => {
+                    // 1 to 20 items: past one engine batch of 16, with
+                    // repeated keys now and then.
+                    let n = rng.gen_range(1..=20);
+                    let mut items = vec![(k, value(&mut rng, i as u64))];
+                    for j in 1..n {
+                        let k = space[rng.gen_range(0..space.len())].clone();
+                        items.push((k, value(&mut rng, (i as u64) << 8 | j)));
+                    }
+                    Op::PutMany(items)
+                }
+                8..=44 => Op::Put(k, value(&mut rng, i as u64)),
                 45..=59 => Op::Insert(k, value(&mut rng, i as u64)),
                 60..=74 => Op::Update(k, value(&mut rng, i as u64)),
                 _ => Op::Delete(k),

@@ -640,7 +640,13 @@ impl Hart {
             let written = match (found[i], new_leaf[i]) {
                 (Some(l), _) => self
                     .write_update(stripe[i], l, key, value, None)
-                    .map(|o| old[i] = Some(o)),
+                    .and_then(|o| {
+                        if self.pool.fault(Fault::HartBatchFreeBeforeFence) {
+                            return self.drop_value(stripe[i], o.value, o.slot);
+                        }
+                        old[i] = Some(o);
+                        Ok(())
+                    }),
                 (None, Some(l)) => self.write_leaf(stripe[i], l, key, value),
                 (None, None) => unreachable!("a leaf was taken for every absent key before `done`"),
             };
