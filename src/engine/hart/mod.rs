@@ -1404,6 +1404,86 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_puts_takes_one_fence() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(pool, 2).unwrap();
+        // A first put opens the stripe's leaf and value chunks (with fences
+        // of their own); every key has the hash key "kb", so one stripe.
+        let keys: Vec<Vec<u8>> = (0..16u8).map(|i| vec![b'k', b'b', i]).collect();
+        h.put(b"kb-first", &[1; 40], PutMode::Upsert).unwrap();
+        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"12345678"[..])).collect();
+        let c0 = counters::this_thread();
+        h.put_many(&items).unwrap();
+        let c1 = counters::this_thread();
+        assert_eq!(c1.fences - c0.fences, 1, "16 inserts, one fence");
+        // 16 updates with value objects: one fence; the old (inline) values
+        // need no freeing.
+        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &[3u8; 40][..])).collect();
+        h.put_many(&items).unwrap();
+        let c2 = counters::this_thread();
+        assert_eq!(c2.fences - c1.fences, 1, "16 updates, one fence");
+        // The same items one put at a time: one fence each, and as many
+        // lines flushed as the batch flushed.
+        for (k, v) in &items {
+            h.put(k, v, PutMode::Upsert).unwrap();
+        }
+        let c3 = counters::this_thread();
+        assert_eq!(c3.fences - c2.fences, 16);
+        assert_eq!(c3.flushes - c2.flushes, c2.flushes - c1.flushes);
+        // 17 items: a second batch; a repeated key also starts one.
+        let mut items = items;
+        items.push((b"kb-17th", b"v"));
+        h.put_many(&items).unwrap();
+        let c4 = counters::this_thread();
+        assert_eq!(c4.fences - c3.fences, 2);
+        h.put_many(&[(&b"kb-a"[..], &b"1"[..]), (b"kb-b", b"2"), (b"kb-a", b"3")])
+            .unwrap();
+        assert_eq!(counters::this_thread().fences - c4.fences, 2);
+        let mut got = Vec::new();
+        h.get_with(b"kb-a", &mut |v| got = v.to_vec()).unwrap();
+        assert_eq!(got, b"3");
+        assert_eq!(h.len(), 16 + 1 + 1 + 2);
+    }
+
+    #[test]
+    fn a_batch_that_fills_the_pool_applies_the_items_before_the_failing_one() {
+        let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(pool, 2).unwrap();
+        let keys: Vec<Vec<u8>> = (0..4000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let value = [5u8; 3000];
+        let mut applied = 0;
+        for batch in keys.chunks(16) {
+            let items: Vec<(&[u8], &[u8])> = batch.iter().map(|k| (&k[..], &value[..])).collect();
+            match h.put_many(&items) {
+                Ok(()) => applied += batch.len(),
+                Err(Error::PoolFull { .. }) => {
+                    // Exactly a prefix of this batch is in.
+                    let found: Vec<bool> = batch
+                        .iter()
+                        .map(|k| h.get_with(k, &mut |_| {}).unwrap())
+                        .collect();
+                    let n = found.iter().take_while(|&&f| f).count();
+                    assert!(found[n..].iter().all(|&f| !f), "not a prefix: {found:?}");
+                    assert!(n < batch.len());
+                    applied += n;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(applied < keys.len(), "the pool never filled");
+        assert_eq!(h.len(), applied as u64);
+        let report = h.check().unwrap();
+        assert_eq!(report.keys, applied as u64);
+        // Space freed by deletes takes a whole batch again.
+        for k in &keys[..32] {
+            assert!(h.delete(k).unwrap());
+        }
+        let items: Vec<(&[u8], &[u8])> = keys[..16].iter().map(|k| (&k[..], &value[..])).collect();
+        h.put_many(&items).unwrap();
+    }
+
+    #[test]
     fn a_search_reads_the_leaf_line_and_the_value_lines() {
         let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
         let h = Hart::create(pool, 2).unwrap();
