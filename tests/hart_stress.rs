@@ -6,7 +6,9 @@
 //! threads run meanwhile and check that every scan is strictly ordered and
 //! that every value they see is one its writer wrote for that key; threads
 //! of multi-key gets (`Db::get_many_with`) check the same of every value
-//! they find. At the end: contents against the oracle, `check()` (structure and leak check),
+//! they find. Writers also put several keys at once (`Db::put_many`), so
+//! batches that write-lock several ARTs meet batches that read-lock them.
+//! At the end: contents against the oracle, `check()` (structure and leak check),
 //! reopen (recovery), and the same again.
 //!
 //! `PMINDEX_STRESS_THREADS=16 PMINDEX_STRESS_OPS=200000 cargo test --release
@@ -61,8 +63,23 @@ fn writer(db: &Db, w: usize, ops: usize, keys: usize) -> BTreeMap<Vec<u8>, Vec<u
     for version in 1..=ops as u64 {
         let j = rng.gen_range(0..keys);
         let k = key(w, j);
-        if rng.gen_range(0..5) == 0 {
+        let dice = rng.gen_range(0..20);
+        if dice < 4 {
             assert_eq!(db.delete(&k).unwrap(), mine.remove(&k).is_some());
+        } else if dice == 4 {
+            // A multi-key put of 1 to 24 of its keys over several ARTs (two
+            // batches past 16; a repeated key also splits the call), its
+            // ARTs write-locked together beside the readers' batches.
+            let n = rng.gen_range(1..=24);
+            let items: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+                .map(|i| {
+                    let j = if i == 0 { j } else { rng.gen_range(0..keys) };
+                    (key(w, j), value(w, j, version))
+                })
+                .collect();
+            let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            db.put_many(&refs).unwrap();
+            mine.extend(items);
         } else {
             let v = value(w, j, version);
             assert_eq!(db.put(&k, &v).unwrap(), mine.contains_key(&k));
