@@ -24,6 +24,8 @@
 //! has (auto).
 //! `BATCH=G` looks the keys up G at a time through `Db::get_many_with`
 //! (memcached's multi-key get) instead of one `get_with` each.
+//! `PUT_BATCH=G` inserts the keys G at a time through `Db::put_many`
+//! instead of one `put` each.
 
 use std::time::Instant;
 
@@ -149,13 +151,32 @@ fn main() {
     let keys = FlatKeys::new(&list);
     drop(list);
     let n = keys.len() as u64;
+    let put_batch: usize = std::env::var("PUT_BATCH")
+        .map(|b| b.parse().expect("PUT_BATCH is a number"))
+        .unwrap_or(0);
     let t = Instant::now();
-    for (i, k) in (0..keys.len()).map(|i| keys.get(i)).enumerate() {
-        db.put(k, &(i as u64 + 1).to_le_bytes()).expect("put");
+    if put_batch == 0 {
+        for (i, k) in (0..keys.len()).map(|i| keys.get(i)).enumerate() {
+            db.put(k, &(i as u64 + 1).to_le_bytes()).expect("put");
+        }
+    } else {
+        let values: Vec<[u8; 8]> = (1..=n).map(u64::to_le_bytes).collect();
+        let mut items = Vec::with_capacity(put_batch);
+        for start in (0..keys.len()).step_by(put_batch) {
+            items.clear();
+            let end = (start + put_batch).min(keys.len());
+            items.extend((start..end).map(|i| (keys.get(i), &values[i][..])));
+            db.put_many(&items).expect("put_many");
+        }
     }
     println!(
-        "{engine}: insert {:.0} ns/op",
-        t.elapsed().as_nanos() as f64 / n as f64
+        "{engine}: insert {:.0} ns/op{}",
+        t.elapsed().as_nanos() as f64 / n as f64,
+        if put_batch > 0 {
+            format!(" ({put_batch} per put_many)")
+        } else {
+            String::new()
+        }
     );
     let build = t.elapsed();
     let db = if std::env::var_os("ANON").is_some() {

@@ -12,6 +12,7 @@
 //! | [`PhaseSpec::SearchMany`] | the same, `batch` keys per [`crate::Db::get_many_with`] call (memcached's multi-key get) | `search-many` |
 //! | [`PhaseSpec::Update`] | replaces every key's value, in a random order | `update` |
 //! | [`PhaseSpec::Delete`] | deletes every key, in a random order | `delete` |
+//! | [`PhaseSpec::InsertMany`] | inserts the `records` keys again (after `delete`), `batch` per [`crate::Db::put_many`] call | `insert-many` |
 //! | [`PhaseSpec::Mix`] | runs `ops` operations of a mix (see [`super::mix`]) | the mix's name |
 //! | [`PhaseSpec::Scan`] | `count` range queries from random keys | its name |
 
@@ -52,6 +53,15 @@ pub enum PhaseSpec {
     Update,
     /// Delete every key.
     Delete,
+    /// Insert the `records` keys again, in load order, `batch` items per
+    /// [`crate::Db::put_many`] call; it follows [`PhaseSpec::Delete`], which
+    /// left the index empty. Operations count keys, so its throughput
+    /// compares with `insert`'s; a latency sample is one whole call.
+    #[serde(rename = "insert-many")]
+    InsertMany {
+        /// Items per call.
+        batch: usize,
+    },
     /// Operations of a mix.
     Mix {
         /// The mix.
@@ -99,6 +109,7 @@ impl PhaseSpec {
             PhaseSpec::SearchMany { .. } => "search-many",
             PhaseSpec::Update => "update",
             PhaseSpec::Delete => "delete",
+            PhaseSpec::InsertMany { .. } => "insert-many",
             PhaseSpec::Mix { mix, .. } => &mix.name,
             PhaseSpec::Scan { name, .. } => name,
         }
@@ -115,6 +126,9 @@ impl PhaseSpec {
             }
             PhaseSpec::Update => "update every key in random order".into(),
             PhaseSpec::Delete => "delete every key in random order".into(),
+            PhaseSpec::InsertMany { batch } => {
+                format!("insert every record again, {batch} per multi-key put")
+            }
             PhaseSpec::Mix {
                 mix,
                 ops,
@@ -220,6 +234,14 @@ impl Experiment {
                 }
                 PhaseSpec::SearchMany { batch: 0 } => {
                     return bad("a multi-key get needs at least 1 key (--get-many)".into())
+                }
+                PhaseSpec::InsertMany { batch: 0 } => {
+                    return bad("a multi-key put needs at least 1 item (--put-many)".into())
+                }
+                PhaseSpec::InsertMany { .. } if self.phases[i - 1] != PhaseSpec::Delete => {
+                    return bad(
+                        "insert-many inserts every record again: it must follow delete".into(),
+                    )
                 }
                 _ => {}
             }

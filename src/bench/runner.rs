@@ -241,6 +241,13 @@ pub fn run_engine(
                 });
                 r
             }
+            PhaseSpec::InsertMany { batch } => {
+                let r = run(Work::LoadMany { batch: *batch }, 0, false, progress)?;
+                // Every record is back (delete, before, emptied the index).
+                count = exp.records;
+                deleted = false;
+                r
+            }
             PhaseSpec::SearchMany { batch } => {
                 // `search`'s order (its seed, above).
                 let order = shuffled_order(seed, 1, count as usize);
@@ -341,6 +348,9 @@ enum Work<'a> {
     Each { op: OpKind, order: &'a [u32] },
     /// Reads of every key of `order`, `batch` keys per multi-key get.
     EachMany { order: &'a [u32], batch: usize },
+    /// Inserts of keys `0..records`, `batch` per multi-key put (thread `t`
+    /// a contiguous share).
+    LoadMany { batch: usize },
     /// `ops` operations drawn from `picker`, keys from `chooser`.
     Mix {
         picker: OpPicker,
@@ -356,7 +366,7 @@ enum Work<'a> {
 impl Work<'_> {
     fn total(&self, records: u64) -> u64 {
         match self {
-            Work::Load => records,
+            Work::Load | Work::LoadMany { .. } => records,
             Work::Each { order, .. } | Work::EachMany { order, .. } => order.len() as u64,
             Work::Mix { ops, .. } => *ops,
         }
@@ -533,6 +543,32 @@ impl PhaseArgs<'_> {
         !self.deleted && (self.threads == 1 || idx < self.count)
     }
 
+    /// Inserts the keys `idxs` with one [`Db::put_many`] call, with the
+    /// values [`Self::exec`] gives them (`values` is scratch space).
+    fn exec_put_many(
+        &self,
+        st: &mut ThreadState,
+        idxs: std::ops::Range<u64>,
+        values: &mut Vec<u8>,
+    ) -> Result<()> {
+        let want = idxs.end - idxs.start;
+        st.ops[OpKind::Insert.index()] += want;
+        let end = idxs.end.min(self.keys.len() as u64);
+        let idxs = idxs.start.min(end)..end;
+        // As in `exec`: keys past the set are a bug in the planning.
+        st.errors += want - (idxs.end - idxs.start);
+        let vs = self.value_size;
+        values.clear();
+        for idx in idxs.clone() {
+            values.extend_from_slice(st.values.value_of(self.keys.get(idx as usize)));
+        }
+        let items: Vec<(&[u8], &[u8])> = idxs
+            .enumerate()
+            .map(|(j, idx)| (self.keys.get(idx as usize), &values[j * vs..(j + 1) * vs]))
+            .collect();
+        self.db.put_many(&items)
+    }
+
     /// Reads the keys `idxs` with one [`Db::get_many_with`] call and checks
     /// each value as [`Self::exec`] does (`keys` and `looked_up`, the
     /// indices of `keys`, are scratch space).
@@ -622,7 +658,32 @@ fn run_thread(
         *stopped = args.limit.is_some_and(|l| start.elapsed() >= l);
         *stopped
     };
-    if let Work::EachMany { order, batch: g } = work {
+    if let Work::LoadMany { batch: g } = work {
+        let g = (*g).max(1) as u64;
+        let mut buf = Vec::new();
+        let (mut i, mut last) = (0, 0);
+        while i < n {
+            if i - last >= batch {
+                last = i;
+                if checkpoint(i, &mut stopped) {
+                    break;
+                }
+            }
+            let len = g.min(n - i);
+            let timed =
+                i % args.sample_every == 0 || i % args.sample_every + len > args.sample_every;
+            let t0 = timed.then(Instant::now);
+            if let Err(e) = args.exec_put_many(&mut st, first + i..first + i + len, &mut buf) {
+                failure = Some(e);
+                live.stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            if let Some(t0) = t0 {
+                st.record(OpKind::Insert, t0.elapsed().as_nanos() as u64);
+            }
+            i += len;
+        }
+    } else if let Work::EachMany { order, batch: g } = work {
         let share = &order[first as usize..(first + n) as usize];
         let g = (*g).max(1);
         let cap = g.min(share.len());
@@ -692,7 +753,9 @@ fn run_thread(
                     (kind, args.exec(&mut st, kind, idx, must, (len, *wrap)))
                 }
                 (Work::Mix { .. }, None) => unreachable!("a mix sets up every generator"),
-                (Work::EachMany { .. }, _) => unreachable!("multi-key gets run above"),
+                (Work::EachMany { .. } | Work::LoadMany { .. }, _) => {
+                    unreachable!("multi-key gets and puts run above")
+                }
             };
             if let Err(e) = outcome {
                 failure = Some(e);
@@ -998,9 +1061,47 @@ mod tests {
     }
 
     #[test]
+    fn multi_key_puts_insert_every_record_again_after_delete() {
+        let dir = tmpdir("putmany");
+        let c = cfg(&dir);
+        for (threads, engine) in [(1, "hart"), (2, "hart"), (2, "wort")] {
+            let e = exp(
+                threads,
+                vec![
+                    PhaseSpec::Load,
+                    PhaseSpec::Delete,
+                    PhaseSpec::InsertMany { batch: 7 },
+                    PhaseSpec::Search,
+                ],
+            );
+            let prep = prepare(&c, &e).unwrap();
+            let run = run_engine(&c, &e, &prep, engine, 0, &mut NoProgress).unwrap();
+            let p = &run.phases[2];
+            assert_eq!(p.phase, "insert-many");
+            assert_eq!((p.ops, p.misses, p.errors), (3000, 0, 0));
+            let kinds: Vec<_> = p.by_op.iter().map(|o| (o.op, o.ops)).collect();
+            assert_eq!(kinds, [(OpKind::Insert, 3000)]);
+            let calls = threads as u64 * (3000 / threads as u64).div_ceil(7);
+            assert_eq!(p.latency.unwrap().samples, calls);
+            // Every key is back with its value: no miss, no wrong value.
+            let search = &run.phases[3];
+            assert_eq!((search.ops, search.misses, search.errors), (3000, 0, 0));
+        }
+        let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::InsertMany { batch: 0 }]);
+        assert!(e.check().unwrap_err().to_string().contains("--put-many"));
+        let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::InsertMany { batch: 4 }]);
+        assert!(e
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("must follow delete"));
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
     fn search_many_reads_in_the_order_of_search_and_moves_no_other_phase() {
-        let basic = crate::bench::suite::basic_phases(1000, 10, None);
-        let many = crate::bench::suite::basic_phases(1000, 10, Some(16));
+        let basic = crate::bench::suite::basic_phases(1000, 10, None, None);
+        let many = crate::bench::suite::basic_phases(1000, 10, Some(16), Some(16));
         assert_eq!(many[3], PhaseSpec::SearchMany { batch: 16 });
         assert_eq!(phase_seed(42, &many, 3), phase_seed(42, &many, 2));
         for (pi, p) in basic.iter().enumerate() {

@@ -113,6 +113,10 @@ pub struct CustomSpec {
     /// key again through [`crate::Db::get_many_with`], in a `search-many`
     /// phase after `search` (`None`: no such phase).
     pub get_many: Option<usize>,
+    /// Items per multi-key put: the `basic` workload then inserts every
+    /// record again through [`crate::Db::put_many`], in an `insert-many`
+    /// phase after `delete` (`None`: no such phase).
+    pub put_many: Option<usize>,
 }
 
 impl Default for CustomSpec {
@@ -133,14 +137,20 @@ impl Default for CustomSpec {
             dist: None,
             scan_len: 100,
             get_many: None,
+            put_many: None,
         }
     }
 }
 
 /// The phases of the `basic` workload: load, recovery, search (and, with
 /// `get_many`, search-many), update, `ops / 10 / scan_len` range scans of
-/// `scan_len` records, delete.
-pub fn basic_phases(ops: u64, scan_len: u64, get_many: Option<usize>) -> Vec<PhaseSpec> {
+/// `scan_len` records, delete (and, with `put_many`, insert-many).
+pub fn basic_phases(
+    ops: u64,
+    scan_len: u64,
+    get_many: Option<usize>,
+    put_many: Option<usize>,
+) -> Vec<PhaseSpec> {
     let mut phases = vec![PhaseSpec::Load, PhaseSpec::Recover, PhaseSpec::Search];
     phases.extend(get_many.map(|batch| PhaseSpec::SearchMany { batch }));
     phases.extend([
@@ -153,6 +163,7 @@ pub fn basic_phases(ops: u64, scan_len: u64, get_many: Option<usize>) -> Vec<Pha
         },
         PhaseSpec::Delete,
     ]);
+    phases.extend(put_many.map(|batch| PhaseSpec::InsertMany { batch }));
     phases
 }
 
@@ -180,6 +191,14 @@ pub fn custom(spec: &CustomSpec) -> BenchResult<Suite> {
     if spec.get_many.is_some() && !spec.workloads.contains(&Workload::Basic) {
         return Err(BenchError::Config(
             "--get-many adds a phase to the basic workload: add basic to --mix".into(),
+        ));
+    }
+    if spec.put_many == Some(0) {
+        return Err(BenchError::Config("--put-many must be at least 1".into()));
+    }
+    if spec.put_many.is_some() && !spec.workloads.contains(&Workload::Basic) {
+        return Err(BenchError::Config(
+            "--put-many adds a phase to the basic workload: add basic to --mix".into(),
         ));
     }
     let ops = spec.ops.unwrap_or(spec.records);
@@ -211,7 +230,7 @@ pub fn custom(spec: &CustomSpec) -> BenchResult<Suite> {
                         let (title, phases) = match w {
                             Workload::Basic => (
                                 "the basic operations, recovery and range scans".to_string(),
-                                basic_phases(ops, spec.scan_len, spec.get_many),
+                                basic_phases(ops, spec.scan_len, spec.get_many, spec.put_many),
                             ),
                             Workload::Mix(m) => (
                                 format!("{} ({})", m.label, m.source),

@@ -36,6 +36,7 @@ pub struct BenchOpts<'a> {
     pub dist: Option<Distribution>,
     pub scan_len: u64,
     pub get_many: Option<usize>,
+    pub put_many: Option<usize>,
     pub threads: &'a str,
     pub pm_latencies: Option<&'a str>,
     pub rounds: Option<u32>,
@@ -171,6 +172,7 @@ pub fn run(
                 dist: a.dist,
                 scan_len: a.scan_len,
                 get_many: a.get_many,
+                put_many: a.put_many,
             })?
         }
     };

@@ -317,7 +317,8 @@ struct BenchArgs {
     /// with a verdict on each of the paper's claims.
     #[arg(long, value_name = "PAPER", value_parser = parse_preset,
           conflicts_with_all = ["keys", "records", "ops", "value_size", "mix", "dist",
-                                "scan_len", "threads", "pm_latencies", "get_many"])]
+                                "scan_len", "threads", "pm_latencies", "get_many",
+                                "put_many"])]
     preset: Option<pmindex::bench::preset::Preset>,
 
     /// With --preset: the paper's record counts (capped to what this
@@ -375,6 +376,13 @@ struct BenchArgs {
     /// at a time, so N above 16 adds no overlap.
     #[arg(long, value_name = "N", value_parser = parse_get_many)]
     get_many: Option<usize>,
+
+    /// Also time multi-key puts: after `delete`, the basic workload inserts
+    /// every record again, N per `Db::put_many` call, in an `insert-many`
+    /// phase. Its ns/op is per key; a latency sample is one whole call.
+    /// `hart` writes up to 16 items per fence, so N above 16 adds nothing.
+    #[arg(long, value_name = "N", value_parser = parse_get_many)]
+    put_many: Option<usize>,
 
     /// Thread counts, comma separated (1,2,4 for a scaling sweep).
     #[arg(long, value_name = "LIST", default_value = "1")]
@@ -535,6 +543,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     dist: a.dist,
                     scan_len: a.scan_len,
                     get_many: a.get_many,
+                    put_many: a.put_many,
                     threads: &a.threads,
                     pm_latencies: a.pm_latencies.as_deref(),
                     rounds: a.rounds,
