@@ -376,6 +376,16 @@ impl<E: SerialEngine> Engine for Locked<E> {
         let _w = Writing::begin(&self.version);
         g.put(key, value, mode)
     }
+    /// [`BATCH`] items per write-lock hold, so that readers wait for at
+    /// most one batch.
+    fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        for batch in items.chunks(BATCH) {
+            let mut g = self.inner.write();
+            let _w = Writing::begin(&self.version);
+            g.put_many(batch)?;
+        }
+        Ok(())
+    }
     fn delete(&self, key: &[u8]) -> Result<bool> {
         let mut g = self.inner.write();
         let _w = Writing::begin(&self.version);

@@ -139,6 +139,14 @@ pub trait SerialEngine: Send + Sync {
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool>;
     /// See [`Engine::put`].
     fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome>;
+    /// See [`Engine::put_many`]; [`Locked`] holds its write lock over at
+    /// most [`BATCH`] items per call. The default puts one after another.
+    fn put_many(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        for (key, value) in items {
+            self.put(key, value, PutMode::Upsert)?;
+        }
+        Ok(())
+    }
     /// See [`Engine::delete`].
     fn delete(&mut self, key: &[u8]) -> Result<bool>;
     /// See [`Engine::scan`].

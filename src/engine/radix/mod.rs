@@ -49,7 +49,7 @@ pub mod superblock;
 mod write;
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{
@@ -158,7 +158,44 @@ pub struct RadixTree {
     /// Which blocks of the tree's chunks are in use (DRAM only). Writers
     /// hold the tree lock already; the mutex only makes it `Sync`.
     heap: Mutex<Chunks>,
+    /// The state of a batch of puts ([`RadixTree::put_many_impl`]).
+    batch: Batch,
 }
+
+/// A batch of puts in progress (`put_many`, docs/design.md §11, "Batched
+/// puts"). Only the writer, under the tree lock, touches it; the atomics
+/// only make the tree `Sync`.
+struct Batch {
+    /// A batch is running: a commit leaves its last fence to the batch's
+    /// end, and a block a commit unlinks is released after that fence.
+    on: AtomicBool,
+    /// Something other than a commit store was flushed since the last
+    /// fence (a leaf, a node, a split's header): the next commit fences
+    /// first. Set by every such flush, batch or not.
+    unfenced: AtomicBool,
+    /// Blocks unlinked during the batch, released after its last fence:
+    /// `deferred[..deferred_len]`. Plain loads and stores, no
+    /// read-modify-write: a locked instruction would wait for the batch's
+    /// write-backs as a fence does, and only the writer touches them.
+    deferred: [AtomicU64; DEFERRED],
+    deferred_len: AtomicUsize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Batch {
+            on: AtomicBool::new(false),
+            unfenced: AtomicBool::new(false),
+            deferred: [const { AtomicU64::new(0) }; DEFERRED],
+            deferred_len: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Blocks a batch of puts may hold back before it fences and releases
+/// them (a put unlinks at most two: a replaced leaf and a grown or copied
+/// node).
+const DEFERRED: usize = 4 * crate::engine::BATCH;
 
 /// Substrate allocator steps (a chunk's `activate`, or its release) the
 /// radix trees have taken in this process: the `radix_shape` example uses
@@ -200,6 +237,7 @@ impl RadixTree {
             sb,
             count: 0,
             heap: Mutex::new(heap),
+            batch: Batch::default(),
         })
     }
 
@@ -215,20 +253,87 @@ impl RadixTree {
     }
 
     /// Gives back a block the tree no longer reaches; the store that
-    /// unlinked it is durable.
+    /// unlinked it is durable, or, in a batch of puts, will be at the
+    /// batch's last fence, after which the block is given back.
     fn release(&self, off: u64) -> Result<()> {
+        if self.batch.on.load(Ordering::Relaxed) {
+            let n = self.batch.deferred_len.load(Ordering::Relaxed);
+            if n == DEFERRED {
+                // Full: make the unlinking commits durable now.
+                self.pool.fence();
+                self.release_deferred()?;
+                return self.release(off);
+            }
+            self.batch.deferred[n].store(off, Ordering::Relaxed);
+            self.batch.deferred_len.store(n + 1, Ordering::Relaxed);
+            return Ok(());
+        }
         self.heap.lock().release(&self.pool, off)
+    }
+
+    /// Releases the blocks a batch held back; the caller has fenced since
+    /// the commits that unlinked them.
+    fn release_deferred(&self) -> Result<()> {
+        let n = self.batch.deferred_len.load(Ordering::Relaxed);
+        self.batch.deferred_len.store(0, Ordering::Relaxed);
+        let mut heap = self.heap.lock();
+        let mut r = Ok(());
+        for d in &self.batch.deferred[..n] {
+            if let Err(e) = heap.release(&self.pool, d.load(Ordering::Relaxed)) {
+                r = r.and(Err(e));
+            }
+        }
+        r
+    }
+
+    /// How an in-place WOART insert fences now (see [`nodes::Fencing`]): in
+    /// a batch, without the fence before its first store if nothing new
+    /// was flushed since the last one, and without the one after its
+    /// commit.
+    fn fencing(&self) -> nodes::Fencing {
+        if !self.batch.on.load(Ordering::Relaxed) {
+            return nodes::Fencing::SINGLE;
+        }
+        nodes::Fencing {
+            child_durable: !self.batch.unfenced.load(Ordering::Relaxed),
+            defer_commit: true,
+        }
+    }
+
+    /// Notes a fence that made every earlier flush durable.
+    fn batch_fenced(&self) {
+        self.batch.unfenced.store(false, Ordering::Relaxed);
+    }
+
+    /// Notes a flush that a later commit must not overtake (a new leaf or
+    /// node, a split's header): the next [`Self::publish`] fences first.
+    fn flushed_new(&self) {
+        self.batch.unfenced.store(true, Ordering::Relaxed);
     }
 
     /// The commit of a change that publishes new blocks. Persist order:
     /// **fence** (every flush issued before, the new blocks' contents among
     /// them, is durable first); store `value` into `slot` (one 8-byte
     /// store: the commit point); flush; **fence**. Returns what `slot` held.
+    ///
+    /// In a batch of puts, the first fence is left out when nothing but
+    /// earlier commits of the batch was flushed since the last fence (what
+    /// the store publishes is durable already), and the last one is the
+    /// batch's (see [`RadixTree::put_many_impl`]).
     fn publish(&self, slot: u64, value: u64) -> Result<u64> {
         let old = self.pool.load_u64(slot)?;
-        self.pool.fence();
+        let batch = self.batch.on.load(Ordering::Relaxed);
+        // A load and a store, not a swap: a locked instruction waits for
+        // the write-backs before it, as a fence does.
+        if self.batch.unfenced.load(Ordering::Relaxed) || !batch {
+            self.batch.unfenced.store(false, Ordering::Relaxed);
+            self.pool.fence();
+        }
         self.pool.store_u64(slot, value)?;
-        self.pool.persist(slot, 8);
+        self.pool.flush(slot, 8);
+        if !batch {
+            self.pool.fence();
+        }
         Ok(old)
     }
 
@@ -458,6 +563,10 @@ impl SerialEngine for RadixTree {
 
     fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         self.put_impl(key, value, mode)
+    }
+
+    fn put_many(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        self.put_many_impl(items)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {

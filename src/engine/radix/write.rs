@@ -34,6 +34,8 @@
 //! (Algorithm 2), and readers meanwhile use the branch position, which
 //! neither changes.
 
+use std::sync::atomic::Ordering;
+
 use super::chunks::Block;
 use super::header::Header;
 use super::nodes::{self, n16, n4, n48, Kind, END};
@@ -51,6 +53,15 @@ const _: () = {
     assert!(SMALL_IMAGE as u64 >= nodes::n16::SIZE);
 };
 
+/// The block size a leaf of `key` and `value` needs.
+fn leaf_size(key: &[u8], value: &[u8]) -> u64 {
+    leaf::LeafWord {
+        key_len: key.len(),
+        value_len: value.len(),
+    }
+    .size()
+}
+
 /// Where a key goes in a node that branches at unit position `b`: the `end`
 /// slot if it has exactly `b` units, else the child for its unit `b`.
 fn place(span: super::Span, key: &[u8], b: usize) -> Option<u8> {
@@ -60,16 +71,20 @@ fn place(span: super::Span, key: &[u8], b: usize) -> Option<u8> {
 impl RadixTree {
     /// Reserves and writes a leaf, flushed (not fenced).
     fn new_leaf(&self, key: &[u8], value: &[u8]) -> Result<Block> {
+        let b = self.reserve(leaf_size(key, value))?;
+        self.write_leaf(b, key, value)
+    }
+
+    /// Writes and flushes a leaf into the reserved block `b` (not fenced);
+    /// gives `b` back if that fails.
+    fn write_leaf(&self, b: Block, key: &[u8], value: &[u8]) -> Result<Block> {
         let skip = self.pool.fault(Fault::WortSkipLeafFlush) && self.flavor == Flavor::Wort;
-        let size = leaf::LeafWord {
-            key_len: key.len(),
-            value_len: value.len(),
-        }
-        .size();
-        let b = self.reserve(size)?;
         // SAFETY: the block is reserved by us and not yet published.
         match unsafe { leaf::write(&self.pool, b.offset(), key, value, skip) } {
-            Ok(()) => Ok(b),
+            Ok(()) => {
+                self.flushed_new();
+                Ok(b)
+            }
             Err(e) => {
                 self.cancel(b)?;
                 Err(e)
@@ -119,6 +134,7 @@ impl RadixTree {
     /// NODE256 grown from a NODE48 of dense keys: 7 lines of its 33).
     fn write_image(&self, b: &Block, img: &[u8], flush: bool) -> Result<()> {
         let off = b.offset();
+        self.flushed_new();
         debug_assert_eq!(off % CACHE_LINE, 0, "blocks start on a line");
         if !b.zeroed() {
             // SAFETY: the block is reserved by us and not yet published.
@@ -235,6 +251,93 @@ impl RadixTree {
             }
             None => r,
         }
+    }
+
+    /// Upserts `items` in order with one write-lock hold (the caller's) and
+    /// few fences (docs/design.md §11, "Batched puts"):
+    ///
+    /// 1. the searches of up to [`BATCH`] keys run side by side
+    ///    ([`Search::lookup_many`]), so the walks below find their lines in
+    ///    cache; their answers are not used;
+    /// 2. every item's leaf is written and flushed, then **one fence**;
+    /// 3. each item's walk and commit run as in a single put (the leaf
+    ///    first, [`Self::put_walk`]), except that a commit stores and
+    ///    flushes its slot without the fence after it, and fences before it
+    ///    only if the walk flushed something new (a node, a split's header:
+    ///    [`Self::publish`]); the commits of WOART's NODE4, NODE16 and
+    ///    NODE48 keep their own fences;
+    /// 4. **one fence**; then the blocks the commits unlinked go back to the
+    ///    DRAM free map ([`Self::release`] defers them meanwhile).
+    ///
+    /// A commit's store can then become durable before or after the next
+    /// item's, but every block a store publishes is durable before it, and
+    /// no block a commit unlinks is reused before the commit is: so a crash
+    /// leaves each key old or with a value the call gave it. A key given
+    /// twice is two puts in a row. An error (a full pool) ends the batch
+    /// after the items before the failing one, which are fenced and
+    /// counted; the failing item and the later ones change nothing.
+    pub(super) fn put_many_impl(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        for batch in items.chunks(crate::engine::BATCH) {
+            let keys: Vec<&[u8]> = batch.iter().map(|(k, _)| *k).collect();
+            self.search().lookup_many(&keys, |_, _| {});
+            // The blocks under one hold of the heap's lock: a locked
+            // instruction waits for the write-backs before it, as a fence
+            // does, so one per leaf would make the leaves' write-backs run
+            // one after another.
+            let mut failed = None;
+            let mut blocks = Vec::with_capacity(batch.len());
+            {
+                let heap = self.heap.get_mut();
+                for (key, value) in batch {
+                    match heap.reserve(&self.pool, leaf_size(key, value)) {
+                        Ok(b) => blocks.push(b),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            let mut leaves: Vec<Option<Block>> = Vec::with_capacity(blocks.len());
+            for (i, b) in blocks.into_iter().enumerate() {
+                if failed.is_some() {
+                    self.cancel(b)?;
+                    continue;
+                }
+                match self.write_leaf(b, batch[i].0, batch[i].1) {
+                    Ok(b) => leaves.push(Some(b)),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            self.pool.fence();
+            self.batch.unfenced.store(false, Ordering::Relaxed);
+            self.batch.on.store(true, Ordering::Relaxed);
+            let mut walked = Ok(());
+            for (i, (key, value)) in batch.iter().enumerate().take(leaves.len()) {
+                let r = self.put_walk(key, value, PutMode::Upsert, &mut leaves[i]);
+                match r {
+                    Ok(PutOutcome::Inserted) => self.count += 1,
+                    Ok(_) => {}
+                    Err(e) => {
+                        walked = Err(e);
+                        break;
+                    }
+                }
+            }
+            self.pool.fence();
+            self.batch.on.store(false, Ordering::Relaxed);
+            let released = self.release_deferred();
+            // Leaves not published (the items after a failure) go back.
+            for l in leaves.into_iter().flatten() {
+                self.cancel(l)?;
+            }
+            walked?;
+            released?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The leaf written ahead (`pre`), or a new one if there is none. The
@@ -457,6 +560,7 @@ impl RadixTree {
             self.pool.store_u64(p, word)?;
         }
         self.pool.flush(p, 8);
+        self.flushed_new();
         // The node moves under the parent: nothing to release.
         self.publish_new(slot, parent, &[l.offset()])?;
         Ok(())
@@ -477,17 +581,24 @@ impl RadixTree {
             (Flavor::ArtCow, Kind::N4 | Kind::N16) => return self.copy_with(slot, p, kind, u, l),
             (_, Kind::N4 | Kind::N16 | Kind::N48) => match nodes::listed(&self.pool, p, kind) {
                 Ok(n) if n >= kind.capacity() => return self.copy_with(slot, p, kind, u, l),
-                Ok(_) => match kind {
-                    Kind::N4 => n4::add(
-                        &self.pool,
-                        p,
-                        u,
-                        c,
-                        self.pool.fault(Fault::WoartNode4CommitFirst),
-                    ),
-                    Kind::N16 => n16::add(&self.pool, p, u, c),
-                    _ => n48::add(&self.pool, p, u, c),
-                },
+                Ok(_) => {
+                    let fencing = self.fencing();
+                    let r = match kind {
+                        Kind::N4 => n4::add(
+                            &self.pool,
+                            p,
+                            u,
+                            c,
+                            self.pool.fault(Fault::WoartNode4CommitFirst),
+                            fencing,
+                        ),
+                        Kind::N16 => n16::add(&self.pool, p, u, c, fencing),
+                        _ => n48::add(&self.pool, p, u, c, fencing),
+                    };
+                    // Each of them fenced after its pointer's flush.
+                    self.batch_fenced();
+                    r
+                }
                 Err(e) => Err(e),
             },
             (_, Kind::Leaf) => Err(Error::corrupt(p, "radix: leaf used as a node")),

@@ -22,6 +22,37 @@
 //! stores null in the slot, never frees through it. Between operations there
 //! are none, and `check` refuses them.
 
+/// How an in-place insert into a WOART NODE4, NODE16 or NODE48 fences:
+/// one put at a time fences before its first store (the child leaf
+/// durable) and after its commit; a batch of puts (`put_many`) leaves the
+/// first out when the child is durable already and the last to the batch's
+/// end. The fence between NODE16's or NODE48's pointer and its commit word
+/// (they are in different lines) is always there.
+#[derive(Debug, Clone, Copy)]
+pub struct Fencing {
+    /// Everything the insert publishes was made durable by an earlier fence.
+    pub child_durable: bool,
+    /// The caller fences after the commit (the end of its batch).
+    pub defer_commit: bool,
+}
+
+impl Fencing {
+    /// One put at a time: both fences.
+    pub const SINGLE: Fencing = Fencing {
+        child_durable: false,
+        defer_commit: false,
+    };
+
+    /// The commit's flush of `len` bytes at `off`, then its fence unless
+    /// the caller defers it.
+    pub(super) fn commit(self, pool: &Pool, off: u64, len: u64) {
+        pool.flush(off, len);
+        if !self.defer_commit {
+            pool.fence();
+        }
+    }
+}
+
 pub mod n16;
 pub mod n256;
 pub mod n4;
@@ -296,9 +327,13 @@ mod tests {
             for (n, &u) in units.iter().enumerate() {
                 assert_eq!(listed(&pool, node, kind).unwrap(), n, "{kind:?}");
                 match kind {
-                    Kind::N4 => n4::add(&pool, node, u, 0x1000 + n as u64, false).unwrap(),
-                    Kind::N16 => n16::add(&pool, node, u, 0x1000 + n as u64).unwrap(),
-                    _ => n48::add(&pool, node, u, 0x1000 + n as u64).unwrap(),
+                    Kind::N4 => {
+                        n4::add(&pool, node, u, 0x1000 + n as u64, false, Fencing::SINGLE).unwrap()
+                    }
+                    Kind::N16 => {
+                        n16::add(&pool, node, u, 0x1000 + n as u64, Fencing::SINGLE).unwrap()
+                    }
+                    _ => n48::add(&pool, node, u, 0x1000 + n as u64, Fencing::SINGLE).unwrap(),
                 }
                 let e = entries(&pool, node, kind).unwrap().len();
                 assert_eq!(listed(&pool, node, kind).unwrap(), e, "{kind:?}");

@@ -20,7 +20,7 @@
 //! - **remove**: store `bitmap & !(1 << i)`, flush, **fence** (commit); the
 //!   caller then nulls `ptr[i]` (no flush). 1 fence.
 
-use super::{byte, with_byte, Entry, BODY};
+use super::{byte, with_byte, Entry, Fencing, BODY};
 use crate::error::{Error, Result};
 use crate::pm::Pool;
 
@@ -105,7 +105,7 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 /// Algorithm 4 (see the module's persist order): adds `child` (written
 /// and flushed) for `unit`. The node must not be full and must not list
 /// `unit`.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<()> {
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, fencing: Fencing) -> Result<()> {
     let bitmap = pool.load_u64(node + BITMAP)?;
     let i = (!bitmap & 0xFFFF).trailing_zeros() as usize;
     if i >= 16 {
@@ -118,7 +118,7 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<()> {
     pool.flush(ptr_slot(node, i), 8);
     pool.fence(); // child, key and pointer durable
     pool.store_u64(node + BITMAP, bitmap | 1 << i)?; // commit point of the insert
-    pool.persist(node + BITMAP, 8);
+    fencing.commit(pool, node + BITMAP, 8);
     Ok(())
 }
 

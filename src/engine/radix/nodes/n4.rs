@@ -25,7 +25,7 @@
 //!   the caller then nulls `ptr[idx]` (no flush: an orphan pointer left by a
 //!   crash is cleared at open). 1 fence.
 
-use super::{byte, with_byte, Entry, BODY};
+use super::{byte, with_byte, Entry, Fencing, BODY};
 use crate::error::{Error, Result};
 use crate::pm::Pool;
 
@@ -120,7 +120,14 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 /// and flushed) for `unit`. The node must not be full and must not list
 /// `unit`. `commit_first` is a fault-injection switch: the `keys` word is
 /// stored and persisted before the child pointer.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, commit_first: bool) -> Result<()> {
+pub fn add(
+    pool: &Pool,
+    node: u64,
+    unit: u8,
+    child: u64,
+    commit_first: bool,
+    fencing: Fencing,
+) -> Result<()> {
     let mut e = decode(pool.load_u64(node + KEYS)?);
     if e.len() >= 4 {
         return Err(Error::corrupt(node, "radix: add to a full NODE4"));
@@ -135,10 +142,12 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, commit_first: bool) -> 
         pool.store_u64(node + KEYS, encode(&e))?;
         pool.persist(node + KEYS, 8);
     }
-    pool.fence(); // the child is durable
+    if !fencing.child_durable {
+        pool.fence(); // the child is durable
+    }
     pool.store_u64(slot, child)?;
     pool.store_u64(node + KEYS, encode(&e))?; // commit point of the insert
-    pool.persist(node, SIZE);
+    fencing.commit(pool, node, SIZE);
     Ok(())
 }
 

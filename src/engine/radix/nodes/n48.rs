@@ -20,7 +20,7 @@
 //! - **remove**: clear `index[key]` (one 8-byte store), flush, **fence**
 //!   (commit); the caller then nulls `ptr[i]` (no flush). 1 fence.
 
-use super::{byte, with_byte, Entry, BODY};
+use super::{byte, with_byte, Entry, Fencing, BODY};
 use crate::error::{Error, Result};
 use crate::pm::Pool;
 
@@ -122,7 +122,7 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 
 /// Adds `child` (written and flushed) for `unit` (see the module's persist
 /// order). The node must not be full and must not list `unit`.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<()> {
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, fencing: Fencing) -> Result<()> {
     let free = !used(&index(pool, node)?) & ((1 << 48) - 1);
     if free == 0 {
         return Err(Error::corrupt(node, "radix: add to a full NODE48"));
@@ -134,7 +134,7 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<()> {
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
     let w = with_byte(pool.load_u64(iw)?, usize::from(unit) % 8, i as u8 + 1);
     pool.store_u64(iw, w)?; // commit point of the insert
-    pool.persist(iw, 8);
+    fencing.commit(pool, iw, 8);
     Ok(())
 }
 
