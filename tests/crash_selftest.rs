@@ -88,7 +88,12 @@ fn art_cow_missing_copy_flush_is_caught() {
 }
 
 #[test]
+fn radix_batch_release_before_fence_is_caught() {
+    must_catch(Fault::RadixBatchReleaseEarly, "art-cow");
+}
+
+#[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 12);
+    assert_eq!(Fault::ALL.len(), 13);
 }

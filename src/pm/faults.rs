@@ -56,6 +56,10 @@ pub enum Fault {
     /// art-cow: a copy-on-write copy is not flushed before it is swapped
     /// into its parent.
     ArtCowSkipCopyFlush,
+    /// Radix trees: a batch of puts gives a block back as soon as a commit
+    /// unlinks it, before the batch's last fence (a later item can take
+    /// and overwrite it while the unlinking commit can still be lost).
+    RadixBatchReleaseEarly,
 }
 
 impl Fault {
@@ -73,6 +77,7 @@ impl Fault {
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
         Fault::ArtCowSkipCopyFlush,
+        Fault::RadixBatchReleaseEarly,
     ];
 
     /// The name used on the command line.
@@ -90,6 +95,7 @@ impl Fault {
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
             Fault::ArtCowSkipCopyFlush => "art-cow-skip-copy-flush",
+            Fault::RadixBatchReleaseEarly => "radix-batch-release-early",
         }
     }
 
@@ -105,7 +111,7 @@ impl Fault {
             | Fault::HartBatchFreeBeforeFence => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst => Some("woart"),
-            Fault::ArtCowSkipCopyFlush => Some("art-cow"),
+            Fault::ArtCowSkipCopyFlush | Fault::RadixBatchReleaseEarly => Some("art-cow"),
         }
     }
 }

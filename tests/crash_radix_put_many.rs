@@ -1,0 +1,140 @@
+//! The crash simulator on the radix trees' batched puts (`Db::put_many`:
+//! one write-lock hold and few fences per 16 items; docs/design.md §11,
+//! "Batched puts"), for `wort`, `woart` and `art-cow`: batches that split
+//! compressed paths and fill `end` slots, batches that grow one node
+//! through every ART kind (4 → 16 → 48 → 256) and add to NODE4, NODE16 and
+//! NODE48 in place, batches that replace leaves (whose blocks are given
+//! back only after the batch's last fence) beside inserts that take new
+//! blocks of the same size, keys given twice, a leaf too large for a
+//! carved block, and a reopen. While a `put_many` is in flight, the
+//! harness lets each of its keys hold its old value or one the call gave
+//! it, and nothing else.
+//!
+//! `PMINDEX_CRASH_STATES=100000 cargo test --release --test crash_radix_put_many`
+//! runs the long budget (per engine).
+
+use std::sync::Arc;
+
+use pmindex::sim::workload::Op;
+use pmindex::sim::{run_ops, states_from_env, CrashConfig};
+
+fn val(len: usize, tag: usize) -> Arc<[u8]> {
+    vec![tag as u8; len].into()
+}
+
+fn fan(i: usize) -> Vec<u8> {
+    // One node with up to 60 children: partial keys spread over the byte.
+    vec![b'f', b'a', b'n', (i * 37 % 256) as u8]
+}
+
+fn put_many(items: impl IntoIterator<Item = (Vec<u8>, Arc<[u8]>)>) -> Op {
+    Op::PutMany(items.into_iter().collect())
+}
+
+pub fn workload() -> Vec<Op> {
+    let paths = [
+        "path/long/common/a",
+        "path/long/common/b",
+        "path/lo",
+        "path/long/x",
+        "path/",
+        "pa",
+        "path/long/common/c",
+    ];
+    let mut ops = vec![put_many(
+        paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.as_bytes().to_vec(), val(8, i))),
+    )];
+    // Growth through every kind, 16 keys per batch, and in-place adds.
+    for b in 0..4 {
+        ops.push(put_many((b * 15..b * 15 + 15).map(|i| (fan(i), val(8, i)))));
+    }
+    // Replaced leaves beside new keys that take blocks of a leaf's size
+    // (new NODE4s by lazy expansion, ART+CoW's NODE4 copies), a key twice.
+    ops.push(put_many(
+        (0..6)
+            .map(|i| (fan(i), val(8, i + 100)))
+            .chain((0..6).map(|i| (format!("new{i}/a").into_bytes(), val(8, i))))
+            .chain((0..3).map(|i| (format!("new{i}/b").into_bytes(), val(8, i))))
+            .chain([(fan(2), val(8, 7))]),
+    ));
+    ops.push(Op::Reopen);
+    // Updates of path keys (splits' nodes stay), a large leaf in and out.
+    ops.push(put_many([
+        (b"path/long/common/a".to_vec(), val(20, 1)),
+        (b"big".to_vec(), val(33_000, 2)),
+        (b"pa".to_vec(), val(0, 3)),
+        (b"path/long/y".to_vec(), val(8, 4)),
+    ]));
+    ops.push(put_many([
+        (b"big".to_vec(), val(8, 5)),
+        (b"path/long/common/a".to_vec(), val(8, 6)),
+        (b"path/l".to_vec(), val(8, 7)),
+    ]));
+    ops
+}
+
+fn crash_test(engine: &str) {
+    let states = states_from_env(2000);
+    let mut cfg = CrashConfig::new(engine);
+    cfg.per_point = cfg.per_point.max(states / 300);
+    let (mut images, mut points, mut seconds, mut rounds) = (0, 0, 0.0, 0);
+    while images < states {
+        cfg.states = states - images;
+        cfg.seed = rounds + 1;
+        let r = run_ops(&cfg, workload()).expect("crash test runs");
+        assert!(
+            r.failures.is_empty(),
+            "{engine}, seed {}: {} failures; first: {:?}\nreproduce: {}",
+            cfg.seed,
+            r.failures.len(),
+            r.failures[0],
+            r.reproduce
+        );
+        images += r.images;
+        points += r.crash_points;
+        seconds += r.seconds;
+        rounds += 1;
+    }
+    println!(
+        "{engine} put_many: {images} images, {points} crash points, {rounds} rounds, {seconds:.1} s"
+    );
+}
+
+#[test]
+fn wort_batched_puts_survive_every_crash() {
+    crash_test("wort");
+}
+
+#[test]
+fn woart_batched_puts_survive_every_crash() {
+    crash_test("woart");
+}
+
+#[test]
+fn art_cow_batched_puts_survive_every_crash() {
+    crash_test("art-cow");
+}
+
+/// The same workload with the blocks that commits unlink given back at
+/// once, not after the batch's last fence: the simulator must see a
+/// replaced leaf's block overwritten by a later item while the commit
+/// that replaced it can still be lost.
+#[test]
+fn releasing_before_the_batch_fence_is_caught() {
+    for engine in ["woart", "art-cow"] {
+        let mut cfg = CrashConfig::new(engine);
+        cfg.fault = Some(pmindex::pm::Fault::RadixBatchReleaseEarly);
+        cfg.states = 4000;
+        let r = run_ops(&cfg, workload()).expect("crash test runs");
+        println!(
+            "{engine}: {} failures in {} images; first: {:?}",
+            r.failures.len(),
+            r.images,
+            r.failures.first().map(|f| &f.message)
+        );
+        assert!(!r.failures.is_empty(), "{engine}: early release not caught");
+    }
+}
