@@ -257,7 +257,9 @@ impl Db {
     /// a crash during the call each key holds either its value from before
     /// the call or one the call gave it. On `hart`, up to 16 items at a time
     /// share one fence and their searches overlap (docs/design.md §7,
-    /// "Batched puts"); other engines put one item after another.
+    /// "Batched puts"); the radix trees write 16 items' leaves with one
+    /// fence and commit them with a fence only where a new node needs one
+    /// (§11, "Batched puts"); `pmlog` puts one item after another.
     ///
     /// ```
     /// use pmindex::{Db, Options};

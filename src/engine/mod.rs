@@ -106,7 +106,8 @@ pub trait Engine: Send + Sync {
     /// applied and durable and the rest are not; after a crash during the
     /// call, each key holds its value from before the call or one the call
     /// gave it. The default puts one item after another; engines that
-    /// overlap the writes of several items override it (`hart`).
+    /// share fences between items override it (`hart`, and the radix
+    /// trees through [`Locked`]).
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
         for (key, value) in items {
             self.put(key, value, PutMode::Upsert)?;
