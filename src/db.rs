@@ -255,9 +255,9 @@ impl Db {
     /// whole: on any other error (a full pool) the items before the one
     /// that failed are applied and durable and the rest are not, and after
     /// a crash during the call each key holds either its value from before
-    /// the call or one the call gave it. On `hart`, up to 16 items at a time
+    /// the call or one the call gave it. On `hart`, up to 32 items at a time
     /// share one fence and their searches overlap (docs/design.md §7,
-    /// "Batched puts"); the radix trees write 16 items' leaves with one
+    /// "Batched puts"); the radix trees write 32 items' leaves with one
     /// fence and commit them with a fence only where a new node needs one
     /// (§11, "Batched puts"); `pmlog` puts one item after another.
     ///

@@ -1,5 +1,5 @@
 //! The crash simulator on HART's batched puts (`Db::put_many`, one fence
-//! per batch of up to 16 items; docs/design.md §7, "Batched puts"): batches
+//! per batch of up to 32 items; docs/design.md §7, "Batched puts"): batches
 //! of fresh keys (inline values, value objects, a large block), batches
 //! that update every key they name, mixed batches, keys given twice in one
 //! call, a batch that spreads over many ARTs and one that stays in a
@@ -45,8 +45,8 @@ fn workload() -> Vec<Op> {
     let mut ops = vec![
         // Fresh keys in one ART: inline values and 24-byte value objects.
         put_many((0..16).map(|i| (i, if i % 2 == 0 { 8 } else { 24 }, i))),
-        // Fresh keys over many ARTs, past one batch (20 items: 16 + 4).
-        put_many((40..60).map(|i| (i, 12, i))),
+        // Fresh keys over many ARTs, past one batch (40 items: 32 + 8).
+        put_many((40..80).map(|i| (i, 12, i))),
         // Every key updated: slot flips, value objects replaced and freed
         // after the fence, reused by the next batch.
         put_many((0..16).map(|i| (i, 40, i + 1))),
@@ -66,7 +66,7 @@ fn workload() -> Vec<Op> {
     ops.push(put_many((16..40).map(|i| (i, 30, i))));
     ops.push(Op::Delete(key(5)));
     ops.push(put_many([(5, 8, 13), (6, 8, 14), (41, 16, 15)]));
-    ops.push(put_many((40..60).rev().map(|i| (i, 64, i + 3))));
+    ops.push(put_many((40..80).rev().map(|i| (i, 64, i + 3))));
     ops
 }
 

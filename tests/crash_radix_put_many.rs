@@ -1,5 +1,5 @@
 //! The crash simulator on the radix trees' batched puts (`Db::put_many`:
-//! one write-lock hold and few fences per 16 items; docs/design.md §11,
+//! one write-lock hold and few fences per 32 items; docs/design.md §11,
 //! "Batched puts"), for `wort`, `woart` and `art-cow`: batches that split
 //! compressed paths and fill `end` slots, batches that grow one node
 //! through every ART kind (4 → 16 → 48 → 256) and add to NODE4, NODE16 and
@@ -47,7 +47,7 @@ pub fn workload() -> Vec<Op> {
             .enumerate()
             .map(|(i, p)| (p.as_bytes().to_vec(), val(8, i))),
     )];
-    // Growth through every kind, 16 keys per batch, and in-place adds.
+    // Growth through every kind, 15 keys per batch, and in-place adds.
     for b in 0..4 {
         ops.push(put_many((b * 15..b * 15 + 15).map(|i| (fan(i), val(8, i)))));
     }

@@ -67,10 +67,10 @@ fn writer(db: &Db, w: usize, ops: usize, keys: usize) -> BTreeMap<Vec<u8>, Vec<u
         if dice < 4 {
             assert_eq!(db.delete(&k).unwrap(), mine.remove(&k).is_some());
         } else if dice == 4 {
-            // A multi-key put of 1 to 24 of its keys over several ARTs (two
-            // batches past 16; a repeated key also splits the call), its
+            // A multi-key put of 1 to 40 of its keys over several ARTs (two
+            // batches past 32; a repeated key also splits the call), its
             // ARTs write-locked together beside the readers' batches.
-            let n = rng.gen_range(1..=24);
+            let n = rng.gen_range(1..=40);
             let items: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
                 .map(|i| {
                     let j = if i == 0 { j } else { rng.gen_range(0..keys) };

@@ -372,7 +372,7 @@ struct BenchArgs {
     /// Also time multi-key gets (memcached's `get k1 k2 ...`): the basic
     /// workload reads every key again, N keys per `Db::get_many_with` call,
     /// in a `search-many` phase after `search`. Its ns/op is per key; a
-    /// latency sample is one whole call. The engines overlap up to 16 keys
+    /// latency sample is one whole call. The engines overlap up to 32 keys
     /// at a time, so N above 16 adds no overlap.
     #[arg(long, value_name = "N", value_parser = parse_get_many)]
     get_many: Option<usize>,
@@ -380,7 +380,7 @@ struct BenchArgs {
     /// Also time multi-key puts: after `delete`, the basic workload inserts
     /// every record again, N per `Db::put_many` call, in an `insert-many`
     /// phase. Its ns/op is per key; a latency sample is one whole call.
-    /// `hart` writes up to 16 items per fence, so N above 16 adds nothing.
+    /// `hart` writes up to 32 items per fence, so N above 32 adds nothing.
     #[arg(long, value_name = "N", value_parser = parse_get_many)]
     put_many: Option<usize>,
 

@@ -157,11 +157,16 @@ pub trait OptimisticRead: Send + Sync {
 }
 
 /// Keys per batch of [`Engine::get_many`] (one version check covers a
-/// batch), and the most an [`OptimisticRead::get_many_into`] is given:
-/// enough to keep a core's miss buffers busy (10 to 16 line fills on
-/// recent x86 cores; a radix tree's step prefetches two lines per key), few
-/// enough that a batch's state and its value buffers stay in L1 and L2.
-pub const BATCH: usize = 16;
+/// batch) and of [`Engine::put_many`], and the most an
+/// [`OptimisticRead::get_many_into`] is given: enough to keep a core's
+/// miss buffers busy (10 to 16 line fills on recent x86 cores; a radix
+/// tree's step prefetches two lines per key, and not every key has a miss
+/// in flight at every step), few enough that a batch's state and its value
+/// buffers (8 KiB) stay in L1 and L2. 32 rather than 16: batched searches
+/// of 1M sparse keys took 107-109 ns per key on WORT and 126-129 on WOART
+/// at 32, 122-130 and 141-145 at 16; HART's searches and every engine's
+/// batched inserts did not change (docs/design.md §11, "Batched puts").
+pub const BATCH: usize = 32;
 
 /// A [`SerialEngine`] behind a reader-writer lock: writers take it alone;
 /// readers share it, or skip it (see the module doc).

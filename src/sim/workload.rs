@@ -140,9 +140,9 @@ pub fn generate(seed: u64, n: usize, keys: usize) -> Vec<Op> {
             match rng.gen_range(0..100) {
                 0..=1 => Op::Reopen,
                 2..=7 => {
-                    // 1 to 20 items: past one engine batch of 16, with
+                    // 1 to 40 items: past one engine batch of 32, with
                     // repeated keys now and then.
-                    let n = rng.gen_range(1..=20);
+                    let n = rng.gen_range(1..=40);
                     let mut items = vec![(k, value(&mut rng, i as u64))];
                     for j in 1..n {
                         let k = space[rng.gen_range(0..space.len())].clone();

@@ -278,7 +278,7 @@ fn random_op(h: &mut Harness, rng: &mut SmallRng, keys: &[Vec<u8>], ctx: Ctx<'_>
         0..=7 => {
             // A multi-key put: 1 to past two engine batches of items,
             // keys drawn with repeats (the last value stays).
-            let n = rng.gen_range(1..40);
+            let n = rng.gen_range(1..70);
             let mut items = vec![(key.clone(), random_value(rng, h.limits))];
             for _ in 1..n {
                 let k = keys[rng.gen_range(0..keys.len())].clone();
@@ -359,7 +359,7 @@ fn random_op(h: &mut Harness, rng: &mut SmallRng, keys: &[Vec<u8>], ctx: Ctx<'_>
             );
             // A multi-key get around it: present and absent keys, the
             // same key twice, batches of 1 to past two engine batches.
-            let n = rng.gen_range(1..40);
+            let n = rng.gen_range(1..70);
             let batch: Vec<&[u8]> = std::iter::once(k)
                 .chain((1..n).map(|_| &keys[rng.gen_range(0..keys.len())][..]))
                 .collect();

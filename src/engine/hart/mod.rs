@@ -1409,30 +1409,33 @@ mod tests {
         let h = Hart::create(pool, 2).unwrap();
         // A first put opens the stripe's leaf and value chunks (with fences
         // of their own); every key has the hash key "kb", so one stripe.
-        let keys: Vec<Vec<u8>> = (0..16u8).map(|i| vec![b'k', b'b', i]).collect();
+        let n = BATCH as u8;
+        let keys: Vec<Vec<u8>> = (0..n).map(|i| vec![b'k', b'b', i]).collect();
         h.put(b"kb-first", &[1; 40], PutMode::Upsert).unwrap();
         let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"12345678"[..])).collect();
         let c0 = counters::this_thread();
         h.put_many(&items).unwrap();
         let c1 = counters::this_thread();
-        assert_eq!(c1.fences - c0.fences, 1, "16 inserts, one fence");
-        // 16 updates with value objects: one fence; the old (inline) values
-        // need no freeing.
+        assert_eq!(c1.fences - c0.fences, 1, "a batch of inserts, one fence");
+        // A batch of updates with value objects: one fence; the old
+        // (inline) values need no freeing.
         let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &[3u8; 40][..])).collect();
         h.put_many(&items).unwrap();
         let c2 = counters::this_thread();
-        assert_eq!(c2.fences - c1.fences, 1, "16 updates, one fence");
+        assert_eq!(c2.fences - c1.fences, 1, "a batch of updates, one fence");
         // The same items one put at a time: one fence each, and as many
         // lines flushed as the batch flushed.
         for (k, v) in &items {
             h.put(k, v, PutMode::Upsert).unwrap();
         }
         let c3 = counters::this_thread();
-        assert_eq!(c3.fences - c2.fences, 16);
+        assert_eq!(c3.fences - c2.fences, BATCH as u64);
         assert_eq!(c3.flushes - c2.flushes, c2.flushes - c1.flushes);
-        // 17 items: a second batch; a repeated key also starts one.
-        let mut items = items;
-        items.push((b"kb-17th", b"v"));
+        // One item past a batch: a second batch; a repeated key also starts
+        // one. (Inline values: no value chunk fills up and takes fences of
+        // its own.)
+        let mut items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"w"[..])).collect();
+        items.push((b"kb-one-more", b"v"));
         h.put_many(&items).unwrap();
         let c4 = counters::this_thread();
         assert_eq!(c4.fences - c3.fences, 2);
@@ -1442,7 +1445,7 @@ mod tests {
         let mut got = Vec::new();
         h.get_with(b"kb-a", &mut |v| got = v.to_vec()).unwrap();
         assert_eq!(got, b"3");
-        assert_eq!(h.len(), 16 + 1 + 1 + 2);
+        assert_eq!(h.len(), BATCH as u64 + 1 + 1 + 2);
     }
 
     #[test]

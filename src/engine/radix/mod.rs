@@ -619,7 +619,7 @@ impl SerialEngine for RadixTree {
 mod tests {
     use super::*;
 
-    /// Fences of 16 puts one at a time and in one batch, on a tree that
+    /// Fences of a batch's worth of puts one at a time and in one batch, on a tree that
     /// already has its chunks (so no substrate `activate` is counted).
     #[test]
     fn a_batch_of_updates_takes_two_fences_where_single_puts_take_two_each() {
@@ -631,7 +631,8 @@ mod tests {
             // Keys "k" + one byte: a NODE16 then NODE48 under "k" in the
             // ART flavors, 16-way nodes in WORT.
             let key = |i: u8| vec![b'k', i.wrapping_mul(37)];
-            for i in 0..40 {
+            let n = crate::engine::BATCH as u8;
+            for i in 0..2 * n + 8 {
                 t.put(&key(i), b"v", PutMode::Upsert).unwrap();
             }
             let single = |t: &mut RadixTree, keys: std::ops::Range<u8>| {
@@ -642,15 +643,15 @@ mod tests {
                 this_thread().fences - f0
             };
             // Updates: each replaces a leaf in its slot.
-            assert_eq!(single(&mut t, 0..16), 32, "{flavor:?}");
-            let keys: Vec<Vec<u8>> = (16..32).map(key).collect();
+            assert_eq!(single(&mut t, 0..n), 2 * u64::from(n), "{flavor:?}");
+            let keys: Vec<Vec<u8>> = (n..2 * n).map(key).collect();
             let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"x"[..])).collect();
             let f0 = this_thread().fences;
             t.put_many_impl(&items).unwrap();
             let batched = this_thread().fences - f0;
             // The leaves' fence and the last one; NODE48's adds keep the
             // fence between pointer and index byte, but these are updates.
-            assert_eq!(batched, 2, "{flavor:?}: 16 updates in a batch");
+            assert_eq!(batched, 2, "{flavor:?}: a batch of updates");
             for k in &keys {
                 let mut v = Vec::new();
                 assert!(t.get_with(k, &mut |x| v = x.to_vec()).unwrap());
