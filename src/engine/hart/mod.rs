@@ -1404,6 +1404,28 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_ends_before_a_repeated_key() {
+        let v: &[u8] = b"v";
+        let items: Vec<(&[u8], &[u8])> =
+            [&b"a"[..], b"b", b"abcdefghij", b"abcdefghik", b"b", b"c"]
+                .iter()
+                .map(|k| (*k, v))
+                .collect();
+        assert_eq!(distinct_prefix(&items, BATCH), 4);
+        assert_eq!(distinct_prefix(&items[4..], BATCH), 2);
+        assert_eq!(distinct_prefix(&items, 3), 3);
+        assert_eq!(distinct_prefix(&[], BATCH), 0);
+        // Keys that differ only past their first eight bytes, or in length.
+        let keys: Vec<Vec<u8>> = (0..BATCH as u8)
+            .map(|i| [&[7u8; 8][..], &[i]].concat())
+            .chain([vec![7u8; 8]])
+            .collect();
+        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], v)).collect();
+        assert_eq!(distinct_prefix(&items, BATCH), BATCH);
+        assert_eq!(distinct_prefix(&items[1..], BATCH), BATCH);
+    }
+
+    #[test]
     fn a_batch_of_puts_takes_one_fence() {
         let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
         let h = Hart::create(pool, 2).unwrap();
