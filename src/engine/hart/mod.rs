@@ -432,6 +432,11 @@ impl Hart {
     ) -> Result<()> {
         let n = batch.len();
         debug_assert!(n <= BATCH);
+        // The keys' own first lines (the caller's, often cold): all of
+        // them start loading before the first is read.
+        for key in batch {
+            crate::hint::prefetch_ptr(key.as_ptr());
+        }
         // Each key's ART; the slot line (lock and root) starts loading.
         let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
         let mut order = [0usize; BATCH];
@@ -547,6 +552,9 @@ impl Hart {
         let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
         let mut stripe = [0usize; BATCH];
         let mut order = [0usize; BATCH];
+        for (key, _) in batch {
+            crate::hint::prefetch_ptr(key.as_ptr());
+        }
         for (i, (key, _)) in batch.iter().enumerate() {
             let hk = self.split(key).0;
             let t = self
