@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use pmindex::pm::cases::{self, Case};
 use pmindex::sim::workload::Op;
-use pmindex::sim::{run_ops, states_from_env, CrashConfig};
+use pmindex::sim::{states_from_env, CrashConfig};
+
+mod common;
 
 fn key(i: usize) -> Vec<u8> {
     // One hash key ("rc"), so one ART and one allocation stripe: the
@@ -82,29 +84,13 @@ fn every_recovery_case_is_reached_and_survived() {
     ];
     let before: Vec<u64> = wanted.iter().map(|&c| cases::count(c)).collect();
     let mut cfg = CrashConfig::new("hart");
-    cfg.states = states;
     // One pass over this workload has about 900 crash points: a large budget
     // samples more images at each.
     cfg.per_point = cfg.per_point.max(states / 600);
-    let (mut images, mut points, mut seconds) = (0, 0, 0.0);
-    let mut v = 0;
-    while images < states {
-        cfg.states = states - images;
-        cfg.seed = v as u64 + 1;
-        let r = run_ops(&cfg, workload(v)).expect("crash test runs");
-        assert!(
-            r.failures.is_empty(),
-            "variant {v}: {} failures; first: {:?}",
-            r.failures.len(),
-            r.failures[0]
-        );
-        images += r.images;
-        points += r.crash_points;
-        seconds += r.seconds;
-        v += 1;
-    }
+    let t = common::crash_budget(&mut cfg, states, |v| workload(v as usize));
     println!(
-        "hart recovery cases: {images} images, {points} crash points, {v} variants, {seconds:.1} s"
+        "hart recovery cases: {} images, {} crash points, {} variants, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
     );
     let mut missing = Vec::new();
     for (&c, b) in wanted.iter().zip(before) {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use pmindex::pm::cases::{self, Case};
 use pmindex::sim::workload::Op;
-use pmindex::sim::{run_ops, states_from_env, CrashConfig};
+use pmindex::sim::{states_from_env, CrashConfig};
+
+mod common;
 
 /// Key `i`: the first 40 share one hash key ("pm", one ART); the others
 /// spread over many.
@@ -77,26 +79,10 @@ fn batched_puts_survive_every_crash() {
     let before: Vec<u64> = cases_of_interest.iter().map(|&c| cases::count(c)).collect();
     let mut cfg = CrashConfig::new("hart");
     cfg.per_point = cfg.per_point.max(states / 300);
-    let (mut images, mut points, mut seconds, mut rounds) = (0, 0, 0.0, 0);
-    while images < states {
-        cfg.states = states - images;
-        cfg.seed = rounds + 1;
-        let r = run_ops(&cfg, workload()).expect("crash test runs");
-        assert!(
-            r.failures.is_empty(),
-            "seed {}: {} failures; first: {:?}\nreproduce: {}",
-            cfg.seed,
-            r.failures.len(),
-            r.failures[0],
-            r.reproduce
-        );
-        images += r.images;
-        points += r.crash_points;
-        seconds += r.seconds;
-        rounds += 1;
-    }
+    let t = common::crash_budget(&mut cfg, states, |_| workload());
     println!(
-        "hart put_many: {images} images, {points} crash points, {rounds} rounds, {seconds:.1} s"
+        "hart put_many: {} images, {} crash points, {} rounds, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
     );
     // The crashes fell inside batches: leaves written but not committed,
     // and updates whose commit word did not persist, were both recovered.

@@ -18,6 +18,8 @@ use std::sync::Arc;
 use pmindex::sim::workload::Op;
 use pmindex::sim::{run_ops, states_from_env, CrashConfig};
 
+mod common;
+
 fn val(len: usize, tag: usize) -> Arc<[u8]> {
     vec![tag as u8; len].into()
 }
@@ -31,7 +33,7 @@ fn put_many(items: impl IntoIterator<Item = (Vec<u8>, Arc<[u8]>)>) -> Op {
     Op::PutMany(items.into_iter().collect())
 }
 
-pub fn workload() -> Vec<Op> {
+fn workload() -> Vec<Op> {
     let paths = [
         "path/long/common/a",
         "path/long/common/b",
@@ -80,26 +82,10 @@ fn crash_test(engine: &str) {
     let states = states_from_env(2000);
     let mut cfg = CrashConfig::new(engine);
     cfg.per_point = cfg.per_point.max(states / 300);
-    let (mut images, mut points, mut seconds, mut rounds) = (0, 0, 0.0, 0);
-    while images < states {
-        cfg.states = states - images;
-        cfg.seed = rounds + 1;
-        let r = run_ops(&cfg, workload()).expect("crash test runs");
-        assert!(
-            r.failures.is_empty(),
-            "{engine}, seed {}: {} failures; first: {:?}\nreproduce: {}",
-            cfg.seed,
-            r.failures.len(),
-            r.failures[0],
-            r.reproduce
-        );
-        images += r.images;
-        points += r.crash_points;
-        seconds += r.seconds;
-        rounds += 1;
-    }
+    let t = common::crash_budget(&mut cfg, states, |_| workload());
     println!(
-        "{engine} put_many: {images} images, {points} crash points, {rounds} rounds, {seconds:.1} s"
+        "{engine} put_many: {} images, {} crash points, {} rounds, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
     );
 }
 

@@ -365,13 +365,7 @@ impl KvSubject {
         if in_flight {
             candidates.push(&self.models[acked + 1]);
         }
-        let matches = |m: &Model| {
-            m.len() == got.len()
-                && m.iter()
-                    .zip(&got)
-                    .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..])
-        };
-        if candidates.iter().any(|m| matches(m)) {
+        if candidates.iter().any(|m| same_contents(m, &got)) {
             return Ok(());
         }
         Err(describe_diff(candidates[0], &got))
@@ -395,12 +389,7 @@ fn applied_prefix(
             let (k, v) = &items[n - 1];
             model.insert(k.clone(), Arc::clone(v));
         }
-        let same = model.len() == got.len()
-            && model
-                .iter()
-                .zip(&got)
-                .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..]);
-        if same {
+        if same_contents(&model, &got) {
             return Ok(model);
         }
     }
@@ -452,16 +441,20 @@ fn compare_put_many(
         .filter(|(k, _)| !batch.contains_key(k.as_slice()))
         .cloned()
         .collect();
-    let same = rest.len() == others.len()
-        && rest
-            .iter()
-            .zip(&others)
-            .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..]);
-    if same {
+    if same_contents(&rest, &others) {
         Ok(())
     } else {
         Err(describe_diff(&rest, &others))
     }
+}
+
+/// Whether a recovered scan `got` holds exactly the pairs of `model`.
+fn same_contents(model: &Model, got: &[(Vec<u8>, Vec<u8>)]) -> bool {
+    model.len() == got.len()
+        && model
+            .iter()
+            .zip(got)
+            .all(|((k, v), (gk, gv))| k == gk && v[..] == gv[..])
 }
 
 fn describe_diff(model: &Model, got: &[(Vec<u8>, Vec<u8>)]) -> String {

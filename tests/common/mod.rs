@@ -276,3 +276,50 @@ pub fn read_header(path: &Path) -> pmindex::pm::header::RawHeader {
     let b = read_at(path, 0, pmindex::pm::header::HEADER_BYTES);
     pmindex::pm::header::RawHeader::from_bytes(&b.try_into().expect("a whole header"))
 }
+
+/// What [`crash_budget`] checked.
+pub struct CrashTotals {
+    /// Distinct crash images recovered and verified.
+    pub images: usize,
+    /// Crash points.
+    pub points: usize,
+    /// Workload runs (seeds 1, 2, ...).
+    pub rounds: u64,
+    /// Seconds spent in the simulator.
+    pub seconds: f64,
+}
+
+/// Runs the crash simulator on `workload(round)` with seeds 1, 2, ... until
+/// `states` distinct images are checked (a fixed workload gives only so
+/// many per run); panics on the first run with a failure.
+pub fn crash_budget(
+    cfg: &mut pmindex::sim::CrashConfig,
+    states: usize,
+    workload: impl Fn(u64) -> Vec<pmindex::sim::workload::Op>,
+) -> CrashTotals {
+    let mut t = CrashTotals {
+        images: 0,
+        points: 0,
+        rounds: 0,
+        seconds: 0.0,
+    };
+    while t.images < states {
+        cfg.states = states - t.images;
+        cfg.seed = t.rounds + 1;
+        let r = pmindex::sim::run_ops(cfg, workload(t.rounds)).expect("crash test runs");
+        assert!(
+            r.failures.is_empty(),
+            "{}, seed {}: {} failures; first: {:?}\nreproduce: {}",
+            cfg.engine,
+            cfg.seed,
+            r.failures.len(),
+            r.failures[0],
+            r.reproduce
+        );
+        t.images += r.images;
+        t.points += r.crash_points;
+        t.seconds += r.seconds;
+        t.rounds += 1;
+    }
+    t
+}
