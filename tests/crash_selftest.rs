@@ -63,8 +63,8 @@ fn hart_commit_before_slot_is_caught() {
 }
 
 #[test]
-fn hart_batch_free_before_fence_is_caught() {
-    must_catch(Fault::HartBatchFreeBeforeFence, "hart");
+fn hart_batch_without_its_fence_is_caught() {
+    must_catch(Fault::HartBatchSkipFence, "hart");
 }
 
 #[test]

@@ -39,10 +39,9 @@ pub enum Fault {
     /// hart: an update stores the new commit word before the new slot (the
     /// commit can reach PM pointing at a slot that was never written).
     HartCommitBeforeSlot,
-    /// hart: a batched put frees each replaced value as soon as its slot is
-    /// written, before the batch's fence (a later item of the batch can take
-    /// and overwrite the value a crash before the fence falls back to).
-    HartBatchFreeBeforeFence,
+    /// hart: a batch of puts returns without its fence (acknowledged items
+    /// can be lost).
+    HartBatchSkipFence,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -72,7 +71,7 @@ impl Fault {
         Fault::PmlogSkipKillFlush,
         Fault::HartSkipLeafFlush,
         Fault::HartCommitBeforeSlot,
-        Fault::HartBatchFreeBeforeFence,
+        Fault::HartBatchSkipFence,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -90,7 +89,7 @@ impl Fault {
             Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
             Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
             Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
-            Fault::HartBatchFreeBeforeFence => "hart-batch-free-before-fence",
+            Fault::HartBatchSkipFence => "hart-batch-skip-fence",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -106,9 +105,9 @@ impl Fault {
             | Fault::AllocSkipRecordFence
             | Fault::AllocFrontierUnflushed => None,
             Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
-            Fault::HartSkipLeafFlush
-            | Fault::HartCommitBeforeSlot
-            | Fault::HartBatchFreeBeforeFence => Some("hart"),
+            Fault::HartSkipLeafFlush | Fault::HartCommitBeforeSlot | Fault::HartBatchSkipFence => {
+                Some("hart")
+            }
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush | Fault::RadixBatchReleaseEarly => Some("art-cow"),

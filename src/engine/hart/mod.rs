@@ -619,58 +619,72 @@ impl Hart {
                 }
             }
         }
-        // Leaves for the absent keys, their lines fetched for writing while
-        // the others are taken.
+        // Leaves for the absent keys and value objects for the values that
+        // take one, all taken before any is written (each takes a list's
+        // mutex, and a locked instruction waits for the write-backs before
+        // it as a fence does, docs/design.md §11 "Batched puts"); their
+        // lines are fetched for writing while the others are taken.
         let mut new_leaf: [Option<u64>; BATCH] = [None; BATCH];
+        let mut obj: [Option<u64>; BATCH] = [None; BATCH];
         let mut failed: Option<(usize, Error)> = None;
-        for (i, (key, _)) in batch.iter().enumerate() {
-            if found[i].is_some() {
-                continue;
-            }
-            match self.alloc_leaf(stripe[i], key.len()) {
-                Ok(l) => {
+        for (i, &(key, value)) in batch.iter().enumerate() {
+            let taken = (|| {
+                if found[i].is_none() {
+                    let l = self.alloc_leaf(stripe[i], key.len())?;
                     self.pool.prefetch_write(l);
                     new_leaf[i] = Some(l);
                 }
-                Err(e) => {
-                    failed = Some((i, e));
-                    break;
+                if Self::takes_object(value.len()) {
+                    let o = self.alloc_value(stripe[i], value.len())?;
+                    self.pool.prefetch_write(o);
+                    obj[i] = Some(o);
                 }
+                Ok(())
+            })();
+            if let Err(e) = taken {
+                failed = Some((i, e));
+                break;
             }
         }
         // Write and flush every item before the first failure.
         let mut old: [Option<OldValue>; BATCH] = [None; BATCH];
         let mut done = failed.as_ref().map_or(n, |f| f.0);
+        let mut write_failed = None;
         for (i, &(key, value)) in batch.iter().enumerate().take(done) {
             let written = match (found[i], new_leaf[i]) {
                 (Some(l), _) => self
-                    .write_update(stripe[i], l, key, value, None)
-                    .and_then(|o| {
-                        if self.pool.fault(Fault::HartBatchFreeBeforeFence) {
-                            return self.drop_value(stripe[i], o.value, o.slot);
-                        }
-                        old[i] = Some(o);
-                        Ok(())
-                    }),
-                (None, Some(l)) => self.write_leaf(stripe[i], l, key, value),
+                    .write_update(stripe[i], l, key, value, None, obj[i])
+                    .map(|o| old[i] = Some(o)),
+                (None, Some(l)) => self.write_leaf(stripe[i], l, key, value, obj[i]),
                 (None, None) => unreachable!("a leaf was taken for every absent key before `done`"),
             };
             if let Err(e) = written {
                 failed = Some((i, e));
                 done = i;
+                write_failed = Some(i);
                 break;
             }
         }
-        // Leaves taken for items that were not written go back.
-        for (i, (key, _)) in batch.iter().enumerate().skip(done) {
+        // Leaves and value objects taken for items that were not written go
+        // back (the failing item's value object may hold its value, which
+        // no commit word names: it stays taken until the next open, as for
+        // a single put).
+        for (i, &(key, value)) in batch.iter().enumerate().skip(done) {
             if let Some(l) = new_leaf[i].take() {
                 self.release_leaf(stripe[i], l, key.len())?;
+            }
+            if let Some(o) = obj[i].take().filter(|_| write_failed != Some(i)) {
+                self.values(stripe[i], value_class(value.len()))
+                    .lock()
+                    .release(&self.pool, o)?;
             }
         }
         if done == 0 {
             return failed.map_or(Ok(()), |(_, e)| Err(e));
         }
-        self.pool.fence();
+        if !self.pool.fault(Fault::HartBatchSkipFence) {
+            self.pool.fence();
+        }
         let keys = self.keys();
         let mut first_err = None;
         for (i, &(key, _)) in batch.iter().enumerate().take(done) {
@@ -735,14 +749,27 @@ impl Hart {
         Ok((v, lines_spanned(p, len)))
     }
 
-    /// Writes `value` into a fresh value object (or reserves a large block
-    /// and writes it there) and flushes it. Returns the word for the slot
-    /// (the value itself if it is inline, 0 for a large value, which is
-    /// activated later) and the reservation.
+    /// Whether a value of `len` bytes takes a value object (neither inline
+    /// nor a large block).
+    fn takes_object(len: usize) -> bool {
+        len > leaf::INLINE_MAX && len <= MAX_OBJECT
+    }
+
+    /// Takes a free value object for a value of `len` bytes (DRAM only).
+    fn alloc_value(&self, st: usize, len: usize) -> Result<u64> {
+        self.values(st, value_class(len)).lock().alloc(&self.pool)
+    }
+
+    /// Writes `value` into a fresh value object (`obj` if the caller took
+    /// it already, see [`Self::takes_object`]; else one taken here), or
+    /// reserves a large block and writes it there, and flushes it. Returns
+    /// the word for the slot (the value itself if it is inline, 0 for a
+    /// large value, which is activated later) and the reservation.
     fn write_value(
         &self,
         st: usize,
         value: &[u8],
+        obj: Option<u64>,
     ) -> Result<(u64, Option<crate::pm::Reservation>)> {
         if value.is_empty() {
             return Ok((0, None));
@@ -762,10 +789,10 @@ impl Hart {
             self.pool.flush(r.offset(), value.len() as u64);
             return Ok((0, Some(r)));
         }
-        let obj = self
-            .values(st, value_class(value.len()))
-            .lock()
-            .alloc(&self.pool)?;
+        let obj = match obj {
+            Some(o) => o,
+            None => self.alloc_value(st, value.len())?,
+        };
         // SAFETY: the object was free (nothing references it) and is now
         // taken by us in DRAM, so no other thread writes or reads it.
         unsafe { self.pool.write_bytes(obj, value)? };
@@ -799,6 +826,11 @@ impl Hart {
     /// (Algorithm 1 line 12 / Algorithm 3 line 5), `PNewV` in the update log
     /// if `log` is given (Algorithm 3 line 6), the value pointer (Algorithm 1
     /// line 13) and the value bit (Algorithm 1 line 14 / Algorithm 3 line 7).
+    /// `obj`: the value object, if the caller took it already.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the slot's place, its contents, and two options"
+    )]
     fn fill_slot(
         &self,
         st: usize,
@@ -807,9 +839,10 @@ impl Hart {
         key: &[u8],
         value: &[u8],
         log: Option<u64>,
+        obj: Option<u64>,
     ) -> Result<()> {
         let paper = self.order == PersistOrder::Paper;
-        let (p, res) = self.write_value(st, value)?;
+        let (p, res) = self.write_value(st, value, obj)?;
         if paper {
             self.pool.fence();
             if let Some(log) = log {
@@ -869,7 +902,7 @@ impl Hart {
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
     fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
         let leaf = self.alloc_leaf(st, key.len())?;
-        if let Err(e) = self.write_leaf(st, leaf, key, value) {
+        if let Err(e) = self.write_leaf(st, leaf, key, value, None) {
             self.release_leaf(st, leaf, key.len())?;
             return Err(e);
         }
@@ -904,8 +937,15 @@ impl Hart {
     /// free leaf `leaf` (slot 0, slot 1 zeroed, key, the commit word last)
     /// and flushes them. The leaf is committed once the caller's fence is
     /// done; it must not be reachable before.
-    fn write_leaf(&self, st: usize, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
-        self.fill_slot(st, leaf, 0, key, value, None)?;
+    fn write_leaf(
+        &self,
+        st: usize,
+        leaf: u64,
+        key: &[u8],
+        value: &[u8],
+        obj: Option<u64>,
+    ) -> Result<()> {
+        self.fill_slot(st, leaf, 0, key, value, None, obj)?;
         self.pool.store_u64(leaf::slot_off(leaf, 1), 0)?;
         self.pool.store_u64(leaf::slot_off(leaf, 1) + 8, 0)?;
         // SAFETY: the leaf was free and is taken by us in DRAM.
@@ -933,7 +973,7 @@ impl Hart {
     /// Algorithm 3 in the tight order: one fence, then the old value is freed.
     fn update_leaf(&self, st: usize, leaf: u64, key: &[u8], value: &[u8]) -> Result<()> {
         let log = (self.order == PersistOrder::Paper).then(|| self.log_line(leaf));
-        let old = self.write_update(st, leaf, key, value, log)?;
+        let old = self.write_update(st, leaf, key, value, log, None)?;
         self.pool.fence();
         self.drop_value(st, old.value, old.slot)?;
         if let Some(log) = log {
@@ -951,6 +991,10 @@ impl Hart {
     /// flipped, then flushes line 0. Returns the old value, which the
     /// caller frees once its fence is done (not before: a crash before the
     /// fence may fall back to it).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "write_leaf's, and the update log"
+    )]
     fn write_update(
         &self,
         st: usize,
@@ -958,6 +1002,7 @@ impl Hart {
         key: &[u8],
         value: &[u8],
         log: Option<u64>,
+        obj: Option<u64>,
     ) -> Result<OldValue> {
         let c = leaf::commit(&self.pool, leaf)?
             .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
@@ -975,7 +1020,7 @@ impl Hart {
                 .store_u64(leaf, Commit { active: s, ..c }.encode())?;
             self.pool.flush(leaf, 8);
         }
-        self.fill_slot(st, leaf, s, key, value, log)?;
+        self.fill_slot(st, leaf, s, key, value, log, obj)?;
         // The slot and the commit word share line 0, and the commit word is
         // stored last: one flush of the line covers both.
         self.pool
