@@ -54,6 +54,7 @@
 //! are recycled. It runs on every core: see [`recovery`].
 
 pub mod art;
+mod batch;
 mod chunk;
 mod leaf;
 mod recovery;
@@ -64,14 +65,14 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
-use self::art::{Art, LeafKeys, ProbeCursor};
+use self::art::LeafKeys;
 use self::chunk::ChunkList;
 use self::leaf::{Checksum, Commit, Meta, MAX_OBJECT};
 use self::recovery::{slot_is_valid, StripeLists};
 use self::superblock::{value_class, STRIPES};
-use self::trees::{HashKey, Tree, Trees};
+use self::trees::{HashKey, Trees};
 use super::{
     Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, PutMode, PutOutcome, ScanFn,
     BATCH, MAX_KEY_LEN, MAX_VALUE_LEN,
@@ -283,55 +284,6 @@ fn read_slot(pool: &Pool, leaf: u64, s: u64) -> Result<ValueRef> {
     })
 }
 
-/// Locks the distinct ARTs of `tree` (`tree[i]`: key `i`'s, if any) with
-/// `lock`, once each, in the order of their addresses, and returns the
-/// guards and, for each key, the index of its ART's guard. Every thread
-/// that holds several ART locks takes them this way (batched gets and
-/// puts), and single operations hold one; so along any chain of waits the
-/// addresses rise and it cannot close, even with the fair locks' queued
-/// writers (docs/design.md §7, "Why the lock order cannot deadlock").
-/// Locking one ART twice could deadlock (a writer queued between the two),
-/// hence once each.
-#[inline(always)]
-fn lock_in_address_order<'t, G>(
-    tree: &[Option<&'t RwLock<Tree>>],
-    lock: impl Fn(&'t RwLock<Tree>) -> G,
-) -> ([Option<G>; BATCH], [Option<usize>; BATCH]) {
-    let addr = |t: &RwLock<Tree>| t as *const RwLock<Tree> as usize;
-    let mut order = [(0usize, 0usize); BATCH];
-    let mut m = 0;
-    for (i, t) in tree.iter().enumerate() {
-        if let Some(t) = t {
-            order[m] = (addr(t), i);
-            m += 1;
-        }
-    }
-    order[..m].sort_unstable();
-    let mut guards: [Option<G>; BATCH] = std::array::from_fn(|_| None);
-    let mut guard_of = [None; BATCH];
-    let mut g = 0;
-    for (j, &(a, i)) in order[..m].iter().enumerate() {
-        if j == 0 || order[j - 1].0 != a {
-            guards[g] = tree[i].map(&lock);
-            g += 1;
-        }
-        guard_of[i] = Some(g - 1);
-    }
-    (guards, guard_of)
-}
-
-/// The length of the longest prefix of `items`, at most `max` long, whose/// The length of the longest prefix of `items`, at most `max` long, whose
-/// keys are distinct (at least 1 if `items` is not empty): a key given
-/// twice starts a new batch, so that within a batch no item changes
-/// another's presence, and the later value is the one that stays.
-fn distinct_prefix(items: &[(&[u8], &[u8])], max: usize) -> usize {
-    let mut n = 0;
-    while n < items.len().min(max) && !items[..n].iter().any(|(k, _)| *k == items[n].0) {
-        n += 1;
-    }
-    n
-}
-
 impl Hart {
     fn empty(pool: Arc<Pool>, sb: u64, k_h: usize) -> Hart {
         let stripes = (0..STRIPES)
@@ -443,278 +395,6 @@ impl Hart {
         self.pool.touch_lines(key_lines + value_lines);
         f(value);
         Ok(true)
-    }
-
-    /// One batch of [`Engine::get_many`] on the direct index: `batch[i]`
-    /// is key `base + i`. The ARTs of the batch are read-locked once each,
-    /// for the whole batch, in the order of their addresses
-    /// ([`lock_in_address_order`]); the searches run side by side
-    /// ([`Self::probe_side_by_side`]), so the misses of up to [`BATCH`]
-    /// keys overlap at every level instead of only where the CPU's window
-    /// reaches; then the leaves are checked and answered in key order.
-    fn get_batch(
-        &self,
-        base: usize,
-        batch: &[&[u8]],
-        f: &mut dyn FnMut(usize, Option<&[u8]>),
-    ) -> Result<()> {
-        let n = batch.len();
-        debug_assert!(n <= BATCH);
-        // The keys' own first lines (the caller's, often cold): all of
-        // them start loading before the first is read.
-        for key in batch {
-            crate::hint::prefetch_ptr(key.as_ptr());
-        }
-        // Each key's ART; the slot line (lock and root) starts loading.
-        let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
-        for (i, key) in batch.iter().enumerate() {
-            if let Some(t) = self.trees.find_direct(self.split(key).0) {
-                crate::hint::prefetch(t);
-                tree[i] = Some(t);
-            }
-        }
-        let (guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::read);
-        let mut leaf = [None; BATCH];
-        self.probe_side_by_side(
-            n,
-            |i| {
-                let t = guards[guard_of[i]?].as_ref()?;
-                Some((&t.art, self.split(batch[i]).1))
-            },
-            &mut leaf,
-        );
-        for (i, key) in batch.iter().enumerate() {
-            let hit = match leaf[i] {
-                Some(l) => self.answer(l, key, &mut |v| f(base + i, Some(v)))?,
-                None => false,
-            };
-            if !hit {
-                f(base + i, None);
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Art::probe`] of key `i` in its ART, `art_of(i)` (`None`: no ART,
-    /// no entry), for `n` ≤ [`BATCH`] keys, run side by side, into
-    /// `leaf[i]`: each round takes
-    /// one node per key still descending ([`art::ProbeCursor::step`]), which
-    /// starts loading what the key reads in its next node, so the misses
-    /// of the keys overlap at every level; a descent that ends prefetches
-    /// its PM leaf. The caller holds the ARTs' locks. Inlined into its two
-    /// callers: as a call, batched searches were 6% slower.
-    #[inline(always)]
-    fn probe_side_by_side<'a>(
-        &self,
-        n: usize,
-        art_of: impl Fn(usize) -> Option<(&'a Art<u64>, &'a [u8])>,
-        leaf: &mut [Option<u64>; BATCH],
-    ) {
-        let pm = self.pool.words();
-        let mut cursor: [Option<ProbeCursor<'a, u64>>; BATCH] = Default::default();
-        let mut running = 0;
-        for i in 0..n {
-            let Some((art, key)) = art_of(i) else {
-                continue;
-            };
-            match art.probe_cursor(key) {
-                Ok(c) => {
-                    cursor[i] = Some(c);
-                    running += 1;
-                }
-                Err(found) => leaf[i] = found,
-            }
-        }
-        while running > 0 {
-            for i in 0..n {
-                let Some(c) = cursor[i].take() else {
-                    continue;
-                };
-                match c.step() {
-                    Ok(c) => cursor[i] = Some(c),
-                    Err(found) => {
-                        if let Some(l) = found {
-                            pm.prefetch(l);
-                        }
-                        leaf[i] = found;
-                        running -= 1;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Whether the leaf a probe of `key` ended at holds `key` (the caller
-    /// holds the read or write lock of the ART that holds the leaf).
-    fn holds_key(&self, leaf: u64, key: &[u8]) -> Result<bool> {
-        let c = self.live_commit(leaf)?;
-        // SAFETY: as in `answer`: an indexed leaf's key is not written while
-        // it is reachable, and the caller holds its ART's lock.
-        let k = unsafe { leaf::key(&self.pool, leaf, c)? };
-        self.pool
-            .touch_lines(lines_spanned(leaf, leaf::HEADER + c.key_len as u64));
-        Ok(k == key)
-    }
-
-    /// One batch of [`Engine::put_many`] on the direct index, in the tight
-    /// order: `batch` holds at most [`BATCH`] items with distinct keys.
-    /// Beyond the paper (docs/design.md §7, "Batched puts"):
-    ///
-    /// 1. the batch's ARTs are write-locked once each, in the order of
-    ///    their addresses (as [`Self::get_batch`] read-locks them: every
-    ///    thread that holds several ART locks took them in rising address
-    ///    order, so no chain of waits closes), and held to the end;
-    /// 2. the keys' searches run side by side ([`art::ProbeCursor`]), which
-    ///    tells which keys are present and leaves their paths in cache;
-    /// 3. each item is written and flushed without a fence: an absent key
-    ///    gets a new leaf (value, slots, key, commit word last:
-    ///    [`Self::write_leaf`]), a present one its inactive slot and a
-    ///    flipped commit word ([`Self::write_update`]);
-    /// 4. **one fence** for the batch: every item is durable;
-    /// 5. the new leaves are linked into their ARTs (after the fence, so no
-    ///    reader sees a leaf a crash could lose) and the replaced values
-    ///    are freed (after the fence, so none is reused while a crash could
-    ///    still fall back to it).
-    ///
-    /// Each item alone is what a single put makes durable, in the same
-    /// order up to the fence, so a crash before the fence leaves each key
-    /// old or new, independently. The keys are distinct, so no item
-    /// changes another's presence. If item `j` fails (a full pool), the
-    /// items before it are still fenced and linked and its error returned;
-    /// it and the items after it are not applied.
-    fn put_batch(&self, batch: &[(&[u8], &[u8])]) -> Result<()> {
-        let n = batch.len();
-        debug_assert!(n <= BATCH);
-        let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
-        let mut stripe = [0usize; BATCH];
-        for (key, _) in batch {
-            crate::hint::prefetch_ptr(key.as_ptr());
-        }
-        for (i, (key, _)) in batch.iter().enumerate() {
-            let hk = self.split(key).0;
-            let t = self
-                .trees
-                .for_insert_direct(hk)
-                .ok_or_else(|| Error::corrupt(0, "hart: a batched put needs the direct index"))?;
-            crate::hint::prefetch(t);
-            tree[i] = Some(t);
-            stripe[i] = HashKey::new(hk).route().stripe;
-        }
-        let (mut guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::write);
-        // The searches, side by side: `found[i]` is the leaf that holds
-        // key `i`, if it is present.
-        let mut found = [None; BATCH];
-        self.probe_side_by_side(
-            n,
-            |i| {
-                let t = guards[guard_of[i]?].as_deref()?;
-                Some((&t.art, self.split(batch[i].0).1))
-            },
-            &mut found,
-        );
-        for (i, (key, _)) in batch.iter().enumerate() {
-            if let Some(l) = found[i] {
-                if !self.holds_key(l, key)? {
-                    found[i] = None;
-                }
-            }
-        }
-        // Leaves for the absent keys and value objects for the values that
-        // take one, all taken before any is written (each takes a list's
-        // mutex, and a locked instruction waits for the write-backs before
-        // it as a fence does, docs/design.md §11 "Batched puts"); their
-        // lines are fetched for writing while the others are taken.
-        let mut new_leaf: [Option<u64>; BATCH] = [None; BATCH];
-        let mut obj: [Option<u64>; BATCH] = [None; BATCH];
-        let mut failed: Option<(usize, Error)> = None;
-        for (i, &(key, value)) in batch.iter().enumerate() {
-            let taken = (|| {
-                if found[i].is_none() {
-                    let l = self.alloc_leaf(stripe[i], key.len())?;
-                    self.pool.prefetch_write(l);
-                    new_leaf[i] = Some(l);
-                }
-                if Self::takes_object(value.len()) {
-                    let o = self.alloc_value(stripe[i], value.len())?;
-                    self.pool.prefetch_write(o);
-                    obj[i] = Some(o);
-                }
-                Ok(())
-            })();
-            if let Err(e) = taken {
-                failed = Some((i, e));
-                break;
-            }
-        }
-        // Write and flush every item before the first failure.
-        let mut old: [Option<OldValue>; BATCH] = [None; BATCH];
-        let mut done = failed.as_ref().map_or(n, |f| f.0);
-        let mut write_failed = None;
-        for (i, &(key, value)) in batch.iter().enumerate().take(done) {
-            let written = match (found[i], new_leaf[i]) {
-                (Some(l), _) => self
-                    .write_update(stripe[i], l, key, value, None, obj[i])
-                    .map(|o| old[i] = Some(o)),
-                (None, Some(l)) => self.write_leaf(stripe[i], l, key, value, obj[i]),
-                (None, None) => unreachable!("a leaf was taken for every absent key before `done`"),
-            };
-            if let Err(e) = written {
-                failed = Some((i, e));
-                done = i;
-                write_failed = Some(i);
-                break;
-            }
-        }
-        // Leaves and value objects taken for items that were not written go
-        // back (the failing item's value object may hold its value, which
-        // no commit word names: it stays taken until the next open, as for
-        // a single put).
-        for (i, &(key, value)) in batch.iter().enumerate().skip(done) {
-            if let Some(l) = new_leaf[i].take() {
-                self.release_leaf(stripe[i], l, key.len())?;
-            }
-            if let Some(o) = obj[i].take().filter(|_| write_failed != Some(i)) {
-                self.values(stripe[i], value_class(value.len()))
-                    .lock()
-                    .release(&self.pool, o)?;
-            }
-        }
-        if done == 0 {
-            return failed.map_or(Ok(()), |(_, e)| Err(e));
-        }
-        if !self.pool.fault(Fault::HartBatchSkipFence) {
-            self.pool.fence();
-        }
-        let keys = self.keys();
-        let mut first_err = None;
-        for (i, &(key, _)) in batch.iter().enumerate().take(done) {
-            let t = guard_of[i]
-                .and_then(|g| guards[g].as_mut())
-                .expect("every item's ART is locked");
-            if let Some(o) = old[i] {
-                if let Err(e) = self.drop_value(stripe[i], o.value, o.slot) {
-                    first_err.get_or_insert(e);
-                }
-                continue;
-            }
-            let Some(l) = new_leaf[i] else {
-                continue;
-            };
-            let was_empty = t.art.is_empty();
-            if t.art.insert(self.split(key).1, l, &keys).is_some() {
-                // The search found the key absent under this write lock.
-                first_err.get_or_insert(leaf::corrupt(l, "batched put: key present twice"));
-                continue;
-            }
-            if was_empty {
-                self.trees.filled(&HashKey::new(self.split(key).0));
-            }
-            self.stripes[stripe[i]].len.fetch_add(1, Ordering::Relaxed);
-        }
-        match (first_err, failed) {
-            (Some(e), _) | (None, Some((_, e))) => Err(e),
-            (None, None) => Ok(()),
-        }
     }
 
     /// The commit word of a leaf the ART holds (an error if it is not
@@ -1187,7 +867,7 @@ impl Engine for Hart {
         }
         let mut rest = items;
         while !rest.is_empty() {
-            let n = distinct_prefix(rest, BATCH);
+            let n = batch::distinct_prefix(rest, BATCH);
             self.put_batch(&rest[..n])?;
             rest = &rest[n..];
         }
@@ -1451,111 +1131,6 @@ mod tests {
         let before = counters::this_thread().lines_read;
         let found = h.get_with(key, &mut |_| {}).unwrap();
         (found, counters::this_thread().lines_read - before)
-    }
-
-    #[test]
-    fn a_batch_ends_before_a_repeated_key() {
-        let v: &[u8] = b"v";
-        let items: Vec<(&[u8], &[u8])> =
-            [&b"a"[..], b"b", b"abcdefghij", b"abcdefghik", b"b", b"c"]
-                .iter()
-                .map(|k| (*k, v))
-                .collect();
-        assert_eq!(distinct_prefix(&items, BATCH), 4);
-        assert_eq!(distinct_prefix(&items[4..], BATCH), 2);
-        assert_eq!(distinct_prefix(&items, 3), 3);
-        assert_eq!(distinct_prefix(&[], BATCH), 0);
-        // Keys that differ only past their first eight bytes, or in length.
-        let keys: Vec<Vec<u8>> = (0..BATCH as u8)
-            .map(|i| [&[7u8; 8][..], &[i]].concat())
-            .chain([vec![7u8; 8]])
-            .collect();
-        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], v)).collect();
-        assert_eq!(distinct_prefix(&items, BATCH), BATCH);
-        assert_eq!(distinct_prefix(&items[1..], BATCH), BATCH);
-    }
-
-    #[test]
-    fn a_batch_of_puts_takes_one_fence() {
-        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
-        let h = Hart::create(pool, 2).unwrap();
-        // A first put opens the stripe's leaf and value chunks (with fences
-        // of their own); every key has the hash key "kb", so one stripe.
-        let n = BATCH as u8;
-        let keys: Vec<Vec<u8>> = (0..n).map(|i| vec![b'k', b'b', i]).collect();
-        h.put(b"kb-first", &[1; 40], PutMode::Upsert).unwrap();
-        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"12345678"[..])).collect();
-        let c0 = counters::this_thread();
-        h.put_many(&items).unwrap();
-        let c1 = counters::this_thread();
-        assert_eq!(c1.fences - c0.fences, 1, "a batch of inserts, one fence");
-        // A batch of updates with value objects: one fence; the old
-        // (inline) values need no freeing.
-        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &[3u8; 40][..])).collect();
-        h.put_many(&items).unwrap();
-        let c2 = counters::this_thread();
-        assert_eq!(c2.fences - c1.fences, 1, "a batch of updates, one fence");
-        // The same items one put at a time: one fence each, and as many
-        // lines flushed as the batch flushed.
-        for (k, v) in &items {
-            h.put(k, v, PutMode::Upsert).unwrap();
-        }
-        let c3 = counters::this_thread();
-        assert_eq!(c3.fences - c2.fences, BATCH as u64);
-        assert_eq!(c3.flushes - c2.flushes, c2.flushes - c1.flushes);
-        // One item past a batch: a second batch; a repeated key also starts
-        // one. (Inline values: no value chunk fills up and takes fences of
-        // its own.)
-        let mut items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"w"[..])).collect();
-        items.push((b"kb-one-more", b"v"));
-        h.put_many(&items).unwrap();
-        let c4 = counters::this_thread();
-        assert_eq!(c4.fences - c3.fences, 2);
-        h.put_many(&[(&b"kb-a"[..], &b"1"[..]), (b"kb-b", b"2"), (b"kb-a", b"3")])
-            .unwrap();
-        assert_eq!(counters::this_thread().fences - c4.fences, 2);
-        let mut got = Vec::new();
-        h.get_with(b"kb-a", &mut |v| got = v.to_vec()).unwrap();
-        assert_eq!(got, b"3");
-        assert_eq!(h.len(), BATCH as u64 + 1 + 1 + 2);
-    }
-
-    #[test]
-    fn a_batch_that_fills_the_pool_applies_the_items_before_the_failing_one() {
-        let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &Default::default()).unwrap());
-        let h = Hart::create(pool, 2).unwrap();
-        let keys: Vec<Vec<u8>> = (0..4000u32).map(|i| i.to_be_bytes().to_vec()).collect();
-        let value = [5u8; 3000];
-        let mut applied = 0;
-        for batch in keys.chunks(16) {
-            let items: Vec<(&[u8], &[u8])> = batch.iter().map(|k| (&k[..], &value[..])).collect();
-            match h.put_many(&items) {
-                Ok(()) => applied += batch.len(),
-                Err(Error::PoolFull { .. }) => {
-                    // Exactly a prefix of this batch is in.
-                    let found: Vec<bool> = batch
-                        .iter()
-                        .map(|k| h.get_with(k, &mut |_| {}).unwrap())
-                        .collect();
-                    let n = found.iter().take_while(|&&f| f).count();
-                    assert!(found[n..].iter().all(|&f| !f), "not a prefix: {found:?}");
-                    assert!(n < batch.len());
-                    applied += n;
-                    break;
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        assert!(applied < keys.len(), "the pool never filled");
-        assert_eq!(h.len(), applied as u64);
-        let report = h.check().unwrap();
-        assert_eq!(report.keys, applied as u64);
-        // Space freed by deletes takes a whole batch again.
-        for k in &keys[..32] {
-            assert!(h.delete(k).unwrap());
-        }
-        let items: Vec<(&[u8], &[u8])> = keys[..16].iter().map(|k| (&k[..], &value[..])).collect();
-        h.put_many(&items).unwrap();
     }
 
     #[test]
