@@ -30,6 +30,17 @@ pub(crate) fn prefetch_ptr(p: *const u8) {
     let _ = p;
 }
 
+/// [`prefetch_ptr`] of the first line of each key of a batch: the keys of
+/// batched gets and puts are the caller's, often cold, and a batch reads
+/// them one after another, so all of them start loading before the first
+/// is read (docs/design.md §7, "Batched puts").
+#[inline(always)]
+pub(crate) fn prefetch_keys<'k>(keys: impl IntoIterator<Item = &'k [u8]>) {
+    for key in keys {
+        prefetch_ptr(key.as_ptr());
+    }
+}
+
 /// Asks the CPU to fetch the cache line at `p` in a state ready for a write
 /// (`prefetchw`), without waiting. `p` need not be valid: a prefetch never
 /// faults and changes no architectural state. On other architectures it

@@ -658,9 +658,12 @@ fn run_thread(
         *stopped = args.limit.is_some_and(|l| start.elapsed() >= l);
         *stopped
     };
-    if let Work::LoadMany { batch: g } = work {
+    if let Work::LoadMany { batch: g } | Work::EachMany { batch: g, .. } = work {
+        // Calls of up to `g` keys: multi-key puts of keys in load order, or
+        // multi-key gets of `order`'s keys.
         let g = (*g).max(1) as u64;
-        let mut buf = Vec::new();
+        let mut values = Vec::new();
+        let (mut keys, mut looked_up) = (Vec::new(), Vec::new());
         let (mut i, mut last) = (0, 0);
         while i < n {
             if i - last >= batch {
@@ -669,45 +672,35 @@ fn run_thread(
                     break;
                 }
             }
+            // Timed if it holds an operation that `each` would time.
             let len = g.min(n - i);
             let timed =
                 i % args.sample_every == 0 || i % args.sample_every + len > args.sample_every;
             let t0 = timed.then(Instant::now);
-            if let Err(e) = args.exec_put_many(&mut st, first + i..first + i + len, &mut buf) {
+            let (from, to) = (first + i, first + i + len);
+            let (kind, outcome) = match work {
+                Work::LoadMany { .. } => (
+                    OpKind::Insert,
+                    args.exec_put_many(&mut st, from..to, &mut values),
+                ),
+                Work::EachMany { order, .. } => (
+                    OpKind::Read,
+                    args.exec_many(
+                        &mut st,
+                        &order[from as usize..to as usize],
+                        &mut keys,
+                        &mut looked_up,
+                    ),
+                ),
+                _ => unreachable!("only multi-key work runs here"),
+            };
+            if let Err(e) = outcome {
                 failure = Some(e);
                 live.stop.store(true, Ordering::Relaxed);
                 break;
             }
             if let Some(t0) = t0 {
-                st.record(OpKind::Insert, t0.elapsed().as_nanos() as u64);
-            }
-            i += len;
-        }
-    } else if let Work::EachMany { order, batch: g } = work {
-        let share = &order[first as usize..(first + n) as usize];
-        let g = (*g).max(1);
-        let cap = g.min(share.len());
-        let (mut keys, mut looked_up) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
-        let (mut i, mut last) = (0, 0);
-        for call in share.chunks(g) {
-            if i - last >= batch {
-                last = i;
-                if checkpoint(i, &mut stopped) {
-                    break;
-                }
-            }
-            // Timed if it holds an operation that `each` would time.
-            let len = call.len() as u64;
-            let timed =
-                i % args.sample_every == 0 || i % args.sample_every + len > args.sample_every;
-            let t0 = timed.then(Instant::now);
-            if let Err(e) = args.exec_many(&mut st, call, &mut keys, &mut looked_up) {
-                failure = Some(e);
-                live.stop.store(true, Ordering::Relaxed);
-                break;
-            }
-            if let Some(t0) = t0 {
-                st.record(OpKind::Read, t0.elapsed().as_nanos() as u64);
+                st.record(kind, t0.elapsed().as_nanos() as u64);
             }
             i += len;
         }

@@ -81,11 +81,7 @@ impl Hart {
     ) -> Result<()> {
         let n = batch.len();
         debug_assert!(n <= BATCH);
-        // The keys' own first lines (the caller's, often cold): all of
-        // them start loading before the first is read.
-        for key in batch {
-            crate::hint::prefetch_ptr(key.as_ptr());
-        }
+        crate::hint::prefetch_keys(batch.iter().copied());
         // Each key's ART; the slot line (lock and root) starts loading.
         let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
         for (i, key) in batch.iter().enumerate() {
@@ -208,9 +204,7 @@ impl Hart {
         debug_assert!(n <= BATCH);
         let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
         let mut stripe = [0usize; BATCH];
-        for (key, _) in batch {
-            crate::hint::prefetch_ptr(key.as_ptr());
-        }
+        crate::hint::prefetch_keys(batch.iter().map(|(k, _)| *k));
         for (i, (key, _)) in batch.iter().enumerate() {
             let hk = self.split(key).0;
             let t = self

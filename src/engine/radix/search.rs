@@ -174,11 +174,7 @@ impl Search<'_> {
         mut f: impl FnMut(usize, Result<(Option<(u64, LeafWord)>, u64)>),
     ) {
         assert!(keys.len() <= BATCH, "at most {BATCH} keys per batch");
-        // The keys' own first lines (the caller's, often cold) start
-        // loading before the first is read.
-        for key in keys {
-            crate::hint::prefetch_ptr(key.as_ptr());
-        }
+        crate::hint::prefetch_keys(keys.iter().copied());
         let pm = self.pool.words();
         if self.flavor.span() == Span::Byte {
             return self.lookup_many_bytes(keys, &mut f);
