@@ -1166,6 +1166,39 @@ mod tests {
         assert_eq!(got, vec![9; 5000]);
     }
 
+    /// Regression (tests/damaged_engine_pools.rs): a slot whose length
+    /// field was damaged to more than the largest value object, without
+    /// the large flag, made recovery panic in `value_class`. It is an
+    /// invalid slot: the leaf is torn and its key gone, the rest stays.
+    #[test]
+    fn a_small_slot_longer_than_any_object_is_damage_not_a_panic() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        h.put(b"ab-object", &[7; 100], PutMode::Upsert).unwrap();
+        h.put(b"ab-other", b"kept", PutMode::Upsert).unwrap();
+        let (hk, ak) = h.split(b"ab-object");
+        let leaf = h
+            .trees
+            .find_bytes(hk)
+            .unwrap()
+            .read()
+            .art
+            .probe(ak)
+            .unwrap();
+        let meta_at = leaf::slot_off(leaf, h.live_commit(leaf).unwrap().active) + 8;
+        let mut meta = Meta::decode(pool.load_u64(meta_at).unwrap()).unwrap();
+        assert!(!meta.large && !meta.inline());
+        meta.value_len = leaf::MAX_OBJECT + 904;
+        pool.store_u64(meta_at, meta.encode()).unwrap();
+        drop(h);
+        let h = recovery::open(pool, Some(1), None).unwrap();
+        assert!(!h.get_with(b"ab-object", &mut |_| {}).unwrap());
+        let mut got = Vec::new();
+        assert!(h.get_with(b"ab-other", &mut |v| got = v.to_vec()).unwrap());
+        assert_eq!(got, b"kept");
+        h.check().unwrap();
+    }
+
     /// A value of a length that depends on `i`: empty, inline, a value
     /// object, or a large block.
     fn value_of(i: u32) -> Vec<u8> {

@@ -132,7 +132,10 @@ pub(super) fn slot_is_valid(
         // under which the value is never written.
         unsafe { pool.bytes(v.p, len as u64)? }
     } else {
-        if !in_stripe(value_class(len), v.p) {
+        // A length above the largest object's in a slot not marked large
+        // is damage (found by tests/damaged_engine_pools.rs: it panicked
+        // in `value_class`).
+        if len > MAX_OBJECT || !in_stripe(value_class(len), v.p) {
             return Ok(false);
         }
         // SAFETY: `p` is an object of at least `len` bytes (its class);
