@@ -26,7 +26,11 @@
 //! (memcached's multi-key get) instead of one `get_with` each.
 //! `PUT_BATCH=G` inserts the keys G at a time through `Db::put_many`
 //! instead of one `put` each.
+//! `SCAN=L` then runs ordered scans of L keys (`Db::scan_with`) from
+//! 20,000 keys in the shuffled order, three rounds, and prints ns per scan
+//! and per key returned (`SEARCHES=0 SCAN=100` for scans alone).
 
+use std::ops::Bound;
 use std::time::Instant;
 
 use pmindex::{Db, Options};
@@ -283,5 +287,34 @@ fn main() {
             "{engine}: search {name}{:.0} ns/op{per}",
             t.elapsed().as_nanos() as f64 / (n * threads as u64) as f64
         );
+    }
+    // SCAN=L: ordered scans of L keys each (`Db::scan_with`), from keys
+    // taken in the shuffled order, three rounds of 20,000.
+    let scan_len: usize = std::env::var("SCAN")
+        .map(|l| l.parse().expect("SCAN is a number"))
+        .unwrap_or(0);
+    if scan_len > 0 {
+        const SCANS: usize = 20_000;
+        for round in 0..3 {
+            let (mut returned, mut bytes) = (0usize, 0usize);
+            let t = Instant::now();
+            for s in 0..SCANS {
+                let start = keys.get(order[(round * SCANS + s) % order.len()]);
+                let mut left = scan_len;
+                db.scan_with(Bound::Included(start), Bound::Unbounded, |_, v| {
+                    bytes += v.len();
+                    left -= 1;
+                    left > 0
+                })
+                .expect("scan");
+                returned += scan_len - left;
+            }
+            let ns = t.elapsed().as_nanos() as f64;
+            println!(
+                "{engine}: scan of {scan_len} {:.0} ns/scan, {:.0} ns/key ({bytes} value bytes)",
+                ns / SCANS as f64,
+                ns / returned as f64
+            );
+        }
     }
 }

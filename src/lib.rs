@@ -12,6 +12,7 @@ pub mod db;
 pub mod engine;
 pub mod error;
 mod hint;
+mod keycmp;
 pub mod pm;
 pub mod sim;
 

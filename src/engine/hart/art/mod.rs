@@ -364,8 +364,26 @@ impl<V: LeafValue> Art<V> {
         K: LeafKeys<V> + ?Sized,
         F: FnMut(&[u8], V) -> bool,
     {
+        let mut f = f;
         if let Some(root) = &self.root {
-            range::RangeWalk::new(lo, hi, keys, f).run(root);
+            range::RangeWalk::new(lo, hi, keys, true, |key: Option<&[u8]>, v| {
+                f(key.expect("the walk loads every key"), v)
+            })
+            .run(root);
+        }
+    }
+
+    /// [`Self::range`] without the keys: calls `f(value)` for every key in
+    /// `lo..hi`, in key order, until `f` returns `false`, and loads a key
+    /// only to compare it with a bound (at most two per call, see
+    /// `range.rs`, "Key loads").
+    pub fn range_values<K, F>(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, keys: &K, mut f: F)
+    where
+        K: LeafKeys<V> + ?Sized,
+        F: FnMut(V) -> bool,
+    {
+        if let Some(root) = &self.root {
+            range::RangeWalk::new(lo, hi, keys, false, |_: Option<&[u8]>, v| f(v)).run(root);
         }
     }
 

@@ -15,6 +15,14 @@
 //! child). So at most two root-to-leaf paths are examined against the
 //! bounds; everything between them is emitted without comparisons. Leaves on
 //! those two paths are compared by their full key.
+//!
+//! # Key loads
+//! [`super::Art::range`] passes every entry's key, so it loads one key per
+//! entry. [`super::Art::range_values`] passes values alone and loads a key
+//! only where a bound must be compared with it: the leaf at the end of each
+//! bound's path, at most two keys per call. Its caller can then fetch the
+//! keys of many entries at once (HART's scan prefetches a batch of leaves
+//! before it reads any).
 
 #![forbid(unsafe_code)]
 
@@ -22,6 +30,9 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 
 use super::{Child, InnerNode, Kind, LeafKeys, LeafValue, View};
+
+/// Siblings whose nodes are asked for ahead of the walk.
+const PREFETCH_AHEAD: usize = 4;
 
 /// Where all keys that start with a path lie relative to a bound key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,18 +93,31 @@ pub(super) struct RangeWalk<'b, 'k, K: ?Sized, F> {
     hi: Option<Edge<'b>>,
     keys: &'k K,
     f: F,
+    /// Whether `f` needs every entry's key; if not, keys are loaded only to
+    /// compare a leaf with a bound, and `f` gets `None` otherwise.
+    all_keys: bool,
     /// The current node's path; only kept up to date while a bound is
     /// being checked in the current subtree.
     path: Vec<u8>,
 }
 
 impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
-    pub(super) fn new(lo: Bound<&'b [u8]>, hi: Bound<&'b [u8]>, keys: &'k K, f: F) -> Self {
+    /// A walk that calls `f(key, value)` for each entry in bounds; `key` is
+    /// `Some` for every entry if `all_keys`, else only where the walk
+    /// loaded it to compare it with a bound.
+    pub(super) fn new(
+        lo: Bound<&'b [u8]>,
+        hi: Bound<&'b [u8]>,
+        keys: &'k K,
+        all_keys: bool,
+        f: F,
+    ) -> Self {
         RangeWalk {
             lo: Edge::from_bound(lo),
             hi: Edge::from_bound(hi),
             keys,
             f,
+            all_keys,
             path: Vec::new(),
         }
     }
@@ -102,7 +126,7 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
     pub(super) fn run<V: LeafValue>(mut self, root: &Child<V>)
     where
         K: LeafKeys<V>,
-        F: FnMut(&[u8], V) -> bool,
+        F: FnMut(Option<&[u8]>, V) -> bool,
     {
         let (check_lo, check_hi) = (self.lo.is_some(), self.hi.is_some());
         self.walk(root, check_lo, check_hi);
@@ -114,10 +138,13 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
     fn walk<V: LeafValue>(&mut self, child: &Child<V>, check_lo: bool, check_hi: bool) -> bool
     where
         K: LeafKeys<V>,
-        F: FnMut(&[u8], V) -> bool,
+        F: FnMut(Option<&[u8]>, V) -> bool,
     {
         match child.view() {
             View::Leaf(v) => {
+                if !(check_lo || check_hi || self.all_keys) {
+                    return (self.f)(None, v);
+                }
                 let key = self.keys.key(v);
                 if check_lo && !self.above_lo(key) {
                     return true;
@@ -125,7 +152,7 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
                 if check_hi && !self.below_hi(key) {
                     return false;
                 }
-                (self.f)(key, v)
+                (self.f)(Some(key), v)
             }
             View::Inner(node) => {
                 let mark = self.path.len();
@@ -144,7 +171,7 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
     ) -> bool
     where
         K: LeafKeys<V>,
-        F: FnMut(&[u8], V) -> bool,
+        F: FnMut(Option<&[u8]>, V) -> bool,
     {
         let header = n.header();
         let (mut lo_pos, mut hi_pos) = (None, None);
@@ -177,7 +204,8 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
                 Some(Position::Equal) => self.hi.is_some_and(|e| e.inclusive),
                 Some(Position::Above) => false,
             };
-            if lo_ok && hi_ok && !(self.f)(self.keys.key(v), v) {
+            // The path decided the bounds: the key is loaded only for `f`.
+            if lo_ok && hi_ok && !(self.f)(self.all_keys.then(|| self.keys.key(v)), v) {
                 return false;
             }
         }
@@ -186,7 +214,15 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
             return false;
         }
 
+        // The nodes of the next siblings start loading while one is walked.
+        let mut ahead = n.children().skip(PREFETCH_AHEAD);
+        for (_, child) in n.children().take(PREFETCH_AHEAD) {
+            child.prefetch_node();
+        }
         for (byte, child) in n.children() {
+            if let Some((_, next)) = ahead.next() {
+                next.prefetch_node();
+            }
             let child_lo = match lo_pos {
                 Some(Position::Straddles(b)) if byte < b => continue,
                 Some(Position::Straddles(b)) => byte == b,

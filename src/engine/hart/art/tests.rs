@@ -38,6 +38,16 @@ impl LeafKeys<u32> for VecKeys {
     }
 }
 
+/// Keys of a [`VecKeys`], counting the loads.
+struct CountedKeys<'a>(&'a VecKeys, std::cell::Cell<usize>);
+
+impl LeafKeys<u32> for CountedKeys<'_> {
+    fn key(&self, v: u32) -> &[u8] {
+        self.1.set(self.1.get() + 1);
+        self.0.key(v)
+    }
+}
+
 impl VecKeys {
     /// Stores `key` and returns its value.
     fn add(&mut self, key: &[u8]) -> u32 {
@@ -271,6 +281,26 @@ impl<G: FnMut(&mut SmallRng) -> Vec<u8>> Harness<G> {
             .collect();
         let got = self.collect(as_slice_bound(lo), as_slice_bound(hi), limit);
         assert_eq!(got, expected, "range {lo:?}..{hi:?} limit {limit}");
+        // The same entries without their keys, and a key loaded only where
+        // a bound is compared with a leaf: at most one per bound.
+        let counted = CountedKeys(&self.keys, std::cell::Cell::new(0));
+        let mut values = Vec::new();
+        self.art
+            .range_values(as_slice_bound(lo), as_slice_bound(hi), &counted, |v| {
+                values.push(v);
+                values.len() < limit
+            });
+        let want: Vec<u32> = expected.iter().map(|&(_, v)| v).collect();
+        assert_eq!(values, want, "range_values {lo:?}..{hi:?} limit {limit}");
+        let bounds = [lo, hi]
+            .iter()
+            .filter(|b| !matches!(b, Bound::Unbounded))
+            .count();
+        assert!(
+            counted.1.get() <= bounds,
+            "range_values {lo:?}..{hi:?} loaded {} keys",
+            counted.1.get()
+        );
     }
 
     fn check(&mut self) {
