@@ -22,6 +22,12 @@ fn word(s: &[u8]) -> u64 {
     u64::from_be_bytes(s[..8].try_into().expect("8 bytes"))
 }
 
+/// `a == b`.
+#[inline]
+pub fn eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && cmp(a, b).is_eq()
+}
+
 /// `a.cmp(b)`: byte-wise lexicographic order, a key before its extensions.
 #[inline]
 pub fn cmp(a: &[u8], b: &[u8]) -> Ordering {
@@ -76,6 +82,7 @@ mod tests {
         for a in &keys {
             for b in &keys {
                 assert_eq!(cmp(a, b), a.as_slice().cmp(b.as_slice()), "{a:?} {b:?}");
+                assert_eq!(eq(a, b), a == b, "{a:?} {b:?}");
             }
         }
     }

@@ -14,6 +14,7 @@ use super::trees::{HashKey, Tree};
 use super::{Hart, OldValue};
 use crate::engine::BATCH;
 use crate::error::{Error, Result};
+use crate::keycmp;
 use crate::pm::{lines_spanned, Fault};
 
 /// Locks the distinct ARTs of `tree` (`tree[i]`: key `i`'s, if any) with
@@ -102,7 +103,7 @@ impl Hart {
         );
         for (i, key) in batch.iter().enumerate() {
             let hit = match leaf[i] {
-                Some(l) => self.answer(l, key, &mut |v| f(base + i, Some(v)))?,
+                Some(l) => self.answer::<true>(l, key, &mut |v| f(base + i, Some(v)))?,
                 None => false,
             };
             if !hit {
@@ -170,7 +171,9 @@ impl Hart {
         let k = unsafe { leaf::key(&self.pool, leaf, c)? };
         self.pool
             .touch_lines(lines_spanned(leaf, leaf::HEADER + c.key_len as u64));
-        Ok(k == key)
+        // `keycmp`: the batch prefetched the leaf's line, and `memcmp`
+        // would wait for the next one (docs/design.md §7, "Ordered scans").
+        Ok(keycmp::eq(k, key))
     }
 
     /// One batch of [`Engine::put_many`] on the direct index, in the tight

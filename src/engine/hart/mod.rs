@@ -388,15 +388,31 @@ impl Hart {
     /// search's last miss and the next search's first, the more searches
     /// the CPU overlaps (docs/design.md §7, "Instructions between two
     /// searches").
+    ///
+    /// `PREFETCHED`: the caller prefetched the leaf's line (a batch), so
+    /// the key is compared by [`keycmp::eq`], whose loads stay in that
+    /// line; a lone search compares with `memcmp`, whose 32-byte load also
+    /// takes the next line, at the same time as the first (docs/design.md
+    /// §7, "Ordered scans").
     #[inline(always)]
-    fn answer(&self, leaf: u64, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+    fn answer<const PREFETCHED: bool>(
+        &self,
+        leaf: u64,
+        key: &[u8],
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool> {
         let c = self.live_commit(leaf)?;
         // SAFETY: the ART only holds live leaves, whose keys are never
         // written while they are reachable (writers hold the ART's write
         // lock; the caller holds its read lock).
         let k = unsafe { leaf::key(&self.pool, leaf, c)? };
         let key_lines = lines_spanned(leaf, leaf::HEADER + c.key_len as u64);
-        if k != key {
+        let same = if PREFETCHED {
+            keycmp::eq(k, key)
+        } else {
+            k == key
+        };
+        if !same {
             self.pool.touch_lines(key_lines);
             return Ok(false);
         }
@@ -833,7 +849,7 @@ impl Engine for Hart {
         let Some(leaf) = t.art.probe(ak) else {
             return Ok(false);
         };
-        self.answer(leaf, key, f)
+        self.answer::<false>(leaf, key, f)
     }
 
     /// [`Self::get_with`] for each key. With the direct index of ARTs
