@@ -474,9 +474,20 @@ impl RadixTree {
         if end != 0 && !self.scan_rec(end, br, path, b, f)? {
             return Ok(false);
         }
-        for e in nodes::entries(&self.pool, ptr, kind)? {
-            if e.ptr == 0 {
-                continue;
+        let entries = nodes::entries(&self.pool, ptr, kind)?;
+        // The children's first lines start loading `SCAN_AHEAD` entries
+        // before the walk reaches them, so that the misses of siblings (in
+        // the bottom nodes, a leaf each) overlap instead of coming one
+        // after another (docs/design.md §11, "Ordered scans").
+        let pm = self.pool.words();
+        let children = || entries.iter().filter(|e| e.ptr != 0);
+        let mut ahead = children().skip(SCAN_AHEAD);
+        for e in children().take(SCAN_AHEAD) {
+            pm.prefetch(e.ptr);
+        }
+        for e in children() {
+            if let Some(next) = ahead.next() {
+                pm.prefetch(next.ptr);
             }
             path.truncate(br);
             path.push(e.unit);
@@ -493,6 +504,10 @@ impl RadixTree {
         Ok(true)
     }
 }
+
+/// Children of a node whose first lines a scan asks for before it walks
+/// them.
+const SCAN_AHEAD: usize = 8;
 
 /// Scan bounds, as keys and as unit sequences (for pruning subtrees).
 struct ScanBounds<'a> {
