@@ -15,12 +15,11 @@
 
 mod common;
 
-use std::ops::Bound;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{options, read_header, TempPool};
-use pmindex::Db;
+use common::options;
+use pmindex::sim::damage;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -28,73 +27,11 @@ use rand::{Rng, SeedableRng};
 /// room for the workload's keys).
 const POOL: u64 = 8 << 20;
 
+/// Keys in the pristine pools ([`damage::keys`]).
+const KEYS: u32 = 300;
+
 /// How long one case may take before it counts as hung.
 const DEADLINE: Duration = Duration::from_secs(20);
-
-/// The keys of the pool before damage: short and long (up to 60 bytes),
-/// keys that are prefixes of others, shared hash prefixes, and binary bytes.
-fn keys() -> Vec<Vec<u8>> {
-    let mut keys: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| {
-            let mut k = format!("key{:03}", i * 7 % 300).into_bytes();
-            k.extend(std::iter::repeat_n(b'x', (i % 5 * 13) as usize));
-            k
-        })
-        .collect();
-    keys.extend((0..40u64).map(|i| (i * 0x9E37_79B9_7F4A_7C15).to_be_bytes().to_vec()));
-    keys.extend([
-        b"k".to_vec(),
-        b"ke".to_vec(),
-        b"key".to_vec(),
-        vec![0u8],
-        vec![],
-    ]);
-    keys.retain(|k| !k.is_empty());
-    keys.sort();
-    keys.dedup();
-    keys
-}
-
-/// A value of 0 to 3,000 bytes for key `i` (inline, value objects and
-/// large blocks on the engines that have them).
-fn value(i: usize) -> Vec<u8> {
-    let len = [0, 1, 8, 9, 24, 64, 200, 700, 3000][i % 9];
-    (0..len).map(|j| (i * 31 + j) as u8).collect()
-}
-
-/// Builds the pool (with updates and deletes, so that slots, logs and
-/// freed objects are in use) and returns its closed image.
-fn pristine(engine: &str) -> Vec<u8> {
-    let t = TempPool::new();
-    let keys = keys();
-    {
-        let db = Db::create(&t.path, &options(engine, POOL)).expect("create");
-        for (i, k) in keys.iter().enumerate() {
-            db.put(k, &value(i)).expect("put");
-        }
-        for (i, k) in keys.iter().enumerate().step_by(3) {
-            db.put(k, &value(i + 1)).expect("update");
-        }
-        for k in keys.iter().skip(1).step_by(5) {
-            db.delete(k).expect("delete");
-        }
-        db.check().expect("the pool is sound before damage");
-    }
-    std::fs::read(&t.path).expect("read the pool")
-}
-
-/// Offsets of the 64-byte lines of `image` from `from` on that are not all
-/// zero: where damage can change something.
-fn used_lines(image: &[u8], from: u64) -> Vec<usize> {
-    (from as usize..image.len())
-        .step_by(64)
-        .filter(|&at| {
-            image[at..(at + 64).min(image.len())]
-                .iter()
-                .any(|&b| b != 0)
-        })
-        .collect()
-}
 
 /// One change to `image` in one of the `lines` that hold data: a flipped
 /// bit, or an aligned word overwritten with 0, all ones, a small number, a
@@ -123,58 +60,17 @@ fn damage_once(rng: &mut SmallRng, image: &mut [u8], lines: &[usize]) {
     word.copy_from_slice(&value.to_le_bytes());
 }
 
-/// What one damaged image did.
-enum Outcome {
-    Refused,
-    Opened,
-}
-
-/// Opens `image` and works on it; any panic propagates.
-fn exercise(engine: &str, image: &[u8]) -> Outcome {
-    let Ok(db) = Db::open_image(image, &options(engine, POOL)) else {
-        return Outcome::Refused;
-    };
-    let keys = keys();
-    for k in &keys {
-        let _ = db.get(k);
-    }
-    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-    let _ = db.get_many_with(&refs, |_, _| {});
-    let _ = db.scan(Bound::Unbounded, Bound::Unbounded, None);
-    let _ = db.scan(Bound::Included(b"key1"), Bound::Excluded(b"key2"), Some(10));
-    let _ = db.check();
-    let _ = db.len();
-    for (i, k) in keys.iter().enumerate().step_by(4) {
-        let _ = db.put(k, &value(i + 2));
-    }
-    let _ = db.put(b"after-damage", b"x");
-    let items: Vec<(&[u8], &[u8])> = keys
-        .iter()
-        .take(20)
-        .map(|k| (k.as_slice(), &b"batched"[..]))
-        .collect();
-    let _ = db.put_many(&items);
-    for k in keys.iter().step_by(7) {
-        let _ = db.delete(k);
-    }
-    let _ = db.check();
-    Outcome::Opened
-}
-
-/// Runs `cases` damaged images of `engine`; panics with every failing case
-/// (a panic or a hang) and the command to rerun them.
+/// Runs `cases` damaged images of `engine` (seeds `seed0..`); panics with
+/// the seed and the panic message of every failing case, or the first
+/// that hung.
 fn damage(engine: &'static str, seed0: u64) {
     let cases: u64 = std::env::var("PMINDEX_DAMAGE_CASES")
         .map(|s| s.parse().expect("PMINDEX_DAMAGE_CASES is a number"))
         .unwrap_or(300);
-    let image = pristine(engine);
-    // The pristine image opens with every key.
-    let db = Db::open_image(&image, &options(engine, POOL)).expect("pristine image");
-    db.check().expect("pristine image is sound");
-    drop(db);
-    let t = TempPool::new();
-    std::fs::write(&t.path, &image).unwrap();
-    let lines = used_lines(&image, read_header(&t.path).lanes_offset);
+    let opts = options(engine, POOL);
+    let keys = damage::keys(KEYS);
+    let image = damage::pristine(&opts, &keys).expect("the pristine pool");
+    let lines = damage::data_lines(&image);
     let (mut refused, mut opened, mut failures) = (0, 0, Vec::new());
     for case in 0..cases {
         let seed = seed0 + case;
@@ -187,7 +83,10 @@ fn damage(engine: &'static str, seed0: u64) {
         let worker = std::thread::Builder::new()
             .name(format!("{engine} damage case {seed}"))
             .spawn(move || {
-                let r = std::panic::catch_unwind(|| exercise(engine, &damaged));
+                let (opts, keys) = (options(engine, POOL), damage::keys(KEYS));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    damage::exercise(&damaged, &opts, &keys)
+                }));
                 let _ = tx.send(r.map_err(|p| {
                     p.downcast_ref::<String>()
                         .cloned()
@@ -197,8 +96,8 @@ fn damage(engine: &'static str, seed0: u64) {
             })
             .expect("spawn");
         match rx.recv_timeout(DEADLINE) {
-            Ok(Ok(Outcome::Refused)) => refused += 1,
-            Ok(Ok(Outcome::Opened)) => opened += 1,
+            Ok(Ok(false)) => refused += 1,
+            Ok(Ok(true)) => opened += 1,
             Ok(Err(msg)) => failures.push(format!("case {seed}: panicked: {msg}")),
             Err(_) => {
                 failures.push(format!("case {seed}: no answer in {DEADLINE:?}"));

@@ -11,11 +11,11 @@
 
 #![no_main]
 
-use std::ops::Bound;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use pmindex::{Db, Options};
+use pmindex::sim::damage;
+use pmindex::Options;
 
 /// Engines (with settings) whose pools are damaged.
 const ENGINES: [(&str, &[(&str, &str)]); 5] = [
@@ -48,54 +48,17 @@ fn options(e: usize) -> Options {
     o
 }
 
-/// Keys of the image: short, long, prefixes of one another, binary.
-fn keys() -> Vec<Vec<u8>> {
-    let mut keys: Vec<Vec<u8>> = (0..48u32)
-        .map(|i| {
-            let mut k = format!("k{:02}", i * 7 % 48).into_bytes();
-            k.extend(std::iter::repeat_n(b'x', (i % 4 * 11) as usize));
-            k
-        })
-        .collect();
-    keys.extend((0..8u64).map(|i| (i * 0x9E37_79B9_7F4A_7C15).to_be_bytes().to_vec()));
-    keys.extend([b"k".to_vec(), b"k0".to_vec(), vec![0]]);
-    keys.sort();
-    keys.dedup();
-    keys
-}
+/// Keys of the images.
+const KEYS: u32 = 48;
 
-fn value(i: usize) -> Vec<u8> {
-    let len = [0, 3, 8, 9, 40, 300, 5000][i % 7];
-    (0..len).map(|j| (i * 31 + j) as u8).collect()
-}
-
-/// An image of engine `e` with updates and deletes behind it, and the
-/// offsets of its lines that hold data.
+/// A pristine image of engine `e` ([`damage::pristine`]) and its lines
+/// that hold data.
 fn image(e: usize) -> &'static (Vec<u8>, Vec<usize>) {
     static IMAGES: [OnceLock<(Vec<u8>, Vec<usize>)>; ENGINES.len()] =
         [const { OnceLock::new() }; ENGINES.len()];
     IMAGES[e].get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("pmindex-fuzz-{}-{e}", std::process::id()));
-        let _ = std::fs::remove_file(&dir);
-        let keys = keys();
-        {
-            let db = Db::create(&dir, &options(e)).expect("create the image");
-            for (i, k) in keys.iter().enumerate() {
-                db.put(k, &value(i)).expect("put");
-            }
-            for (i, k) in keys.iter().enumerate().step_by(3) {
-                db.put(k, &value(i + 1)).expect("update");
-            }
-            for k in keys.iter().skip(1).step_by(5) {
-                db.delete(k).expect("delete");
-            }
-        }
-        let bytes = std::fs::read(&dir).expect("read the image");
-        let _ = std::fs::remove_file(&dir);
-        let lines = (0..bytes.len())
-            .step_by(64)
-            .filter(|&at| bytes[at..at + 64].iter().any(|&b| b != 0))
-            .collect();
+        let bytes = damage::pristine(&options(e), &damage::keys(KEYS)).expect("a pristine image");
+        let lines = damage::data_lines(&bytes);
         (bytes, lines)
     })
 }
@@ -116,28 +79,5 @@ fuzz_target!(|data: &[u8]| {
         let end = (at + n).min(img.len());
         img[at..end].copy_from_slice(&c[4..4 + (end - at)]);
     }
-    let Ok(db) = Db::open_image(&img, &options(e)) else {
-        return;
-    };
-    let keys = keys();
-    for k in &keys {
-        let _ = db.get(k);
-    }
-    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-    let _ = db.get_many_with(&refs, |_, _| {});
-    let _ = db.scan(Bound::Unbounded, Bound::Unbounded, None);
-    let _ = db.check();
-    for (i, k) in keys.iter().enumerate().step_by(3) {
-        let _ = db.put(k, &value(i + 2));
-    }
-    let items: Vec<(&[u8], &[u8])> = keys
-        .iter()
-        .take(9)
-        .map(|k| (k.as_slice(), &b"b"[..]))
-        .collect();
-    let _ = db.put_many(&items);
-    for k in keys.iter().step_by(4) {
-        let _ = db.delete(k);
-    }
-    let _ = db.check();
+    damage::exercise(&img, &options(e), &damage::keys(KEYS));
 });

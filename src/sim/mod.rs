@@ -8,8 +8,11 @@
 //! - [`workload`]: seeded workloads.
 //! - [`harness`]: crash at every fence and between fences, recover every
 //!   distinct image, verify it against the model of acknowledged operations.
+//! - [`damage`]: not a power failure but damage (any bytes): the workload
+//!   that the damaged-pool test and fuzz target run on a changed image.
 
 pub mod cache;
+pub mod damage;
 pub mod harness;
 pub mod trace;
 pub mod workload;
