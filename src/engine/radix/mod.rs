@@ -475,19 +475,17 @@ impl RadixTree {
             return Ok(false);
         }
         let entries = nodes::entries(&self.pool, ptr, kind)?;
-        // The children's first lines start loading `SCAN_AHEAD` entries
-        // before the walk reaches them, so that the misses of siblings (in
-        // the bottom nodes, a leaf each) overlap instead of coming one
-        // after another (docs/design.md §11, "Ordered scans").
+        // From the first child in bounds on, the children's first lines
+        // start loading `SCAN_AHEAD` entries before the walk reaches them,
+        // so that the misses of siblings (in the bottom nodes, a leaf each)
+        // overlap instead of coming one after another (docs/design.md §11,
+        // "Ordered scans").
         let pm = self.pool.words();
-        let children = || entries.iter().filter(|e| e.ptr != 0);
-        let mut ahead = children().skip(SCAN_AHEAD);
-        for e in children().take(SCAN_AHEAD) {
-            pm.prefetch(e.ptr);
-        }
-        for e in children() {
-            if let Some(next) = ahead.next() {
-                pm.prefetch(next.ptr);
+        // Entries before this one have been asked for.
+        let mut prefetched = 0;
+        for (i, e) in entries.iter().enumerate() {
+            if e.ptr == 0 {
+                continue;
             }
             path.truncate(br);
             path.push(e.unit);
@@ -497,6 +495,13 @@ impl RadixTree {
             if b.subtree_above_hi(path) {
                 return Ok(false);
             }
+            let end = (i + 1 + SCAN_AHEAD).min(entries.len());
+            for ahead in &entries[prefetched.max(i + 1)..end] {
+                if ahead.ptr != 0 {
+                    pm.prefetch(ahead.ptr);
+                }
+            }
+            prefetched = end;
             if !self.scan_rec(e.ptr, br + 1, path, b, f)? {
                 return Ok(false);
             }

@@ -214,12 +214,18 @@ impl<'b, 'k, K: ?Sized, F> RangeWalk<'b, 'k, K, F> {
             return false;
         }
 
-        // The nodes of the next siblings start loading while one is walked.
-        let mut ahead = n.children().skip(PREFETCH_AHEAD);
-        for (_, child) in n.children().take(PREFETCH_AHEAD) {
+        // The children below the lower bound are skipped; of the others,
+        // the nodes of the next siblings start loading while one is walked.
+        let from = match lo_pos {
+            Some(Position::Straddles(b)) => b,
+            _ => 0,
+        };
+        let children = || n.children().filter(move |&(byte, _)| byte >= from);
+        let mut ahead = children().skip(PREFETCH_AHEAD);
+        for (_, child) in children().take(PREFETCH_AHEAD) {
             child.prefetch_node();
         }
-        for (byte, child) in n.children() {
+        for (byte, child) in children() {
             if let Some((_, next)) = ahead.next() {
                 next.prefetch_node();
             }
