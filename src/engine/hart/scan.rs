@@ -42,6 +42,8 @@ impl Hart {
         const HASH_KEYS: usize = 8;
         let mut batch: Vec<HashKey> = Vec::with_capacity(HASH_KEYS);
         let mut hks = batch.drain(..);
+        // One buffer for the batches of every ART the scan reads.
+        let mut leaves: Vec<u64> = Vec::with_capacity(SCAN_BATCH);
         loop {
             let hk = match hks.next() {
                 Some(hk) => hk,
@@ -89,7 +91,7 @@ impl Hart {
             // paper: docs/design.md §7, "Ordered scans"). The first batches
             // are smaller, so that a short scan fetches little it does not
             // return.
-            let mut leaves: Vec<u64> = Vec::with_capacity(SCAN_BATCH);
+            leaves.clear();
             let mut want = SCAN_FIRST_BATCH;
             let mut go_on = Ok(true);
             t.art.range_values(
