@@ -86,8 +86,10 @@ impl Hart {
         // Each key's ART; the slot line (lock and root) starts loading.
         let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
         for (i, key) in batch.iter().enumerate() {
-            if let Some(t) = self.trees.find_direct(self.split(key).0) {
+            let (hk, ak) = self.split(key);
+            if let Some(t) = self.trees.find_direct(hk) {
                 crate::hint::prefetch(t);
+                self.prefetch_root(hk, ak);
                 tree[i] = Some(t);
             }
         }
@@ -209,12 +211,13 @@ impl Hart {
         let mut stripe = [0usize; BATCH];
         crate::hint::prefetch_keys(batch.iter().map(|(k, _)| *k));
         for (i, (key, _)) in batch.iter().enumerate() {
-            let hk = self.split(key).0;
+            let (hk, ak) = self.split(key);
             let t = self
                 .trees
                 .for_insert_direct(hk)
                 .ok_or_else(|| Error::corrupt(0, "hart: a batched put needs the direct index"))?;
             crate::hint::prefetch(t);
+            self.prefetch_root(hk, ak);
             tree[i] = Some(t);
             stripe[i] = HashKey::new(hk).route().stripe;
         }
@@ -319,13 +322,16 @@ impl Hart {
                 continue;
             };
             let was_empty = t.art.is_empty();
-            if t.art.insert(self.split(key).1, l, &keys).is_some() {
+            let (hk, ak) = self.split(key);
+            let present = t.art.insert(ak, l, &keys).is_some();
+            self.trees.note_root(hk, &t.art);
+            if present {
                 // The search found the key absent under this write lock.
                 first_err.get_or_insert(leaf::corrupt(l, "batched put: key present twice"));
                 continue;
             }
             if was_empty {
-                self.trees.filled(&HashKey::new(self.split(key).0));
+                self.trees.filled(&HashKey::new(hk));
             }
             self.stripes[stripe[i]].len.fetch_add(1, Ordering::Relaxed);
         }

@@ -415,6 +415,19 @@ impl Hart {
         Ok(true)
     }
 
+    /// Starts loading the root of the ART of `hk` from its hint (and the
+    /// lines the search for `ak` reads first there, or the leaf if the root
+    /// is one) before the caller locks the ART, whose slot line is usually
+    /// a miss of its own: the two misses overlap (docs/design.md §7, "Root
+    /// hints"). Nothing is read through the hint; a stale one costs a
+    /// useless prefetch.
+    #[inline(always)]
+    fn prefetch_root(&self, hk: &[u8], ak: &[u8]) {
+        if let Some(leaf) = art::Art::<u64>::prefetch_hinted(self.trees.root_hint(hk), ak) {
+            self.pool.words().prefetch(leaf);
+        }
+    }
+
     /// The commit word of a leaf the ART holds (an error if it is not
     /// committed: an indexed leaf always is).
     fn live_commit(&self, leaf: u64) -> Result<Commit> {
@@ -776,6 +789,7 @@ impl Engine for Hart {
     /// guarantees under the ART lock.
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
+        self.prefetch_root(hk, ak);
         let Some(tree) = self.trees.find_bytes(hk) else {
             return Ok(false);
         };
@@ -809,8 +823,9 @@ impl Engine for Hart {
 
     /// Algorithm 1 (insert) and Algorithm 3 (update).
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        let (hk, ak) = self.split(key);
-        let hk = HashKey::new(hk);
+        let (hk_bytes, ak) = self.split(key);
+        self.prefetch_root(hk_bytes, ak);
+        let hk = HashKey::new(hk_bytes);
         let r = hk.route();
         if let Some(lc) = leaf::leaf_class(key.len()).filter(|_| mode != PutMode::Update) {
             // The new leaf's line, if this is an insert: its fetch overlaps
@@ -845,10 +860,11 @@ impl Engine for Hart {
             // lines 10-18) at the point where the ART will hold it, and
             // linked there only once that succeeded.
             let was_empty = t.art.is_empty();
-            return match t
+            let inserted = t
                 .art
-                .insert_with(ak, &keys, || self.insert_leaf(r.stripe, key, value))
-            {
+                .insert_with(ak, &keys, || self.insert_leaf(r.stripe, key, value));
+            self.trees.note_root(hk_bytes, &t.art);
+            return match inserted {
                 Ok(Some(leaf)) => {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
@@ -894,8 +910,9 @@ impl Engine for Hart {
 
     /// Algorithm 5, with the empty ART freed (lines 15-16).
     fn delete(&self, key: &[u8]) -> Result<bool> {
-        let (hk, ak) = self.split(key);
-        let hk = HashKey::new(hk);
+        let (hk_bytes, ak) = self.split(key);
+        self.prefetch_root(hk_bytes, ak);
+        let hk = HashKey::new(hk_bytes);
         let r = hk.route();
         let Some(tree) = self.trees.find(&hk) else {
             return Ok(false);
@@ -915,6 +932,7 @@ impl Engine for Hart {
             t.art.insert(ak, leaf, &keys);
             return Err(e);
         }
+        self.trees.note_root(hk_bytes, &t.art);
         self.stripes[r.stripe].len.fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
             self.trees.retire(&hk, r, &mut t);
@@ -1076,6 +1094,50 @@ mod tests {
         let mut got = Vec::new();
         assert!(h.get_with(b"ab-long", &mut |v| got = v.to_vec()).unwrap());
         assert_eq!(got, vec![9; 5000]);
+    }
+
+    /// The root hint of an ART's slot follows its root through every
+    /// change that moves it: a first key (a leaf root), growth through
+    /// every node kind by single and batched puts, shrinking by deletes,
+    /// emptying, and recovery. `check` compares the hints with the roots,
+    /// so the conformance suite checks this too; a missing update fails it.
+    #[test]
+    fn the_root_hint_follows_the_root() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        let hint = |h: &Hart| h.trees.root_hint(b"rh");
+        let root = |h: &Hart| {
+            h.trees
+                .find_bytes(b"rh")
+                .map_or(0, |t| t.read().art.root_hint())
+        };
+        let key = |i: u32| vec![b'r', b'h', i as u8, (i >> 8) as u8];
+        assert_eq!(hint(&h), 0);
+        let mut roots = std::collections::HashSet::new();
+        for i in 0..300u32 {
+            if i % 2 == 0 {
+                h.put(&key(i), b"v", PutMode::Upsert).unwrap();
+            } else {
+                let (k, v) = (key(i), b"w");
+                h.put_many(&[(&k[..], &v[..])]).unwrap();
+            }
+            assert_eq!(hint(&h), root(&h), "after insert {i}");
+            roots.insert(hint(&h));
+        }
+        // A leaf, then a Node4, a Node16, a Node48 and a Node256 at the
+        // root (the ART key's first byte takes 256 values).
+        assert_eq!(roots.len(), 5, "{} roots", roots.len());
+        h.check().unwrap();
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(hint(&h), root(&h), "after recovery");
+        assert_ne!(hint(&h), 0);
+        for i in 0..300u32 {
+            assert!(h.delete(&key(i)).unwrap());
+            assert_eq!(hint(&h), root(&h), "after delete {i}");
+        }
+        assert_eq!(hint(&h), 0);
+        h.check().unwrap();
     }
 
     /// Regression (tests/damaged_engine_pools.rs): a slot whose length

@@ -169,6 +169,14 @@ pub(super) struct Direct {
     /// Bit `i`: slot `i`'s ART is not empty (set and cleared under the
     /// slot's write lock; read without it by scans, which then lock).
     used: Box<[AtomicU64]>,
+    /// `hints[i]`: slot `i`'s [`Art::root_hint`], stored under the slot's
+    /// write lock by every change that can move the root
+    /// ([`Trees::note_root`]), read without any lock by searches, which
+    /// prefetch the root node from it before they lock the slot. 8 bytes a
+    /// slot (514 KiB for `k_h` = 2) stay cached where 64-byte slots (4.2
+    /// MiB) do not, so the slot line's miss and the root's overlap instead
+    /// of following one another (docs/design.md §7, "Root hints").
+    hints: Box<[AtomicU64]>,
 }
 
 /// Hash keys of 3..=8 bytes.
@@ -269,6 +277,7 @@ impl Trees {
                 n,
                 pages: (0..n.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
                 used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+                hints: (0..n).map(|_| AtomicU64::new(0)).collect(),
             })
         } else {
             Trees::Hashed(Hashed {
@@ -309,6 +318,32 @@ impl Trees {
         match self {
             Trees::Direct(d) => d.slot(d.index_of(hk)),
             Trees::Hashed(_) => None,
+        }
+    }
+
+    /// The root hint of the hash key bytes `hk` (at most `k_h` of them):
+    /// a copy of its ART's root word that may be stale, for
+    /// [`Art::prefetch_hinted`] only; 0 on the hashed index.
+    #[inline(always)]
+    pub(super) fn root_hint(&self, hk: &[u8]) -> u64 {
+        match self {
+            Trees::Direct(d) => d.hints[d.index_of(hk)].load(Ordering::Relaxed),
+            Trees::Hashed(_) => 0,
+        }
+    }
+
+    /// Keeps the root hint of `hk` equal to `art`'s root after a change;
+    /// the caller holds the ART's write lock. Stores only when the root
+    /// moved (a root node grown, shrunk or split, a tree emptied), so the
+    /// hints' lines stay shared between cores.
+    #[inline]
+    pub(super) fn note_root(&self, hk: &[u8], art: &Art<u64>) {
+        if let Trees::Direct(d) = self {
+            let hint = &d.hints[d.index_of(hk)];
+            let root = art.root_hint();
+            if hint.load(Ordering::Relaxed) != root {
+                hint.store(root, Ordering::Relaxed);
+            }
         }
     }
 
@@ -401,6 +436,7 @@ impl Trees {
         match self {
             Trees::Direct(d) => {
                 let i = d.index(&hk);
+                d.hints[i].store(art.root_hint(), Ordering::Relaxed);
                 d.slot_for_insert(i).write().art = art;
                 d.set_used(i, true);
             }
@@ -419,7 +455,16 @@ impl Trees {
             Trees::Direct(d) => {
                 for i in 0..d.n {
                     let listed = d.used[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0;
-                    let empty = d.slot(i).is_none_or(|s| s.read().art.is_empty());
+                    let (empty, root) = d.slot(i).map_or((true, 0), |s| {
+                        let t = s.read();
+                        (t.art.is_empty(), t.art.root_hint())
+                    });
+                    if d.hints[i].load(Ordering::Relaxed) != root {
+                        return Err(format!(
+                            "hash key {:?}: the root hint is not the ART's root",
+                            d.key(i).as_slice()
+                        ));
+                    }
                     if listed == empty {
                         return Err(format!(
                             "hash key {:?}: ART {}, but {} in the used bitmap",
@@ -463,7 +508,9 @@ impl Trees {
     pub(super) fn dram_bytes(&self) -> u64 {
         match self {
             Trees::Direct(d) => {
-                let mut b = std::mem::size_of_val(&*d.pages) + std::mem::size_of_val(&*d.used);
+                let mut b = std::mem::size_of_val(&*d.pages)
+                    + std::mem::size_of_val(&*d.used)
+                    + std::mem::size_of_val(&*d.hints);
                 for page in d.pages.iter().filter_map(OnceLock::get) {
                     b += std::mem::size_of_val(&**page);
                     for s in page.iter() {

@@ -264,6 +264,14 @@ impl<V: LeafValue> Child<V> {
         }
     }
 
+    /// The slot's word as a number, for [`prefetch_word`]: a copy that a
+    /// caller keeps outside the tree (HART's root hints) and that owns
+    /// nothing; it is never turned back into a `Child`.
+    #[inline]
+    pub(super) fn word(&self) -> u64 {
+        self.word.addr().get() as u64
+    }
+
     /// The inner node in a slot the caller has just seen hold one.
     #[inline]
     pub(super) fn inner(&self) -> InnerRef<'_, V> {
@@ -342,6 +350,32 @@ impl<V> Drop for Child<V> {
         // SAFETY: `self` is being dropped and not used again.
         drop(unsafe { self.take_box() });
     }
+}
+
+/// Starts loading the lines that a search for `byte` reads first in the
+/// node of `word`, a copy of some slot's word taken by [`Child::word`]
+/// (0: none), without reading the node: the copy may be stale and its node
+/// freed, and a prefetch of any address is harmless (it never faults and
+/// changes no architectural state). A leaf word is not loaded: its value is
+/// returned, for the caller to prefetch what it points to.
+#[inline(always)]
+pub(super) fn prefetch_word<V: LeafValue>(word: u64, byte: Option<u8>) -> Option<V> {
+    if word & 1 == 1 {
+        return Some(leaf_value(word));
+    }
+    if word == 0 {
+        return None;
+    }
+    // An address for the hint only: never dereferenced, so it needs no
+    // provenance.
+    let at = std::ptr::without_provenance::<u8>(word as usize & !KIND_MASK);
+    match (word as usize & KIND_MASK) >> 1 {
+        0 => Node4::<V>::prefetch_at(at),
+        1 => Node16::<V>::prefetch_at(at),
+        2 => Node48::<V>::prefetch_at(at, byte),
+        _ => Node256::<V>::prefetch_at(at, byte),
+    }
+    None
 }
 
 #[cfg(test)]

@@ -273,6 +273,26 @@ impl<V: LeafValue> Art<V> {
         }
     }
 
+    /// A copy of the root's word (0 for an empty tree), which the caller
+    /// may keep outside the tree, without a lock, to start a later search's
+    /// first loads before it takes the lock ([`Self::prefetch_hinted`]).
+    /// It owns nothing and is only ever a prefetch address.
+    #[inline]
+    pub fn root_hint(&self) -> u64 {
+        self.root.as_ref().map_or(0, Child::word)
+    }
+
+    /// Starts loading what a search for `key` reads first in the root that
+    /// [`Self::root_hint`] returned as `hint` (the root node's header and
+    /// the slots for `key`'s first byte), without reading the tree: the
+    /// hint may be stale and its node freed, which costs a useless prefetch
+    /// and nothing else. A root that is a leaf is returned, for the caller
+    /// to prefetch the entry it stands for.
+    #[inline(always)]
+    pub fn prefetch_hinted(hint: u64, key: &[u8]) -> Option<V> {
+        child::prefetch_word(hint, key.first().copied())
+    }
+
     /// [`Self::probe`] taken one node at a time, so that a caller can run
     /// several at once and their cache misses overlap (HART's batched gets,
     /// docs/design.md §7, "Interleaved batched searches"): the cursor before

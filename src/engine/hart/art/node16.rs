@@ -105,6 +105,17 @@ impl<V: LeafValue> Node16<V> {
     }
 }
 
+impl<V> Node16<V> {
+    /// Starts loading the lines of a `Node16` at `at` without reading it
+    /// (`child::prefetch_word`): its 176 bytes span three or four lines.
+    #[inline(always)]
+    pub(super) fn prefetch_at(at: *const u8) {
+        for off in [0, 64, 128, size_of::<Self>() - 1] {
+            crate::hint::prefetch_ptr(at.wrapping_add(off));
+        }
+    }
+}
+
 impl<V: LeafValue> InnerNode<V> for Node16<V> {
     const MIN_CHILDREN: usize = SHRINK_AT + 1;
     const MAX_CHILDREN: usize = 16;

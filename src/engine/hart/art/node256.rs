@@ -15,7 +15,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::mem::size_of;
+use std::mem::{offset_of, size_of};
 
 use super::node48::Node48;
 use super::{Child, Header, InnerNode, LeafValue};
@@ -57,6 +57,20 @@ impl<V: LeafValue> Node256<V> {
         (0..=u8::MAX)
             .zip(self.children.iter_mut())
             .filter_map(|(byte, c)| c.take().map(|c| (byte, c)))
+    }
+}
+
+impl<V> Node256<V> {
+    /// Starts loading, without reading it (`child::prefetch_word`), the
+    /// header line of a `Node256` at `at` and the line of `byte`'s slot
+    /// (right when the node has no compressed path).
+    #[inline(always)]
+    pub(super) fn prefetch_at(at: *const u8, byte: Option<u8>) {
+        crate::hint::prefetch_ptr(at);
+        if let Some(b) = byte {
+            let slot = offset_of!(Self, children) + usize::from(b) * size_of::<Option<Child<V>>>();
+            crate::hint::prefetch_ptr(at.wrapping_add(slot));
+        }
     }
 }
 

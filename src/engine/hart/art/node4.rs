@@ -81,6 +81,17 @@ impl<V: LeafValue> Node4<V> {
     }
 }
 
+impl<V> Node4<V> {
+    /// Starts loading the lines of a `Node4` at `at` without reading it
+    /// (`child::prefetch_word`): its 72 bytes span two lines wherever a
+    /// 16-aligned allocation puts them, three at worst.
+    #[inline(always)]
+    pub(super) fn prefetch_at(at: *const u8) {
+        crate::hint::prefetch_ptr(at);
+        crate::hint::prefetch_ptr(at.wrapping_add(size_of::<Self>() - 1));
+    }
+}
+
 impl<V: LeafValue> InnerNode<V> for Node4<V> {
     const MIN_CHILDREN: usize = 1;
     const MAX_CHILDREN: usize = 4;

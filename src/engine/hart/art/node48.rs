@@ -19,7 +19,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::mem::size_of;
+use std::mem::{offset_of, size_of};
 
 use super::node16::Node16;
 use super::node256::Node256;
@@ -99,6 +99,19 @@ impl<V: LeafValue> Node48<V> {
         (0..=u8::MAX)
             .zip(self.index.iter())
             .filter_map(|(byte, &i)| i.checked_sub(1).map(|s| (byte, usize::from(s))))
+    }
+}
+
+impl<V> Node48<V> {
+    /// Starts loading, without reading it (`child::prefetch_word`), the
+    /// header line of a `Node48` at `at` and the line of `byte`'s index
+    /// entry (right when the node has no compressed path).
+    #[inline(always)]
+    pub(super) fn prefetch_at(at: *const u8, byte: Option<u8>) {
+        crate::hint::prefetch_ptr(at);
+        if let Some(b) = byte {
+            crate::hint::prefetch_ptr(at.wrapping_add(offset_of!(Self, index) + usize::from(b)));
+        }
     }
 }
 
