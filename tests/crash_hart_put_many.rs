@@ -74,14 +74,29 @@ fn workload() -> Vec<Op> {
 
 #[test]
 fn batched_puts_survive_every_crash() {
+    batched_puts(&[]);
+}
+
+/// The same with 3-byte hash keys: the hashed index of ARTs, whose
+/// batches look their ARTs up in the hash table (the persist order is the
+/// direct index's).
+#[test]
+fn batched_puts_on_the_hashed_index_survive_every_crash() {
+    batched_puts(&[("hart.hash_key_len", "3")]);
+}
+
+fn batched_puts(settings: &[(&str, &str)]) {
     let states = states_from_env(3000);
     let cases_of_interest = [Case::HartTornLeaf, Case::HartUpdateFallback];
     let before: Vec<u64> = cases_of_interest.iter().map(|&c| cases::count(c)).collect();
     let mut cfg = CrashConfig::new("hart");
+    for (k, v) in settings {
+        cfg.engine_config.insert(k.to_string(), v.to_string());
+    }
     cfg.per_point = cfg.per_point.max(states / 300);
     let t = common::crash_budget(&mut cfg, states, |_| workload());
     println!(
-        "hart put_many: {} images, {} crash points, {} rounds, {:.1} s",
+        "hart put_many {settings:?}: {} images, {} crash points, {} rounds, {:.1} s",
         t.images, t.points, t.rounds, t.seconds
     );
     // The crashes fell inside batches: leaves written but not committed,

@@ -22,6 +22,8 @@ use pmindex::{Db, Options};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -148,16 +150,29 @@ fn verify(db: &Db, want: &BTreeMap<Vec<u8>, Vec<u8>>) {
 
 #[test]
 fn writers_sharing_arts_and_concurrent_scans() {
+    stress("hart", env("PMINDEX_STRESS_OPS", 100_000));
+}
+
+/// The hashed index of ARTs (`k_h` = 8): a hash key is a key's first 8
+/// bytes, `{letter}k{j:05}.`, so each ART holds one `j`'s keys of every
+/// writer, and deletes empty and retire ARTs all the time while other
+/// threads' batched puts and gets hold references to them (a batched put
+/// that finds one of its ARTs retired once it has locked them looks them
+/// all up again).
+#[test]
+fn hashed_arts_retired_and_made_again_under_batches() {
+    stress(
+        "hart:hash_key_len=8",
+        env("PMINDEX_STRESS_OPS", 100_000) / 2,
+    );
+}
+
+fn stress(engine: &str, ops: usize) {
     let threads = env("PMINDEX_STRESS_THREADS", 2).max(1);
-    let ops = env("PMINDEX_STRESS_OPS", 100_000);
     let keys = 2_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stress.pool");
-    let opts = Options {
-        engine: Some("hart".into()),
-        pool_size: 512 << 20,
-        ..Options::default()
-    };
+    let opts = common::options(engine, 512 << 20);
     let want = {
         let db = Db::create(&path, &opts).unwrap();
         let stop = AtomicBool::new(false);

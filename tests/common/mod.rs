@@ -27,7 +27,6 @@ pub type Pair = (Vec<u8>, Vec<u8>);
 /// and sparse, so cheap to create.
 pub const POOL_SIZE: u64 = 64 << 20;
 
-/// Options that create `engine` in a pool of `pool_size` bytes.
 /// Options that create `engine` with pools of `pool_size` bytes. `engine`
 /// may carry settings: `"hart:hash_key_len=3,persist_order=paper"` is the
 /// engine `hart` with `hart.hash_key_len = 3` and `hart.persist_order =

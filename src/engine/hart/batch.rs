@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 use super::art::{Art, ProbeCursor};
 use super::leaf;
 use super::superblock::value_class;
-use super::trees::{HashKey, Tree};
+use super::trees::{HashKey, Tree, TreeRef};
 use super::{Hart, OldValue};
 use crate::engine::BATCH;
 use crate::error::{Error, Result};
@@ -67,7 +67,7 @@ pub(super) fn distinct_prefix(items: &[(&[u8], &[u8])], max: usize) -> usize {
 }
 
 impl Hart {
-    /// One batch of [`Engine::get_many`] on the direct index: `batch[i]`
+    /// One batch of [`Engine::get_many`] (either index of ARTs): `batch[i]`
     /// is key `base + i`. The ARTs of the batch are read-locked once each,
     /// for the whole batch, in the order of their addresses
     /// ([`lock_in_address_order`]); the searches run side by side
@@ -83,16 +83,18 @@ impl Hart {
         let n = batch.len();
         debug_assert!(n <= BATCH);
         crate::hint::prefetch_keys(batch.iter().copied());
-        // Each key's ART; the slot line (lock and root) starts loading.
-        let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
-        for (i, key) in batch.iter().enumerate() {
-            let (hk, ak) = self.split(key);
-            if let Some(t) = self.trees.find_direct(hk) {
-                crate::hint::prefetch(t);
-                self.prefetch_root(hk, ak);
-                tree[i] = Some(t);
-            }
-        }
+        // Each key's ART; the slot line (lock and root) starts loading. The
+        // hashed index hands out counted references, held to the end.
+        let refs: [Option<TreeRef<'_>>; BATCH] = std::array::from_fn(|i| {
+            let (hk, ak) = self.split(batch.get(i)?);
+            let t = self.trees.find_bytes(hk)?;
+            crate::hint::prefetch(&*t);
+            self.prefetch_root(hk, ak);
+            Some(t)
+        });
+        let tree: [Option<&RwLock<Tree>>; BATCH] = std::array::from_fn(|i| refs[i].as_deref());
+        // A hashed ART retired meanwhile is empty and stays so (a new one
+        // takes its hash key): its keys are absent, as when it was retired.
         let (guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::read);
         let mut leaf = [None; BATCH];
         self.probe_side_by_side(
@@ -178,7 +180,7 @@ impl Hart {
         Ok(keycmp::eq(k, key))
     }
 
-    /// One batch of [`Engine::put_many`] on the direct index, in the tight
+    /// One batch of [`Engine::put_many`] (either index of ARTs), in the tight
     /// order: `batch` holds at most [`BATCH`] items with distinct keys.
     /// Beyond the paper (docs/design.md §7, "Batched puts"):
     ///
@@ -207,21 +209,35 @@ impl Hart {
     pub(super) fn put_batch(&self, batch: &[(&[u8], &[u8])]) -> Result<()> {
         let n = batch.len();
         debug_assert!(n <= BATCH);
-        let mut tree: [Option<&RwLock<Tree>>; BATCH] = [None; BATCH];
         let mut stripe = [0usize; BATCH];
         crate::hint::prefetch_keys(batch.iter().map(|(k, _)| *k));
-        for (i, (key, _)) in batch.iter().enumerate() {
-            let (hk, ak) = self.split(key);
-            let t = self
-                .trees
-                .for_insert_direct(hk)
-                .ok_or_else(|| Error::corrupt(0, "hart: a batched put needs the direct index"))?;
-            crate::hint::prefetch(t);
-            self.prefetch_root(hk, ak);
-            tree[i] = Some(t);
-            stripe[i] = HashKey::new(hk).route().stripe;
-        }
-        let (mut guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::write);
+        // Each key's ART, made if it has none, locked once each in address
+        // order. A hashed ART can be emptied and retired between the
+        // lookup and the lock (`Tree::dead`); then the whole batch looks
+        // its ARTs up again, as a single put does, before it has written
+        // anything.
+        let mut refs: [Option<TreeRef<'_>>; BATCH];
+        let (mut guards, guard_of) = loop {
+            refs = std::array::from_fn(|i| {
+                let (hk, ak) = self.split(batch.get(i)?.0);
+                let hk_key = HashKey::new(hk);
+                let r = hk_key.route();
+                stripe[i] = r.stripe;
+                let t = self.trees.for_insert(&hk_key, r);
+                crate::hint::prefetch(&*t);
+                self.prefetch_root(hk, ak);
+                Some(t)
+            });
+            #[cfg(test)]
+            if let Some(f) = tests::BEFORE_LOCKING.with(|hook| hook.borrow_mut().take()) {
+                f();
+            }
+            let tree: [Option<&RwLock<Tree>>; BATCH] = std::array::from_fn(|i| refs[i].as_deref());
+            let (guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::write);
+            if !guards.iter().flatten().any(|g| g.dead) {
+                break (guards, guard_of);
+            }
+        };
         // The searches, side by side: `found[i]` is the leaf that holds
         // key `i`, if it is present.
         let mut found = [None; BATCH];
@@ -344,11 +360,57 @@ impl Hart {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
     use std::sync::Arc;
 
     use super::*;
     use crate::engine::{Engine, PutMode};
     use crate::pm::{counters, Pool};
+
+    thread_local! {
+        /// Taken and run once by `put_batch` between looking its ARTs up
+        /// and locking them: a race with another thread made to happen.
+        pub(super) static BEFORE_LOCKING: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    /// With the hashed index, an ART that a batched put found can be
+    /// emptied and retired by another thread before the batch locks it.
+    /// The batch must not write into the retired ART (no longer in the
+    /// index: its key would be lost); it looks its ARTs up again. Without
+    /// the `dead` test after locking, the key is missing below and
+    /// `check` fails.
+    #[test]
+    fn a_batched_put_whose_art_was_retired_meanwhile_looks_again() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Arc::new(Hart::create(pool, 8).unwrap());
+        h.put(b"abcdefgh-1", b"old", PutMode::Upsert).unwrap();
+        h.put(b"zzzzzzzz-1", b"other", PutMode::Upsert).unwrap();
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h2, ran2) = (Arc::clone(&h), Arc::clone(&ran));
+        BEFORE_LOCKING.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                // Another thread's delete of the ART's only key retires it.
+                std::thread::spawn(move || assert!(h2.delete(b"abcdefgh-1").unwrap()))
+                    .join()
+                    .unwrap();
+                ran2.store(true, Ordering::Relaxed);
+            }));
+        });
+        let items: [(&[u8], &[u8]); 2] = [(b"abcdefgh-2", b"new"), (b"zzzzzzzz-2", b"also")];
+        h.put_many(&items).unwrap();
+        assert!(ran.load(Ordering::Relaxed), "the hook ran");
+        let get = |k: &[u8]| {
+            let mut got = None;
+            h.get_with(k, &mut |v| got = Some(v.to_vec())).unwrap();
+            got
+        };
+        assert_eq!(get(b"abcdefgh-2").as_deref(), Some(&b"new"[..]));
+        assert_eq!(get(b"zzzzzzzz-2").as_deref(), Some(&b"also"[..]));
+        assert_eq!(get(b"abcdefgh-1"), None);
+        assert_eq!(h.len(), 3);
+        h.check().unwrap();
+    }
 
     #[test]
     fn a_batch_ends_before_a_repeated_key() {

@@ -800,23 +800,12 @@ impl Engine for Hart {
         self.answer::<false>(leaf, key, f)
     }
 
-    /// [`Self::get_with`] for each key. With the direct index of ARTs
-    /// (`k_h` ≤ 2, the default), [`BATCH`] keys at a time whose searches
-    /// run side by side (beyond the paper, docs/design.md §7,
-    /// "Interleaved batched searches"); the hashed index takes a shard
-    /// lock to find an ART, and looks its keys up one by one.
+    /// [`Self::get_with`] for each key, [`BATCH`] keys at a time whose
+    /// searches run side by side (beyond the paper, docs/design.md §7,
+    /// "Interleaved batched searches"), on either index of ARTs.
     fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
         for (b, batch) in keys.chunks(BATCH).enumerate() {
-            if self.trees.is_direct() {
-                self.get_batch(b * BATCH, batch, f)?;
-                continue;
-            }
-            for (i, key) in batch.iter().enumerate() {
-                let i = b * BATCH + i;
-                if !self.get_with(key, &mut |v| f(i, Some(v)))? {
-                    f(i, None);
-                }
-            }
+            self.get_batch(b * BATCH, batch, f)?;
         }
         Ok(())
     }
@@ -890,10 +879,10 @@ impl Engine for Hart {
     }
 
     /// Upserts in batches of up to [`BATCH`] items with distinct keys, each
-    /// batch with one fence ([`Self::put_batch`]). The `paper` order and
-    /// the hashed index (`k_h` 3..8) put one item after another.
+    /// batch with one fence ([`Self::put_batch`]). The `paper` order puts
+    /// one item after another.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        if self.order == PersistOrder::Paper || !self.trees.is_direct() {
+        if self.order == PersistOrder::Paper {
             for (key, value) in items {
                 self.put(key, value, PutMode::Upsert)?;
             }

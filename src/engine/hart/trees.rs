@@ -311,16 +311,6 @@ impl Trees {
         }
     }
 
-    /// The ART of hash key bytes `hk` in the direct index (no lock, no
-    /// reference count); `None` where it has none, and always `None` on
-    /// the hashed index ([`Self::is_direct`]).
-    pub(super) fn find_direct(&self, hk: &[u8]) -> Option<&RwLock<Tree>> {
-        match self {
-            Trees::Direct(d) => d.slot(d.index_of(hk)),
-            Trees::Hashed(_) => None,
-        }
-    }
-
     /// The root hint of the hash key bytes `hk` (at most `k_h` of them):
     /// a copy of its ART's root word that may be stale, for
     /// [`Art::prefetch_hinted`] only; 0 on the hashed index.
@@ -347,12 +337,6 @@ impl Trees {
         }
     }
 
-    /// Whether hash keys index the ARTs directly (`k_h` ≤ 2): finding an
-    /// ART then takes no lock.
-    pub(super) fn is_direct(&self) -> bool {
-        matches!(self, Trees::Direct(_))
-    }
-
     /// The ART of `hk`, created if there is none.
     pub(super) fn for_insert(&self, hk: &HashKey, r: Route) -> TreeRef<'_> {
         match self {
@@ -370,16 +354,6 @@ impl Trees {
                 h.prefixes.write().insert(*hk);
                 TreeRef::Cell(t)
             }
-        }
-    }
-
-    /// The ART of the hash key `hk` (at most `k_h` bytes), created if there
-    /// is none, on the direct index only (`None` for the hashed form,
-    /// whose ARTs are reference-counted cells).
-    pub(super) fn for_insert_direct(&self, hk: &[u8]) -> Option<&RwLock<Tree>> {
-        match self {
-            Trees::Direct(d) => Some(d.slot_for_insert(d.index_of(hk))),
-            Trees::Hashed(_) => None,
         }
     }
 

@@ -83,8 +83,8 @@ impl<V: LeafValue> Node4<V> {
 
 impl<V> Node4<V> {
     /// Starts loading the lines of a `Node4` at `at` without reading it
-    /// (`child::prefetch_word`): its 72 bytes span two lines wherever a
-    /// 16-aligned allocation puts them, three at worst.
+    /// (`child::prefetch_word`): its 72 bytes span two lines wherever an
+    /// 8-aligned allocation puts them, the first and the last byte's.
     #[inline(always)]
     pub(super) fn prefetch_at(at: *const u8) {
         crate::hint::prefetch_ptr(at);
