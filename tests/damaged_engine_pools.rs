@@ -1,4 +1,5 @@
-//! Random damage to the pools of `hart`, `wort`, `woart` and `art-cow`:
+//! Random damage to the pools of `hart` (both persist orders, both indexes
+//! of ARTs), `wort`, `woart` and `art-cow`:
 //! opening a damaged pool either fails with an error or succeeds, and then
 //! reads, scans, a check and writes return (values or errors) without a
 //! panic and without hanging. (`tests/pool_errors.rs` does the same for
@@ -123,6 +124,11 @@ fn damaged_hart_pools_never_panic() {
 #[test]
 fn damaged_hart_pools_in_the_paper_order_never_panic() {
     damage("hart:persist_order=paper", 10_000);
+}
+
+#[test]
+fn damaged_hart_pools_with_the_hashed_index_never_panic() {
+    damage("hart:hash_key_len=3", 20_000);
 }
 
 #[test]
