@@ -1266,7 +1266,7 @@ fn only_blocks_never_handed_out_count_as_zeroed() {
 #[test]
 fn the_heap_frontier_is_raised_a_step_at_a_time() {
     use pmindex::pm::header::FRONTIER_OFFSET;
-    use pmindex::pm::{counters, FRONTIER_STEP};
+    use pmindex::pm::{thread_counters as counters, FRONTIER_STEP};
     let pool = anonymous(16 << 20);
     let frontier = || pool.load_u64(FRONTIER_OFFSET).unwrap();
     assert_eq!(frontier(), 0);

@@ -10,7 +10,7 @@
 //! `PMINDEX_CRASH_STATES=100000 cargo test --release --test crash_hart_put_many`
 //! runs the long budget.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pmindex::pm::cases::{self, Case};
 use pmindex::sim::workload::Op;
@@ -85,7 +85,12 @@ fn batched_puts_on_the_hashed_index_survive_every_crash() {
     batched_puts(&[("hart.hash_key_len", "3")]);
 }
 
+/// The case counters are per process: the two tests take turns, so that
+/// each counts its own cases.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 fn batched_puts(settings: &[(&str, &str)]) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let states = states_from_env(3000);
     let cases_of_interest = [Case::HartTornLeaf, Case::HartUpdateFallback];
     let before: Vec<u64> = cases_of_interest.iter().map(|&c| cases::count(c)).collect();

@@ -149,9 +149,9 @@ fn a_new_node_in_an_untouched_block_flushes_only_its_lines() {
     db.put(&[0x10], b"a").unwrap();
     db.put(&[0x20], b"b").unwrap();
     let flushed = |k: &[u8]| {
-        let c0 = pmindex::pm::counters();
+        let c0 = pmindex::pm::thread_counters();
         db.put(k, b"c").unwrap();
-        (pmindex::pm::counters() - c0).flushes
+        (pmindex::pm::thread_counters() - c0).flushes
     };
     // 0x11 meets the leaf 0x10 under child 1: a node at depth 1 holding
     // both leaves under children 0 and 1, all in its first line. The leaf,

@@ -181,10 +181,11 @@ pub(crate) fn count_read(lines: u64) {
     bump(|b| add(&b.lines_read, lines));
 }
 
-/// The calling thread's own counters (tests that count one operation's PM
-/// traffic while other tests run on other threads).
-#[cfg(test)]
-pub(crate) fn this_thread() -> PmCounters {
+/// The calling thread's own counters since it started: exact for the work
+/// of this thread while other threads touch pools too (tests that count one
+/// operation's PM traffic while other tests run). [`snapshot`] is the sum
+/// over all threads.
+pub fn this_thread() -> PmCounters {
     let out = std::cell::Cell::new(PmCounters::default());
     bump(|b| out.set(b.read()));
     out.get()

@@ -17,7 +17,7 @@ mod pool;
 pub use alloc::{
     ClassUsage, Reservation, Usage, FRONTIER_STEP, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES,
 };
-pub use counters::{snapshot as counters, PmCounters};
+pub use counters::{snapshot as counters, this_thread as thread_counters, PmCounters};
 pub use faults::Fault;
 pub use persist::{lines_spanned, FlushKind, PersistConfig, PmLatency, CACHE_LINE};
 pub use pool::{
