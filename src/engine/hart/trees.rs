@@ -163,19 +163,25 @@ pub(super) struct Direct {
     stride: [usize; 2],
     /// Slot count.
     n: usize,
-    /// Slot `i` is `pages[i / PAGE][i % PAGE]`; a page is allocated when
-    /// one of its hash keys first gets an ART.
-    pages: Box<[OnceLock<Box<[Slot]>>]>,
+    /// Slot `i` and its root hint are in `pages[i / PAGE]`, at `i % PAGE`;
+    /// a page is allocated when one of its hash keys first gets an ART.
+    pages: Box<[OnceLock<Page>]>,
     /// Bit `i`: slot `i`'s ART is not empty (set and cleared under the
     /// slot's write lock; read without it by scans, which then lock).
     used: Box<[AtomicU64]>,
-    /// `hints[i]`: slot `i`'s [`Art::root_hint`], stored under the slot's
+}
+
+/// `PAGE` slots of the direct index and their root hints.
+struct Page {
+    slots: Box<[Slot]>,
+    /// `hints[j]`: slot `j`'s [`Art::root_hint`], stored under the slot's
     /// write lock by every change that can move the root
     /// ([`Trees::note_root`]), read without any lock by searches, which
     /// prefetch the root node from it before they lock the slot. 8 bytes a
-    /// slot (514 KiB for `k_h` = 2) stay cached where 64-byte slots (4.2
-    /// MiB) do not, so the slot line's miss and the root's overlap instead
-    /// of following one another (docs/design.md §7, "Root hints").
+    /// slot (2 KiB a page, 514 KiB for all 65,793 slots of `k_h` = 2) stay
+    /// cached where 64-byte slots (4.2 MiB) do not, so the slot line's miss
+    /// and the root's overlap instead of following one another
+    /// (docs/design.md §7, "Root hints").
     hints: Box<[AtomicU64]>,
 }
 
@@ -230,14 +236,22 @@ impl Direct {
 
     /// Slot `i`, if its page exists.
     fn slot(&self, i: usize) -> Option<&RwLock<Tree>> {
-        self.pages[i / PAGE].get().map(|p| &p[i % PAGE].0)
+        self.pages[i / PAGE].get().map(|p| &p.slots[i % PAGE].0)
     }
 
     /// Slot `i`, its page allocated if need be.
     fn slot_for_insert(&self, i: usize) -> &RwLock<Tree> {
-        let page =
-            self.pages[i / PAGE].get_or_init(|| (0..PAGE).map(|_| Slot::default()).collect());
-        &page[i % PAGE].0
+        let page = self.pages[i / PAGE].get_or_init(|| Page {
+            slots: (0..PAGE).map(|_| Slot::default()).collect(),
+            hints: (0..PAGE).map(|_| AtomicU64::new(0)).collect(),
+        });
+        &page.slots[i % PAGE].0
+    }
+
+    /// Slot `i`'s root hint, if its page exists (else it has no ART).
+    #[inline(always)]
+    fn hint(&self, i: usize) -> Option<&AtomicU64> {
+        self.pages[i / PAGE].get().map(|p| &p.hints[i % PAGE])
     }
 
     fn set_used(&self, i: usize, used: bool) {
@@ -277,7 +291,6 @@ impl Trees {
                 n,
                 pages: (0..n.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
                 used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-                hints: (0..n).map(|_| AtomicU64::new(0)).collect(),
             })
         } else {
             Trees::Hashed(Hashed {
@@ -311,15 +324,22 @@ impl Trees {
         }
     }
 
+    /// The root hint cell of hash key bytes `hk` on the direct index, if its
+    /// page exists.
+    fn direct_hint(&self, hk: &[u8]) -> Option<&AtomicU64> {
+        match self {
+            Trees::Direct(d) => d.hint(d.index_of(hk)),
+            Trees::Hashed(_) => None,
+        }
+    }
+
     /// The root hint of the hash key bytes `hk` (at most `k_h` of them):
     /// a copy of its ART's root word that may be stale, for
     /// [`Art::prefetch_hinted`] only; 0 on the hashed index.
     #[inline(always)]
     pub(super) fn root_hint(&self, hk: &[u8]) -> u64 {
-        match self {
-            Trees::Direct(d) => d.hints[d.index_of(hk)].load(Ordering::Relaxed),
-            Trees::Hashed(_) => 0,
-        }
+        self.direct_hint(hk)
+            .map_or(0, |h| h.load(Ordering::Relaxed))
     }
 
     /// Keeps the root hint of `hk` equal to `art`'s root after a change;
@@ -328,8 +348,8 @@ impl Trees {
     /// hints' lines stay shared between cores.
     #[inline]
     pub(super) fn note_root(&self, hk: &[u8], art: &Art<u64>) {
-        if let Trees::Direct(d) = self {
-            let hint = &d.hints[d.index_of(hk)];
+        // The page exists: the caller holds a lock that lives in it.
+        if let Some(hint) = self.direct_hint(hk) {
             let root = art.root_hint();
             if hint.load(Ordering::Relaxed) != root {
                 hint.store(root, Ordering::Relaxed);
@@ -410,8 +430,11 @@ impl Trees {
         match self {
             Trees::Direct(d) => {
                 let i = d.index(&hk);
-                d.hints[i].store(art.root_hint(), Ordering::Relaxed);
+                let hint = art.root_hint();
                 d.slot_for_insert(i).write().art = art;
+                if let Some(h) = d.hint(i) {
+                    h.store(hint, Ordering::Relaxed);
+                }
                 d.set_used(i, true);
             }
             Trees::Hashed(h) => {
@@ -433,7 +456,7 @@ impl Trees {
                         let t = s.read();
                         (t.art.is_empty(), t.art.root_hint())
                     });
-                    if d.hints[i].load(Ordering::Relaxed) != root {
+                    if d.hint(i).map_or(0, |h| h.load(Ordering::Relaxed)) != root {
                         return Err(format!(
                             "hash key {:?}: the root hint is not the ART's root",
                             d.key(i).as_slice()
@@ -482,12 +505,10 @@ impl Trees {
     pub(super) fn dram_bytes(&self) -> u64 {
         match self {
             Trees::Direct(d) => {
-                let mut b = std::mem::size_of_val(&*d.pages)
-                    + std::mem::size_of_val(&*d.used)
-                    + std::mem::size_of_val(&*d.hints);
+                let mut b = std::mem::size_of_val(&*d.pages) + std::mem::size_of_val(&*d.used);
                 for page in d.pages.iter().filter_map(OnceLock::get) {
-                    b += std::mem::size_of_val(&**page);
-                    for s in page.iter() {
+                    b += std::mem::size_of_val(&*page.slots) + std::mem::size_of_val(&*page.hints);
+                    for s in page.slots.iter() {
                         b += s.0.read().art.dram_bytes();
                     }
                 }
