@@ -18,8 +18,15 @@ use pmindex::sim::damage;
 use pmindex::Options;
 
 /// Engines (with settings) whose pools are damaged.
-const ENGINES: [(&str, &[(&str, &str)]); 5] = [
+const ENGINES: [(&str, &[(&str, &str)]); 6] = [
     ("hart", &[("hart.recovery_threads", "1")]),
+    (
+        "hart",
+        &[
+            ("hart.hash_key_len", "3"),
+            ("hart.recovery_threads", "1"),
+        ],
+    ),
     (
         "hart",
         &[
