@@ -294,6 +294,14 @@ pub(crate) fn spin_ns(ns: u64) {
     #[cfg(target_arch = "x86_64")]
     {
         let ticks = ns.saturating_mul(tsc_ticks_per_ms()) / 1_000_000;
+        // The delay starts once every earlier instruction has completed: an
+        // `rdtsc` alone may run while the loads it is to add latency to are
+        // still in flight, and the spin then hides in their miss (a search
+        // whose one PM line is charged while that line is still coming paid
+        // nothing for it; docs/design.md §2, "Latency emulation").
+        // SAFETY: `lfence` is SSE2, which every x86-64 CPU has; it only
+        // orders instruction execution.
+        unsafe { std::arch::x86_64::_mm_lfence() };
         // SAFETY: `rdtsc` is available on every x86-64 CPU and only reads the
         // time-stamp counter.
         let start = unsafe { std::arch::x86_64::_rdtsc() };
