@@ -467,7 +467,10 @@ impl Db {
     /// allocator's: every allocated block is referenced by the index (no
     /// leak), every referenced block is allocated (no dangling pointer), and
     /// the heap past the frontier is untouched ([`Pool::check_untouched`]).
-    /// Reads every key and the whole unused heap: O(pool size).
+    /// Reads every key and the whole unused heap: O(pool size). Run it
+    /// while no other thread writes: `hart` has no lock over the whole
+    /// index, so beside writers it checks a state in flux and may report
+    /// one as an error (it does not deadlock with them).
     pub fn check(&self) -> Result<CheckReport> {
         let report = self.engine.check()?;
         if report.keys != self.engine.len() {

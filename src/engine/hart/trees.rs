@@ -187,8 +187,23 @@ struct Page {
 
 /// Hash keys of 3..=8 bytes.
 pub(super) struct Hashed {
-    shards: Vec<RwLock<HashMap<HashKey, TreeCell, BuildHasherDefault<WordHasher>>>>,
+    shards: Vec<Shard>,
     prefixes: RwLock<BTreeSet<HashKey>>,
+}
+
+/// One shard of [`Hashed`].
+type Shard = RwLock<HashMap<HashKey, TreeCell, BuildHasherDefault<WordHasher>>>;
+
+impl Hashed {
+    /// A shard's entries and its table's capacity, copied under its read
+    /// lock, for walks that lock the ARTs: they must lock them after the
+    /// shard is released, because a delete holds its ART's write lock while
+    /// it takes the shard's (`Trees::retire`; the other order deadlocks).
+    fn entries(shard: &Shard) -> (Vec<(HashKey, TreeCell)>, usize) {
+        let shard = shard.read();
+        let trees = shard.iter().map(|(hk, t)| (*hk, Arc::clone(t))).collect();
+        (trees, shard.capacity())
+    }
 }
 
 /// The index from hash keys to ARTs.
@@ -491,15 +506,7 @@ impl Trees {
                 let listed = h.prefixes.read().clone();
                 let mut in_table = 0;
                 for shard in &h.shards {
-                    // The ARTs are read-locked after the shard is released:
-                    // a delete holds its ART's lock while it takes the
-                    // shard's (`retire`).
-                    let trees: Vec<(HashKey, TreeCell)> = shard
-                        .read()
-                        .iter()
-                        .map(|(hk, t)| (*hk, Arc::clone(t)))
-                        .collect();
-                    for (hk, t) in &trees {
+                    for (hk, t) in &Hashed::entries(shard).0 {
                         in_table += 1;
                         if !listed.contains(hk) {
                             return Err(format!("hash key {:?} is not ordered", hk.as_slice()));
@@ -539,13 +546,13 @@ impl Trees {
             Trees::Hashed(h) => {
                 let mut b = 0;
                 for shard in &h.shards {
-                    let shard = shard.read();
+                    let (trees, capacity) = Hashed::entries(shard);
                     // Per entry: the key and the `Arc` pointer, a control
                     // byte, and the `Arc`'s block (counts, lock, tree).
                     let entry = std::mem::size_of::<(HashKey, TreeCell)>() + 1;
                     let cell = 16 + std::mem::size_of::<RwLock<Tree>>();
-                    b += shard.capacity() * entry;
-                    for t in shard.values() {
+                    b += capacity * entry;
+                    for (_, t) in &trees {
                         b += cell + t.read().art.dram_bytes();
                     }
                 }
@@ -626,6 +633,69 @@ mod tests {
         .unwrap();
         assert_eq!(scanned, vec![b"abcdefgh-2".to_vec()]);
         h.check().unwrap();
+    }
+
+    /// `dram_bytes` (`Db::stats`), run while deletes retire ARTs, must not
+    /// deadlock: a delete holds its ART's write lock while it takes the
+    /// shard's, so a reader that holds a shard's lock while it locks an
+    /// ART of that shard waits for the delete, which waits for it. Both
+    /// ARTs here share one shard. A watchdog fails the test if the two
+    /// threads stop making progress.
+    #[test]
+    fn reports_run_beside_deletes_that_retire_arts() {
+        use crate::engine::{Engine, PutMode};
+        use crate::pm::Pool;
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        use std::time::{Duration, Instant};
+
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = super::super::Hart::create(pool, 8).unwrap();
+        // Two hash keys of one shard, one of them kept filled.
+        let shard = HashKey::new(b"aaaaaaaa").route().shard;
+        let other = (0u32..)
+            .map(|i| format!("b{i:07}").into_bytes())
+            .find(|k| HashKey::new(k).route().shard == shard)
+            .unwrap();
+        let mut kept = other.clone();
+        kept.extend_from_slice(b"-kept");
+        h.put(&kept, b"v", PutMode::Upsert).unwrap();
+        let stop = AtomicBool::new(false);
+        let (reports, cycles) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    assert!(h.dram_bytes() > 0);
+                    reports.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    // Each delete empties and retires the ART.
+                    h.put(b"aaaaaaaa-1", b"v", PutMode::Upsert).unwrap();
+                    assert!(h.delete(b"aaaaaaaa-1").unwrap());
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            std::thread::sleep(Duration::from_secs(1));
+            // Both must still get past a step within 5 s; deadlocked, they
+            // never would, and the scope could not end: end the process.
+            let progress = || {
+                (
+                    reports.load(Ordering::Relaxed),
+                    cycles.load(Ordering::Relaxed),
+                )
+            };
+            let (at, deadline) = (progress(), Instant::now() + Duration::from_secs(5));
+            while progress().0 == at.0 || progress().1 == at.1 {
+                if Instant::now() > deadline {
+                    eprintln!("no progress for 5 s: reports and deletes deadlocked");
+                    std::process::abort();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        assert!(reports.load(Ordering::Relaxed) > 0 && cycles.load(Ordering::Relaxed) > 0);
     }
 
     /// The stripe of a hash key is persistent (a leaf must be found in its
