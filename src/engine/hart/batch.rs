@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use super::art::{Art, ProbeCursor};
 use super::leaf;
@@ -238,6 +238,31 @@ impl Hart {
                 break (guards, guard_of);
             }
         };
+        let result = self.put_locked(batch, &stripe, &mut guards, &guard_of);
+        // On the hashed index, an ART made for this batch stays empty if
+        // its items were not applied (a full pool): it leaves the index, as
+        // an emptied one does.
+        for (i, (key, _)) in batch.iter().enumerate() {
+            if let Some(t) = guard_of[i].and_then(|g| guards[g].as_mut()) {
+                if !t.dead && t.art.is_empty() {
+                    let hk = HashKey::new(self.split(key).0);
+                    self.trees.retire(&hk, hk.route(), t);
+                }
+            }
+        }
+        result
+    }
+
+    /// [`Self::put_batch`] once every item's ART is write-locked:
+    /// `guards[guard_of[i]]` is item `i`'s.
+    fn put_locked(
+        &self,
+        batch: &[(&[u8], &[u8])],
+        stripe: &[usize; BATCH],
+        guards: &mut [Option<RwLockWriteGuard<'_, Tree>>; BATCH],
+        guard_of: &[Option<usize>; BATCH],
+    ) -> Result<()> {
+        let n = batch.len();
         // The searches, side by side: `found[i]` is the leaf that holds
         // key `i`, if it is present.
         let mut found = [None; BATCH];
@@ -481,8 +506,21 @@ mod tests {
 
     #[test]
     fn a_batch_that_fills_the_pool_applies_the_items_before_the_failing_one() {
+        a_batch_fills_the_pool(2);
+    }
+
+    /// The hashed index: the ARTs made for the items after the failing one
+    /// stay empty, and must not stay in the index (without the retire in
+    /// `put_batch`, `check` fails: "the ART of hash key ... is empty").
+    #[test]
+    fn a_batch_that_fills_the_pool_leaves_no_empty_hashed_art() {
+        a_batch_fills_the_pool(4);
+    }
+
+    fn a_batch_fills_the_pool(hash_key_len: usize) {
         let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &Default::default()).unwrap());
-        let h = Hart::create(pool, 2).unwrap();
+        let h = Hart::create(pool, hash_key_len).unwrap();
+        // With `k_h` = 4, every key has an ART of its own.
         let keys: Vec<Vec<u8>> = (0..4000u32).map(|i| i.to_be_bytes().to_vec()).collect();
         let value = [5u8; 3000];
         let mut applied = 0;
