@@ -24,8 +24,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    assert_check, assert_db_eq, create_db, model_scan, open_db, options, show, show_bound, Model,
-    TempPool, POOL_SIZE,
+    assert_check, assert_db_eq, create_db, is_pool_full, model_scan, open_db, options, show,
+    show_bound, Model, TempPool, POOL_SIZE,
 };
 
 /// Expands to a module of `#[test]` functions that run every scenario of the
@@ -92,6 +92,10 @@ macro_rules! conformance_suite {
             #[test]
             fn concurrent_readers_and_writers() {
                 suite::concurrent_readers_and_writers(ENGINE);
+            }
+            #[test]
+            fn full_pool_loses_nothing() {
+                suite::full_pool_loses_nothing(ENGINE);
             }
         }
     };
@@ -1221,4 +1225,113 @@ pub fn concurrent_readers_and_writers(engine: &str) {
     h.verify("after concurrent readers and writers");
     h.reopen();
     h.verify("after concurrent readers and writers and a reopen");
+}
+
+// ----- a full pool --------------------------------------------------------
+
+/// Pool size of [`full_pool_loses_nothing`]: small, so that it fills in a
+/// few thousand puts.
+const SMALL_POOL: u64 = 4 << 20;
+
+/// Multi-key puts of 1 to 40 items (small values, and now and then one
+/// that needs a value block of its own) until the pool is full, then:
+/// - the failed call applied a prefix of its items, which read back, and
+///   every earlier item too (`Db::put_many`'s contract);
+/// - `check` passes (nothing half-made left behind: no empty structure, no
+///   leaked block);
+/// - a present key refuses an insert and an absent one an update, as such;
+/// - a reopen keeps everything;
+/// - every key can be deleted, and the space then takes puts again.
+///
+/// Keys spread over thousands of first-three-byte prefixes, so that on
+/// `hart` with longer hash keys a batch meets ARTs it must make.
+pub fn full_pool_loses_nothing(engine: &str) {
+    let t = TempPool::new();
+    let db = create_db(&t.path, engine, SMALL_POOL);
+    let key = |i: usize| format!("{:04x}/k{i}", (i * 2_654_435_761) % 9_973).into_bytes();
+    let value = |i: usize| {
+        let len = if i % 50 == 7 { 3_000 } else { 8 + i % 120 };
+        vec![(i % 251) as u8; len]
+    };
+    let mut model = Model::new();
+    let mut rng = SmallRng::seed_from_u64(0xF011);
+    let mut next = 0;
+    let mut full = false;
+    while next < 1_000_000 && !full {
+        let n = rng.gen_range(1..=40);
+        let items: Vec<(Vec<u8>, Vec<u8>)> = (next..next + n).map(|i| (key(i), value(i))).collect();
+        let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        match db.put_many(&refs) {
+            Ok(()) => model.extend(items),
+            Err(e) => {
+                assert!(is_pool_full(&e), "{engine}: put_many at key {next}: {e:?}");
+                let applied: Vec<bool> = items
+                    .iter()
+                    .map(|(k, _)| db.get(k).unwrap().is_some())
+                    .collect();
+                let m = applied.iter().take_while(|&&a| a).count();
+                assert!(
+                    applied[m..].iter().all(|&a| !a),
+                    "{engine}: a failed put_many applied no prefix: {applied:?}"
+                );
+                model.extend(items.into_iter().take(m));
+                full = true;
+            }
+        }
+        next += n;
+    }
+    assert!(full, "{engine}: the pool never filled");
+    assert!(model.len() > 500, "{engine}: only {} keys fit", model.len());
+    assert_db_eq(&db, &model, "full pool");
+    assert_check(&db, model.len(), "full pool");
+    // Refusals that need no space answer as such.
+    for k in model.keys().step_by(97).take(20) {
+        match db.insert(k, b"v") {
+            Err(Error::KeyExists) => {}
+            r => panic!(
+                "{engine}: insert of present key {} in a full pool: {r:?}",
+                show(k)
+            ),
+        }
+    }
+    for i in next + 1_000..next + 1_010 {
+        match db.update(&key(i), b"v") {
+            Err(Error::KeyNotFound) => {}
+            r => panic!("{engine}: update of absent key {i} in a full pool: {r:?}"),
+        }
+    }
+    // Single puts at the edge: each succeeds or fails cleanly.
+    for i in next..next + 50 {
+        match db.put(&key(i), &value(i)) {
+            Ok(_) => {
+                model.insert(key(i), value(i));
+            }
+            Err(e) => assert!(is_pool_full(&e), "{engine}: put {i}: {e:?}"),
+        }
+    }
+    assert_check(&db, model.len(), "at the edge");
+    drop(db);
+    let db = open_db(&t.path);
+    assert_db_eq(&db, &model, "full pool, reopened");
+    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    for (n, k) in keys.iter().enumerate() {
+        assert!(
+            db.delete(k).expect("deletes work in a full pool"),
+            "{}",
+            show(k)
+        );
+        model.remove(k);
+        if n % 1_000 == 0 {
+            assert_check(&db, model.len(), "deleting");
+        }
+    }
+    assert_check(&db, 0, "emptied");
+    // The freed space takes puts again.
+    let items: Vec<(Vec<u8>, Vec<u8>)> = (0..200).map(|i| (key(i), value(i))).collect();
+    let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    db.put_many(&refs)
+        .unwrap_or_else(|e| panic!("{engine}: put_many after emptying a full pool: {e}"));
+    model.extend(items);
+    assert_db_eq(&db, &model, "refilled");
+    assert_check(&db, model.len(), "refilled");
 }
