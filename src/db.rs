@@ -360,7 +360,11 @@ impl Db {
     }
 
     /// Calls `f(key, value)` for the keys between `lo` and `hi`, in order,
-    /// until `f` returns false.
+    /// until `f` returns false. `f` must not call back into the `Db`: it
+    /// runs under the engine's read locks (a tree's, or an ART's on
+    /// `hart`), which a write from `f` would wait for forever. To change
+    /// keys while going through a range, use [`Db::range`], which holds no
+    /// lock between its batches.
     pub fn scan_with(
         &self,
         lo: Bound<&[u8]>,
