@@ -301,7 +301,12 @@ impl Db {
         self.get_with(key, <[u8]>::to_vec)
     }
 
-    /// Calls `f` on the value of `key` in place (no copy).
+    /// Calls `f` on the value of `key` in place (no copy). `f` must not
+    /// call back into the `Db`: it may run under the engine's read lock (an
+    /// ART's on `hart`, the tree's on the others when their lock-free read
+    /// gives way), which a write from `f` would wait for forever, and a
+    /// read from `f` too once a writer queues for that lock. Copy the
+    /// value out ([`Db::get`]) to act on it.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         self.check_key(key)?;
         let mut f = Some(f);

@@ -330,25 +330,30 @@ impl Hart {
         // Leaves and value objects taken for items that were not written go
         // back (the failing item's value object may hold its value, which
         // no commit word names: it stays taken until the next open, as for
-        // a single put).
+        // a single put). A release that fails (damaged state) does not stop
+        // the batch: the items before `done` are written and must still be
+        // fenced and linked.
+        let mut first_err = None;
         for (i, &(key, value)) in batch.iter().enumerate().skip(done) {
             if let Some(l) = new_leaf[i].take() {
-                self.release_leaf(stripe[i], l, key.len())?;
+                if let Err(e) = self.release_leaf(stripe[i], l, key.len()) {
+                    first_err.get_or_insert(e);
+                }
             }
             if let Some(o) = obj[i].take().filter(|_| write_failed != Some(i)) {
-                self.values(stripe[i], value_class(value.len()))
+                let released = self
+                    .values(stripe[i], value_class(value.len()))
                     .lock()
-                    .release(&self.pool, o)?;
+                    .release(&self.pool, o);
+                if let Err(e) = released {
+                    first_err.get_or_insert(e);
+                }
             }
         }
-        if done == 0 {
-            return failed.map_or(Ok(()), |(_, e)| Err(e));
-        }
-        if !self.pool.fault(Fault::HartBatchSkipFence) {
+        if done > 0 && !self.pool.fault(Fault::HartBatchSkipFence) {
             self.pool.fence();
         }
         let keys = self.keys();
-        let mut first_err = None;
         for (i, &(key, _)) in batch.iter().enumerate().take(done) {
             let t = guard_of[i]
                 .and_then(|g| guards[g].as_mut())

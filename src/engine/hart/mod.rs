@@ -261,6 +261,14 @@ struct ValueRef {
     at: u64,
 }
 
+/// How [`Hart::delete_leaf`] failed.
+enum DeleteError {
+    /// Before the commit word was cleared: the leaf still holds its key.
+    Unchanged(Error),
+    /// After: the key is deleted in PM; freeing its value or leaf failed.
+    Deleted(Error),
+}
+
 /// A value an update replaced, and the slot that points to it: freed once
 /// the update is durable.
 #[derive(Debug, Clone, Copy)]
@@ -746,18 +754,31 @@ impl Hart {
     }
 
     /// Algorithm 5, lines 10-14, in the tight order: one fence.
-    fn delete_leaf(&self, st: usize, leaf: u64) -> Result<()> {
-        let c = leaf::commit(&self.pool, leaf)?
-            .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
-        let v = self.slot(leaf, c.active)?;
-        self.pool.store_u64(leaf, 0)?;
+    ///
+    /// `Err(Unchanged(e))` if it failed before the commit word was cleared
+    /// (the leaf still holds its key), `Err(Deleted(e))` if freeing the
+    /// value or the leaf failed after that (the delete is durable; what was
+    /// not given back stays taken until the next open, whose recovery
+    /// frees it).
+    fn delete_leaf(&self, st: usize, leaf: u64) -> std::result::Result<(), DeleteError> {
+        let (c, v) = (|| {
+            let c = leaf::commit(&self.pool, leaf)?
+                .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
+            let v = self.slot(leaf, c.active)?;
+            self.pool.store_u64(leaf, 0)?;
+            Ok((c, v))
+        })()
+        .map_err(DeleteError::Unchanged)?;
         self.pool.persist(leaf, 8);
-        self.drop_value(st, v, leaf::slot_off(leaf, c.active))?;
-        // Algorithm 5 line 12 (paper order): persist the reset value bit.
-        self.persist_value_bit(st, v.p, v.meta.value_len);
-        self.leaves(st, leaf::class_for_key(c.key_len))
-            .lock()
-            .release(&self.pool, leaf)
+        (|| {
+            self.drop_value(st, v, leaf::slot_off(leaf, c.active))?;
+            // Algorithm 5 line 12 (paper order): persist the reset value bit.
+            self.persist_value_bit(st, v.p, v.meta.value_len);
+            self.leaves(st, leaf::class_for_key(c.key_len))
+                .lock()
+                .release(&self.pool, leaf)
+        })()
+        .map_err(DeleteError::Deleted)
     }
 
     /// Recovers a HART from its pool (Algorithm 7) on every core.
@@ -917,16 +938,22 @@ impl Engine for Hart {
         // Out of the ART first: the ART compares keys through the leaf,
         // which reads as keyless once its commit word is cleared.
         t.art.remove(ak, &keys);
-        if let Err(e) = self.delete_leaf(r.stripe, leaf) {
-            t.art.insert(ak, leaf, &keys);
-            return Err(e);
-        }
+        // A failure after the commit word was cleared leaves the key deleted
+        // in PM: the DRAM state follows, and the error is returned after.
+        let freed = match self.delete_leaf(r.stripe, leaf) {
+            Ok(()) => Ok(true),
+            Err(DeleteError::Unchanged(e)) => {
+                t.art.insert(ak, leaf, &keys);
+                return Err(e);
+            }
+            Err(DeleteError::Deleted(e)) => Err(e),
+        };
         self.trees.note_root(hk_bytes, &t.art);
         self.stripes[r.stripe].len.fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
             self.trees.retire(&hk, r, &mut t);
         }
-        Ok(true)
+        freed
     }
 
     /// Ordered scan: hash keys in order from the ordered set, then each ART
@@ -1044,6 +1071,49 @@ impl Engine for Hart {
 mod tests {
     use super::*;
     use crate::pm::counters;
+
+    /// A delete whose value cannot be freed once the leaf's commit word is
+    /// cleared and persisted (a damaged value pointer, not an object of its
+    /// list): the key is deleted in PM, so the ART, the count and `check`
+    /// must say so too, and the error is still returned. Before, the leaf
+    /// went back into the ART uncommitted: `get` failed with "indexed leaf
+    /// is not committed", `len` counted it, and `check` failed.
+    #[test]
+    fn a_delete_that_fails_after_its_commit_stands() {
+        for k_h in [2, 8] {
+            let pool =
+                Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+            let h = Hart::create(Arc::clone(&pool), k_h).unwrap();
+            h.put(b"abcdefgh-object", &[7; 100], PutMode::Upsert)
+                .unwrap();
+            h.put(b"zzzzzzzz-other", b"kept", PutMode::Upsert).unwrap();
+            let (hk, ak) = h.split(b"abcdefgh-object");
+            let leaf = h
+                .trees
+                .find_bytes(hk)
+                .unwrap()
+                .read()
+                .art
+                .probe(ak)
+                .unwrap();
+            let so = leaf::slot_off(leaf, h.live_commit(leaf).unwrap().active);
+            pool.store_u64(so, leaf).unwrap();
+            assert!(h.delete(b"abcdefgh-object").is_err(), "k_h {k_h}");
+            assert_eq!(pool.load_u64(leaf).unwrap(), 0, "k_h {k_h}: durable in PM");
+            let got = h.get_with(b"abcdefgh-object", &mut |_| {});
+            assert!(matches!(got, Ok(false)), "k_h {k_h}: {got:?}");
+            assert_eq!(h.len(), 1, "k_h {k_h}");
+            h.check().unwrap();
+            assert_eq!(
+                h.put(b"abcdefgh-object", b"new", PutMode::Upsert).unwrap(),
+                PutOutcome::Inserted
+            );
+            drop(h);
+            let h = Hart::open(Arc::clone(&pool)).unwrap();
+            assert_eq!(h.len(), 2, "k_h {k_h}: reopened");
+            h.check().unwrap();
+        }
+    }
 
     /// PM lines a `get_with` of `key` reports, and whether it found it.
     fn lines_of_get(h: &Hart, key: &[u8]) -> (bool, u64) {
