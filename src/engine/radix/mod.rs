@@ -471,8 +471,15 @@ impl RadixTree {
         }
         let br = h.branch();
         let end = self.pool.load_u64(ptr + END)?;
-        if end != 0 && !self.scan_rec(end, br, path, b, f)? {
-            return Ok(false);
+        if end != 0 {
+            // Only a leaf ends a key here; a node in an end slot (damage)
+            // would be walked at the same depth again, without end.
+            if nodes::kind(&self.pool, end)? != Kind::Leaf {
+                return Err(Error::corrupt(end, "radix: node in an end slot"));
+            }
+            if !self.scan_rec(end, br, path, b, f)? {
+                return Ok(false);
+            }
         }
         let entries = nodes::entries(&self.pool, ptr, kind)?;
         // From the first child in bounds on, the children's first lines
@@ -841,6 +848,72 @@ mod tests {
         assert!(answers[1].1.as_ref().unwrap().0.is_some());
     }
 
+    /// `put_many` in a pool too full for one item's leaf applies the items
+    /// before it (`Db::put_many`'s contract). Before, a failed reservation
+    /// sent every block of the batch back: none of its items was applied.
+    #[test]
+    fn a_batch_whose_leaf_cannot_be_reserved_applies_the_items_before() {
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let pool =
+                Arc::new(Pool::create_anonymous(8 << 20, "wort", &Default::default()).unwrap());
+            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            let mut i = 0u64;
+            while t.put(&i.to_be_bytes(), b"v", PutMode::Upsert).is_ok() {
+                i += 1;
+            }
+            for j in 0..20u64 {
+                assert!(t.delete(&(j * 7).to_be_bytes()).unwrap());
+            }
+            let (k0, k1, big) = (
+                0u64.to_be_bytes(),
+                u64::MAX.to_be_bytes(),
+                vec![1u8; 20_000],
+            );
+            let e = t
+                .put_many_impl(&[(&k0[..], &b"w"[..]), (&k1[..], &big[..])])
+                .unwrap_err();
+            assert!(matches!(e, Error::PoolFull { .. }), "{flavor:?}: {e}");
+            assert!(t.search().lookup(&k0).unwrap().is_some(), "{flavor:?}");
+            assert!(t.search().lookup(&k1).unwrap().is_none(), "{flavor:?}");
+            t.check().unwrap();
+        }
+    }
+
+    /// A delete whose leaf cannot be released after its commit (damage: the
+    /// slot points into a large leaf's value, where a fake leaf of the key
+    /// lies, not at a block): the delete is durable and the error returned,
+    /// and the key count follows PM. Before, `len` stayed one too high and
+    /// `check` reported the mismatch.
+    #[test]
+    fn a_delete_whose_release_fails_after_its_commit_is_counted() {
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        for (k, v) in [(0x10u8, b"a"), (0x20, b"b"), (0x30, b"c")] {
+            t.put(&[k], v, PutMode::Upsert).unwrap();
+        }
+        // A 200-byte value holding, 64 bytes into its leaf, a leaf of [0x10].
+        let mut v = vec![0u8; 200];
+        let word: u64 = 1 | (1 << 8) | (1u64 << 32);
+        v[55..63].copy_from_slice(&word.to_le_bytes());
+        v[63] = 0x10;
+        v[64] = b'X';
+        t.put(&[0x40], &v, PutMode::Upsert).unwrap();
+        let (big, _) = t.search().lookup(&[0x40]).unwrap().unwrap();
+        let n = pool.load_u64(t.root_slot()).unwrap();
+        pool.store_u64(nodes::w16::slot(n, 1), big + 64).unwrap();
+        assert!(t.search().lookup(&[0x10]).unwrap().is_some());
+        let e = t.delete(&[0x10]).unwrap_err().to_string();
+        assert!(e.contains("no block"), "{e}");
+        assert!(t.search().lookup(&[0x10]).unwrap().is_none(), "durable");
+        let mut scanned = 0;
+        t.scan(Bound::Unbounded, Bound::Unbounded, &mut |_, _| {
+            scanned += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(t.len(), scanned);
+    }
+
     #[test]
     fn a_node_in_an_end_slot_is_an_error_not_an_endless_walk() {
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
@@ -871,6 +944,18 @@ mod tests {
                 .contains("end slot"));
             assert!(answers[1].1.as_ref().unwrap().0.is_some());
             assert!(t.search().lookup(&[1, 5]).unwrap().is_some());
+            // Writes and scans too: before, a put or delete of [1] walked
+            // the cycle for ever (holding the write lock), and a scan
+            // recursed until the stack overflowed.
+            for r in [
+                t.put(&[1], b"z", PutMode::Upsert).map(|_| ()),
+                t.put(&[1], b"z", PutMode::Update).map(|_| ()),
+                t.delete(&[1]).map(|_| ()),
+                t.scan(Bound::Unbounded, Bound::Unbounded, &mut |_, _| true),
+            ] {
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("end slot"), "{flavor:?}: {e}");
+            }
         }
     }
 

@@ -298,15 +298,23 @@ impl RadixTree {
                     }
                 }
             }
+            // The items before a failed reservation have their blocks and
+            // go on; after a failed write, the rest go back. (Before,
+            // every block went back once any reservation had failed, so a
+            // full pool applied none of the batch's items.)
             let mut leaves: Vec<Option<Block>> = Vec::with_capacity(blocks.len());
+            let mut write_failed = false;
             for (i, b) in blocks.into_iter().enumerate() {
-                if failed.is_some() {
+                if write_failed {
                     self.cancel(b)?;
                     continue;
                 }
                 match self.write_leaf(b, batch[i].0, batch[i].1) {
                     Ok(b) => leaves.push(Some(b)),
-                    Err(e) => failed = Some(e),
+                    Err(e) => {
+                        failed = Some(e);
+                        write_failed = true;
+                    }
                 }
             }
             self.pool.fence();
@@ -362,6 +370,10 @@ impl RadixTree {
         let klen = span.len(key);
         let mut slot = self.root_slot();
         let mut d = 0;
+        // After a step into an end slot only a leaf is accepted, as in the
+        // search (`Search::step`): a damaged end slot that points at a node
+        // (its own, say) would otherwise be walked forever.
+        let mut at_end = false;
         loop {
             let p = self.pool.load_u64(slot)?;
             if p == 0 {
@@ -399,6 +411,9 @@ impl RadixTree {
                 self.expand_leaf(slot, p, lkey, key, l, d)?;
                 return Ok(PutOutcome::Inserted);
             }
+            if at_end {
+                return Err(Error::corrupt(p, "radix: node in an end slot"));
+            }
             // As in `lookup_in`: a node at its own depth without a path
             // takes the branch, so the next slot's address does not wait
             // for the header's decoding.
@@ -421,6 +436,7 @@ impl RadixTree {
             };
             if klen == b {
                 slot = p + END;
+                at_end = true;
                 continue;
             }
             let u = span.unit(key, b);
@@ -648,6 +664,8 @@ impl RadixTree {
         let mut d = 0;
         // (slot of the node, node, kind, child unit or None for `end`, depth)
         let mut parent: Option<(u64, u64, Kind, Option<u8>, usize)> = None;
+        // As in `put_walk`: only a leaf after a step into an end slot.
+        let mut at_end = false;
         loop {
             let p = self.pool.load_u64(slot)?;
             if p == 0 {
@@ -661,6 +679,9 @@ impl RadixTree {
                 }
                 break;
             }
+            if at_end {
+                return Err(Error::corrupt(p, "radix: node in an end slot"));
+            }
             let h = Header::decode(w);
             let b = h.branch();
             if klen < b {
@@ -669,6 +690,7 @@ impl RadixTree {
             if klen == b {
                 parent = Some((slot, p, kind, None, d));
                 slot = p + END;
+                at_end = true;
                 continue;
             }
             let u = span.unit(key, b);
@@ -685,8 +707,9 @@ impl RadixTree {
             // The root is the leaf. Persist order: retract (commit: root =
             // null); the leaf is released.
             let old = self.retract(slot, 0)?;
-            self.release(old)?;
+            // Counted at the commit: a failing release (damage) comes after.
             self.count -= 1;
+            self.release(old)?;
             return Ok(true);
         };
         let leaf = self.pool.load_u64(slot)?;
@@ -707,13 +730,13 @@ impl RadixTree {
                 rest.first().map_or(0, |c| c.1)
             };
             self.merge(nslot, n, q, nd)?;
-            self.release(leaf)?;
             self.count -= 1;
+            self.release(leaf)?;
             return Ok(true);
         }
         let in_place = self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
-        self.release(leaf)?;
         self.count -= 1;
+        self.release(leaf)?;
         if in_place && self.flavor != Flavor::Wort {
             if let Some(to) = nkind.shrunk(rest.len()) {
                 // Persist order: as `resize`. In a full pool the node keeps
