@@ -1072,6 +1072,14 @@ mod tests {
     use super::*;
     use crate::pm::counters;
 
+    /// The PM leaf that holds `key` (present).
+    fn leaf_of(h: &Hart, key: &[u8]) -> u64 {
+        let (hk, ak) = h.split(key);
+        let tree = h.trees.find_bytes(hk).expect("the key's ART");
+        let leaf = tree.read().art.probe(ak).expect("the key's leaf");
+        leaf
+    }
+
     /// A delete whose value cannot be freed once the leaf's commit word is
     /// cleared and persisted (a damaged value pointer, not an object of its
     /// list): the key is deleted in PM, so the ART, the count and `check`
@@ -1087,15 +1095,7 @@ mod tests {
             h.put(b"abcdefgh-object", &[7; 100], PutMode::Upsert)
                 .unwrap();
             h.put(b"zzzzzzzz-other", b"kept", PutMode::Upsert).unwrap();
-            let (hk, ak) = h.split(b"abcdefgh-object");
-            let leaf = h
-                .trees
-                .find_bytes(hk)
-                .unwrap()
-                .read()
-                .art
-                .probe(ak)
-                .unwrap();
+            let leaf = leaf_of(&h, b"abcdefgh-object");
             let so = leaf::slot_off(leaf, h.live_commit(leaf).unwrap().active);
             pool.store_u64(so, leaf).unwrap();
             assert!(h.delete(b"abcdefgh-object").is_err(), "k_h {k_h}");
@@ -1209,15 +1209,7 @@ mod tests {
         let h = Hart::create(Arc::clone(&pool), 2).unwrap();
         h.put(b"ab-object", &[7; 100], PutMode::Upsert).unwrap();
         h.put(b"ab-other", b"kept", PutMode::Upsert).unwrap();
-        let (hk, ak) = h.split(b"ab-object");
-        let leaf = h
-            .trees
-            .find_bytes(hk)
-            .unwrap()
-            .read()
-            .art
-            .probe(ak)
-            .unwrap();
+        let leaf = leaf_of(&h, b"ab-object");
         let meta_at = leaf::slot_off(leaf, h.live_commit(leaf).unwrap().active) + 8;
         let mut meta = Meta::decode(pool.load_u64(meta_at).unwrap()).unwrap();
         assert!(!meta.large && !meta.inline());
