@@ -12,6 +12,12 @@
 //! 1 MiB. When `put`, `insert`, `update` or `delete` returns, the change is
 //! durable (on an ordinary file: it survives a killed process; on real PM
 //! mapped with `MAP_SYNC`: it survives power loss).
+//!
+//! An error from a change means it was not made, with one exception: in a
+//! damaged pool ([`Error::Corrupt`]), a change can commit and then fail to
+//! give back a block it unlinked. It then stands (and [`Db::len`] counts
+//! it), the error is returned, and the next open's recovery frees what
+//! was not given back.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;

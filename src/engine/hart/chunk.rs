@@ -336,6 +336,11 @@ impl ChunkList {
 
     /// EPRecycle (Algorithm 6): unlink and free an empty chunk in one
     /// failure-atomic allocator step.
+    ///
+    /// The allocator frees whatever block the slot holds, so the slot must
+    /// hold `c`: in a damaged list (a `PNext` or the head rewritten) it
+    /// would free another chunk, with live objects in it. That is an error,
+    /// and the chunk stays, empty, until the next open recycles it.
     fn recycle(&mut self, pool: &Pool, c: u64) -> Result<()> {
         let id = self.index[&c];
         let st = self.slab[id as usize];
@@ -344,6 +349,12 @@ impl ChunkList {
         } else {
             st.prev + 8
         };
+        if pool.load_u64(slot)? != c {
+            return Err(Error::corrupt(
+                slot,
+                "hart: chunk list slot does not hold the chunk to recycle",
+            ));
+        }
         pool.free_and_store(slot, st.next)?;
         if st.prev == 0 {
             self.head = st.next;
@@ -410,6 +421,40 @@ mod tests {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// EPRecycle frees the block that the slot before the chunk holds. In
+    /// a damaged list where that slot holds the next chunk instead, the
+    /// next chunk, with live objects, was freed. Now the recycle refuses
+    /// and nothing is freed.
+    #[test]
+    fn a_chunk_that_its_list_slot_does_not_hold_is_not_recycled() {
+        let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
+        let head_slot = pool.root_slot(0).unwrap();
+        let mut list = ChunkList::new(64, head_slot, 40);
+        let objs: Vec<u64> = (0..2 * OBJECTS + 1)
+            .map(|_| list.alloc(&pool).unwrap())
+            .collect();
+        let chunk = |o: u64| list.locate(o).unwrap().0;
+        let (old, mid) = (chunk(objs[0]), chunk(objs[OBJECTS as usize]));
+        // Damage: the slot that holds the middle chunk skips it.
+        let mut slot = head_slot;
+        while pool.load_u64(slot).unwrap() != mid {
+            slot = pool.load_u64(slot).unwrap() + 8;
+        }
+        pool.store_u64(slot, old).unwrap();
+        let mid_objs: Vec<u64> = objs.iter().copied().filter(|&o| chunk(o) == mid).collect();
+        let (last, rest) = mid_objs.split_last().unwrap();
+        for &o in rest {
+            list.release(&pool, o).unwrap();
+        }
+        let r = list.release(&pool, *last);
+        assert!(
+            pool.block_size(old).is_ok(),
+            "the live chunk is still allocated"
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("does not hold"), "{e}");
     }
 
     /// Random allocations and releases against a model: every object

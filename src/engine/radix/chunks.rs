@@ -487,25 +487,41 @@ impl Chunks {
 
     /// Unlinks chunk `start` (none of whose blocks is in use) and frees it.
     /// Persist order: `free_and_store(previous next slot, next)`.
+    ///
+    /// The slot must hold `start`: the substrate frees whatever block the
+    /// slot holds, so in a damaged list (a `next` or the head rewritten)
+    /// it would free another, live chunk. Such a list is an error, and the
+    /// chunk stays in the DRAM map, as it does when the substrate's step
+    /// fails; the DRAM map forgets it only once PM has.
     fn unlink(&mut self, pool: &Pool, start: u64) -> Result<()> {
-        let c = self.index.remove(&start).expect("chunk to unlink exists");
-        let ch = self.slab[c]
-            .take()
-            .expect("an indexed chunk is in the slab");
-        self.vacant.push(c);
-        if ch.class != LARGE {
-            self.partial[usize::from(ch.class - MIN_CLASS)].remove(&(start, c));
-        }
-        let next = pool.load_u64(start + NEXT)?;
-        let slot = if ch.prev == 0 {
+        let c = *self
+            .index
+            .get(&start)
+            .ok_or_else(|| Error::corrupt(start, "radix: unlink of no chunk"))?;
+        let prev = self.chunk_mut(c).prev;
+        let slot = if prev == 0 {
             self.head_slot
         } else {
-            ch.prev + NEXT
+            prev + NEXT
         };
+        if pool.load_u64(slot)? != start {
+            return Err(Error::corrupt(
+                slot,
+                "radix: chunk list slot does not hold the chunk to unlink",
+            ));
+        }
+        let next = pool.load_u64(start + NEXT)?;
         super::count_step();
         pool.free_and_store(slot, next)?;
+        self.index.remove(&start);
+        if let Some(ch) = self.slab[c].take() {
+            self.vacant.push(c);
+            if ch.class != LARGE {
+                self.partial[usize::from(ch.class - MIN_CLASS)].remove(&(start, c));
+            }
+        }
         if let Some(&n) = self.index.get(&next) {
-            self.chunk_mut(n).prev = ch.prev;
+            self.chunk_mut(n).prev = prev;
         }
         Ok(())
     }

@@ -160,6 +160,10 @@ pub struct RadixTree {
     heap: Mutex<Chunks>,
     /// The state of a batch of puts ([`RadixTree::put_many_impl`]).
     batch: Batch,
+    /// The first error of a block that a durable commit unlinked and that
+    /// could not be given back ([`RadixTree::release_unlinked`]); the
+    /// operation returns it once its DRAM state follows the commit.
+    late: Mutex<Option<Error>>,
 }
 
 /// A batch of puts in progress (`put_many`, docs/design.md §11, "Batched
@@ -238,6 +242,7 @@ impl RadixTree {
             count: 0,
             heap: Mutex::new(heap),
             batch: Batch::default(),
+            late: Mutex::new(None),
         })
     }
 
@@ -271,6 +276,28 @@ impl RadixTree {
             return Ok(());
         }
         self.heap.lock().release(&self.pool, off)
+    }
+
+    /// [`RadixTree::release`] of a block that a commit unlinked: the change
+    /// stands whatever happens here, so a failure (only in a damaged pool:
+    /// the pointer was not a block's) must not end the operation before
+    /// its key count and the rest of its work follow the commit. It is kept
+    /// instead, and the operation returns it at its end
+    /// ([`RadixTree::late_error`]). The block stays taken in DRAM until the
+    /// next open, whose recovery frees what the tree does not reach.
+    fn release_unlinked(&self, off: u64) {
+        if let Err(e) = self.release(off) {
+            self.late.lock().get_or_insert(e);
+        }
+    }
+
+    /// `r`, or the error kept by [`RadixTree::release_unlinked`] during the
+    /// operation that gave `r` (which then did change the tree).
+    fn late_error<T>(&mut self, r: Result<T>) -> Result<T> {
+        match self.late.get_mut().take() {
+            Some(e) if r.is_ok() => Err(e),
+            _ => r,
+        }
     }
 
     /// Releases the blocks a batch held back; the caller has fenced since
@@ -912,6 +939,116 @@ mod tests {
         })
         .unwrap();
         assert_eq!(t.len(), scanned);
+    }
+
+    /// A copy of node `n`'s block, 128 bytes into the value of a new large
+    /// leaf of key `[0x40]` (the leaf's value starts 9 bytes in): a node
+    /// that is not a block, for the damage tests below. Returns its offset.
+    fn fake_node(t: &mut RadixTree, n: u64) -> u64 {
+        let size = t.block_size(n).unwrap();
+        let mut v = vec![0u8; 119];
+        for w in 0..size / 8 {
+            v.extend_from_slice(&t.pool.load_u64(n + 8 * w).unwrap().to_le_bytes());
+        }
+        t.put(&[0x40], &v, PutMode::Upsert).unwrap();
+        let (big, _) = t.search().lookup(&[0x40]).unwrap().unwrap();
+        big + 128
+    }
+
+    /// A delete that leaves a node with one child merges it away; if the
+    /// node cannot be released after that commit (damage: the root slot
+    /// points at a copy of the node inside a value, not at a block), the
+    /// delete is durable, its error returned, and the key count follows
+    /// PM. Before, `merge` returned the error before the count changed.
+    #[test]
+    fn a_delete_whose_merge_cannot_release_the_node_is_counted() {
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let pool =
+                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            t.put(&[0x10], b"a", PutMode::Upsert).unwrap();
+            t.put(&[0x20], b"b", PutMode::Upsert).unwrap();
+            let n = pool.load_u64(t.root_slot()).unwrap();
+            assert_ne!(nodes::kind(&pool, n).unwrap(), Kind::Leaf);
+            let fake = fake_node(&mut t, n);
+            pool.store_u64(t.root_slot(), fake).unwrap();
+            assert!(t.search().lookup(&[0x10]).unwrap().is_some());
+            let before = t.len();
+            let e = t.delete(&[0x10]).unwrap_err().to_string();
+            assert!(e.contains("no block"), "{flavor:?}: {e}");
+            assert!(t.search().lookup(&[0x10]).unwrap().is_none(), "{flavor:?}");
+            assert!(t.search().lookup(&[0x20]).unwrap().is_some(), "{flavor:?}");
+            assert_eq!(t.len(), before - 1, "{flavor:?}");
+        }
+    }
+
+    /// An insert that grows (WOART) or copies (ART+CoW) a full NODE4
+    /// releases the old node after its commit; if that fails (the node is
+    /// a copy inside a value), the insert is durable and counted, and the
+    /// error returned. Before, `len` missed the key.
+    #[test]
+    fn an_insert_whose_old_node_cannot_be_released_is_counted() {
+        for flavor in [Flavor::Woart, Flavor::ArtCow] {
+            let pool =
+                Arc::new(Pool::create_anonymous(16 << 20, "woart", &Default::default()).unwrap());
+            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            for k in [0x10u8, 0x20, 0x30, 0x50] {
+                t.put(&[k], b"a", PutMode::Upsert).unwrap();
+            }
+            let n = pool.load_u64(t.root_slot()).unwrap();
+            assert_eq!(nodes::kind(&pool, n).unwrap(), Kind::N4, "{flavor:?}");
+            let fake = fake_node(&mut t, n);
+            pool.store_u64(t.root_slot(), fake).unwrap();
+            let before = t.len();
+            let e = t
+                .put(&[0x60], b"z", PutMode::Upsert)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("no block"), "{flavor:?}: {e}");
+            assert!(t.search().lookup(&[0x60]).unwrap().is_some(), "{flavor:?}");
+            assert_eq!(t.len(), before + 1, "{flavor:?}");
+        }
+    }
+
+    /// A large leaf's chunk is unlinked from the chunk list when the leaf
+    /// is released, by the substrate's `free_and_store` on the slot before
+    /// it, which frees whatever that slot holds. In a damaged list whose
+    /// slot holds another chunk, that was a live chunk: freed, with a key's
+    /// leaf in it. Now the unlink refuses, and nothing is freed.
+    #[test]
+    fn a_chunk_that_its_list_slot_does_not_hold_is_not_unlinked() {
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        let (v1, v2) = (vec![1u8; 40 << 10], vec![2u8; 40 << 10]);
+        t.put(&[1], &v1, PutMode::Upsert).unwrap();
+        t.put(&[2], &v2, PutMode::Upsert).unwrap();
+        // A large leaf is its chunk's one block, at `FIRST`.
+        let chunk =
+            |t: &RadixTree, k: u8| t.search().lookup(&[k]).unwrap().unwrap().0 - chunks::FIRST;
+        let (a, b) = (chunk(&t, 1), chunk(&t, 2));
+        // Damage: the slot that holds `b` skips it.
+        let mut slot = t.sb + superblock::CHUNKS;
+        while pool.load_u64(slot).unwrap() != b {
+            slot = pool.load_u64(slot).unwrap() + chunks::NEXT;
+        }
+        pool.store_u64(slot, pool.load_u64(b + chunks::NEXT).unwrap())
+            .unwrap();
+        assert_eq!(pool.load_u64(slot).unwrap(), a, "b's next is a");
+        let r = t.delete(&[2]);
+        assert!(
+            pool.block_size(a).is_ok(),
+            "the live chunk is still allocated"
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("does not hold"), "{e}");
+        assert!(
+            t.search().lookup(&[2]).unwrap().is_none(),
+            "the delete stands"
+        );
+        assert_eq!(t.len(), 1);
+        let mut got = Vec::new();
+        t.get_with(&[1], &mut |v| got = v.to_vec()).unwrap();
+        assert_eq!(got, v1);
     }
 
     #[test]

@@ -211,11 +211,12 @@ impl RadixTree {
         }
     }
 
-    /// [`RadixTree::publish_new`], then releases what `slot` held.
+    /// [`RadixTree::publish_new`], then releases what `slot` held (after
+    /// the commit: [`RadixTree::release_unlinked`]).
     fn publish_block(&self, slot: u64, top: Block, inner: &[u64]) -> Result<()> {
         let old = self.publish_new(slot, top, inner)?;
         if old != 0 {
-            self.release(old)?;
+            self.release_unlinked(old);
         }
         Ok(())
     }
@@ -244,6 +245,7 @@ impl RadixTree {
         if let Ok(PutOutcome::Inserted) = r {
             self.count += 1;
         }
+        let r = self.late_error(r);
         match pre {
             Some(l) => {
                 let c = self.cancel(l);
@@ -277,6 +279,11 @@ impl RadixTree {
     /// after the items before the failing one, which are fenced and
     /// counted; the failing item and the later ones change nothing.
     pub(super) fn put_many_impl(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let r = self.put_batches(items);
+        self.late_error(r)
+    }
+
+    fn put_batches(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
         for batch in items.chunks(crate::engine::BATCH) {
             let keys: Vec<&[u8]> = batch.iter().map(|(k, _)| *k).collect();
             self.search().lookup_many(&keys, |_, _| {});
@@ -304,9 +311,13 @@ impl RadixTree {
             // full pool applied none of the batch's items.)
             let mut leaves: Vec<Option<Block>> = Vec::with_capacity(blocks.len());
             let mut write_failed = false;
+            // A block that cannot be given back (a damaged DRAM map) does
+            // not stop the others from going back; the first error is
+            // returned once the batch is done.
+            let mut cancelled = Ok(());
             for (i, b) in blocks.into_iter().enumerate() {
                 if write_failed {
-                    self.cancel(b)?;
+                    cancelled = cancelled.and(self.cancel(b));
                     continue;
                 }
                 match self.write_leaf(b, batch[i].0, batch[i].1) {
@@ -337,10 +348,11 @@ impl RadixTree {
             let released = self.release_deferred();
             // Leaves not published (the items after a failure) go back.
             for l in leaves.into_iter().flatten() {
-                self.cancel(l)?;
+                cancelled = cancelled.and(self.cancel(l));
             }
             walked?;
             released?;
+            cancelled?;
             if let Some(e) = failed {
                 return Err(e);
             }
@@ -657,7 +669,15 @@ impl RadixTree {
         self.publish_block(slot, copy, &[])
     }
 
+    /// Deletes `key`; whether it was there. A block that the delete's
+    /// commit unlinked and that cannot be given back (damage) fails the
+    /// call after the delete is done and counted.
     pub(super) fn delete_impl(&mut self, key: &[u8]) -> Result<bool> {
+        let r = self.delete_walk(key);
+        self.late_error(r)
+    }
+
+    fn delete_walk(&mut self, key: &[u8]) -> Result<bool> {
         let span = self.span;
         let klen = span.len(key);
         let mut slot = self.root_slot();
@@ -709,7 +729,7 @@ impl RadixTree {
             let old = self.retract(slot, 0)?;
             // Counted at the commit: a failing release (damage) comes after.
             self.count -= 1;
-            self.release(old)?;
+            self.release_unlinked(old);
             return Ok(true);
         };
         let leaf = self.pool.load_u64(slot)?;
@@ -731,12 +751,12 @@ impl RadixTree {
             };
             self.merge(nslot, n, q, nd)?;
             self.count -= 1;
-            self.release(leaf)?;
+            self.release_unlinked(leaf);
             return Ok(true);
         }
         let in_place = self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
         self.count -= 1;
-        self.release(leaf)?;
+        self.release_unlinked(leaf);
         if in_place && self.flavor != Flavor::Wort {
             if let Some(to) = nkind.shrunk(rest.len()) {
                 // Persist order: as `resize`. In a full pool the node keeps
@@ -819,7 +839,8 @@ impl RadixTree {
         };
         if qkind == Kind::Leaf {
             self.retract(nslot, q)?;
-            return self.release(n);
+            self.release_unlinked(n);
+            return Ok(());
         }
         let ch = Header::decode(self.pool.load_u64(q)?);
         let lk = leaf::key_vec(&self.pool, self.any_leaf(q)?)?;
@@ -841,8 +862,9 @@ impl RadixTree {
             match self.new_node(qkind, &merged, cend, &cch) {
                 Ok(copy) => {
                     self.publish_new(nslot, copy, &[])?;
-                    self.release(n)?;
-                    return self.release(q);
+                    self.release_unlinked(n);
+                    self.release_unlinked(q);
+                    return Ok(());
                 }
                 Err(Error::PoolFull { .. }) => {}
                 Err(e) => return Err(e),
@@ -851,6 +873,7 @@ impl RadixTree {
         self.pool.store_u64(q, merged.encode())?;
         self.pool.flush(q, 8);
         self.publish(nslot, q)?;
-        self.release(n)
+        self.release_unlinked(n);
+        Ok(())
     }
 }
