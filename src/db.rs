@@ -16,8 +16,9 @@
 //! An error from a change means it was not made, with one exception: in a
 //! damaged pool ([`Error::Corrupt`]), a change can commit and then fail to
 //! give back a block it unlinked. It then stands (and [`Db::len`] counts
-//! it), the error is returned, and the next open's recovery frees what
-//! was not given back.
+//! it) and the error is returned; what was not given back stays allocated,
+//! and the next open frees it where the pool's lists still reach it (where
+//! they do not, `check` reports it as a leak).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
@@ -259,7 +260,8 @@ impl Db {
     /// it returns. Every item is checked before any is written, so a bad
     /// key or value fails the call with nothing changed. Not atomic as a
     /// whole: on any other error (a full pool) the items before the one
-    /// that failed are applied and durable and the rest are not, and after
+    /// that failed are applied and durable and the rest are not (in a
+    /// damaged pool, see the module doc, all may be applied), and after
     /// a crash during the call each key holds either its value from before
     /// the call or one the call gave it. On `hart`, up to 32 items at a time
     /// share one fence and their searches overlap (docs/design.md §7,

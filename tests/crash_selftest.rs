@@ -83,6 +83,11 @@ fn woart_node4_commit_before_child_is_caught() {
 }
 
 #[test]
+fn woart_node16_bitmap_before_its_entry_is_caught() {
+    must_catch(Fault::WoartNode16BitmapFirst, "woart");
+}
+
+#[test]
 fn art_cow_missing_copy_flush_is_caught() {
     must_catch(Fault::ArtCowSkipCopyFlush, "art-cow");
 }

@@ -52,6 +52,10 @@ pub enum Fault {
     /// woart: a NODE4 insert stores its commit word before activating the
     /// child into the pointer it names (Algorithm 3 in the wrong order).
     WoartNode4CommitFirst,
+    /// woart: a NODE16 insert whose pointer is in the bitmap's line stores
+    /// the bitmap before the key and the pointer (the same-line order that
+    /// lets it skip their flush and its fence, reversed).
+    WoartNode16BitmapFirst,
     /// art-cow: a copy-on-write copy is not flushed before it is swapped
     /// into its parent.
     ArtCowSkipCopyFlush,
@@ -75,6 +79,7 @@ impl Fault {
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
+        Fault::WoartNode16BitmapFirst,
         Fault::ArtCowSkipCopyFlush,
         Fault::RadixBatchReleaseEarly,
     ];
@@ -93,6 +98,7 @@ impl Fault {
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
+            Fault::WoartNode16BitmapFirst => "woart-node16-bitmap-first",
             Fault::ArtCowSkipCopyFlush => "art-cow-skip-copy-flush",
             Fault::RadixBatchReleaseEarly => "radix-batch-release-early",
         }
@@ -109,7 +115,7 @@ impl Fault {
                 Some("hart")
             }
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
-            Fault::WoartNode4CommitFirst => Some("woart"),
+            Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush | Fault::RadixBatchReleaseEarly => Some("art-cow"),
         }
     }

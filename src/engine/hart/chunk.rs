@@ -339,8 +339,10 @@ impl ChunkList {
     ///
     /// The allocator frees whatever block the slot holds, so the slot must
     /// hold `c`: in a damaged list (a `PNext` or the head rewritten) it
-    /// would free another chunk, with live objects in it. That is an error,
-    /// and the chunk stays, empty, until the next open recycles it.
+    /// would free another chunk, with live objects in it. And its `PNext`
+    /// must be the chunk that follows in DRAM. Otherwise it is an error,
+    /// and the chunk stays allocated, empty (the next open recycles it if
+    /// the list still reaches it; else `check` reports it as a leak).
     fn recycle(&mut self, pool: &Pool, c: u64) -> Result<()> {
         let id = self.index[&c];
         let st = self.slab[id as usize];
@@ -353,6 +355,12 @@ impl ChunkList {
             return Err(Error::corrupt(
                 slot,
                 "hart: chunk list slot does not hold the chunk to recycle",
+            ));
+        }
+        if pool.load_u64(c + 8)? != st.next {
+            return Err(Error::corrupt(
+                c + 8,
+                "hart: chunk's PNext is not the chunk that follows",
             ));
         }
         pool.free_and_store(slot, st.next)?;

@@ -490,8 +490,9 @@ impl Chunks {
     ///
     /// The slot must hold `start`: the substrate frees whatever block the
     /// slot holds, so in a damaged list (a `next` or the head rewritten)
-    /// it would free another, live chunk. Such a list is an error, and the
-    /// chunk stays in the DRAM map, as it does when the substrate's step
+    /// it would free another, live chunk; and `next` must be the chunk that
+    /// follows in the DRAM map. Such a list is an error, and the chunk
+    /// stays in the DRAM map (empty), as it does when the substrate's step
     /// fails; the DRAM map forgets it only once PM has.
     fn unlink(&mut self, pool: &Pool, start: u64) -> Result<()> {
         let c = *self
@@ -511,6 +512,14 @@ impl Chunks {
             ));
         }
         let next = pool.load_u64(start + NEXT)?;
+        // The successor must be a chunk that this one precedes, or none:
+        // a damaged `next` would splice a stranger into the list.
+        if next != 0 && self.index.get(&next).map(|&n| self.chunk(n).prev) != Some(start) {
+            return Err(Error::corrupt(
+                start + NEXT,
+                "radix: chunk list's next is not the chunk that follows",
+            ));
+        }
         super::count_step();
         pool.free_and_store(slot, next)?;
         self.index.remove(&start);

@@ -268,8 +268,9 @@ impl RadixTree {
             if n == DEFERRED {
                 // Full: make the unlinking commits durable now.
                 self.pool.fence();
-                self.release_deferred()?;
-                return self.release(off);
+                let r = self.release_deferred();
+                self.release(off)?;
+                return r;
             }
             self.batch.deferred[n].store(off, Ordering::Relaxed);
             self.batch.deferred_len.store(n + 1, Ordering::Relaxed);
@@ -283,8 +284,9 @@ impl RadixTree {
     /// the pointer was not a block's) must not end the operation before
     /// its key count and the rest of its work follow the commit. It is kept
     /// instead, and the operation returns it at its end
-    /// ([`RadixTree::late_error`]). The block stays taken in DRAM until the
-    /// next open, whose recovery frees what the tree does not reach.
+    /// ([`RadixTree::late_error`]). What was not given back is not handed
+    /// out again in this process; the next open's recovery frees it if it
+    /// is a block the tree no longer reaches.
     fn release_unlinked(&self, off: u64) {
         if let Err(e) = self.release(off) {
             self.late.lock().get_or_insert(e);
@@ -939,6 +941,41 @@ mod tests {
         })
         .unwrap();
         assert_eq!(t.len(), scanned);
+    }
+
+    /// A batch of puts whose replaced leaf cannot be given back at the
+    /// batch's end (damage: the slot points at a fake leaf inside a value):
+    /// every item of the call is applied, the later batches too, and the
+    /// error comes at the end. Before, the call returned after the first
+    /// batch of 32, with the rest of the items not applied.
+    #[test]
+    fn a_batch_whose_replaced_leaf_cannot_be_released_applies_every_item() {
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        for (k, v) in [(0x10u8, b"a"), (0x20, b"b"), (0x30, b"c")] {
+            t.put(&[k], v, PutMode::Upsert).unwrap();
+        }
+        // As in `a_delete_whose_release_fails_after_its_commit_is_counted`.
+        let mut v = vec![0u8; 200];
+        let word: u64 = 1 | (1 << 8) | (1u64 << 32);
+        v[55..63].copy_from_slice(&word.to_le_bytes());
+        v[63] = 0x10;
+        v[64] = b'X';
+        t.put(&[0x40], &v, PutMode::Upsert).unwrap();
+        let (big, _) = t.search().lookup(&[0x40]).unwrap().unwrap();
+        let n = pool.load_u64(t.root_slot()).unwrap();
+        pool.store_u64(nodes::w16::slot(n, 1), big + 64).unwrap();
+        let mut keys: Vec<Vec<u8>> = vec![vec![0x10]];
+        keys.extend((0..40u8).map(|i| vec![0x50, i]));
+        let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"new"[..])).collect();
+        let e = t.put_many_impl(&items).unwrap_err().to_string();
+        assert!(e.contains("no block"), "{e}");
+        for k in &keys {
+            let mut got = Vec::new();
+            t.get_with(k, &mut |v| got = v.to_vec()).unwrap();
+            assert_eq!(got, b"new", "{k:?}");
+        }
+        assert_eq!(t.len(), 44);
     }
 
     /// A copy of node `n`'s block, 128 bytes into the value of a new large

@@ -277,7 +277,10 @@ impl RadixTree {
     /// leaves each key old or with a value the call gave it. A key given
     /// twice is two puts in a row. An error (a full pool) ends the batch
     /// after the items before the failing one, which are fenced and
-    /// counted; the failing item and the later ones change nothing.
+    /// counted; the failing item and the later ones change nothing. The
+    /// exception is a block that a commit unlinked and that cannot be given
+    /// back (only in a damaged pool): every item is applied, and that
+    /// error is returned at the end.
     pub(super) fn put_many_impl(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
         let r = self.put_batches(items);
         self.late_error(r)
@@ -351,7 +354,12 @@ impl RadixTree {
                 cancelled = cancelled.and(self.cancel(l));
             }
             walked?;
-            released?;
+            // A block a commit unlinked that cannot be given back (damage)
+            // does not undo or end anything: the batch's items stand, and
+            // the later batches run (as `release_unlinked` outside a batch).
+            if let Err(e) = released {
+                self.late.get_mut().get_or_insert(e);
+            }
             cancelled?;
             if let Some(e) = failed {
                 return Err(e);
@@ -620,7 +628,14 @@ impl RadixTree {
                             self.pool.fault(Fault::WoartNode4CommitFirst),
                             fencing,
                         ),
-                        Kind::N16 => n16::add(&self.pool, p, u, c, fencing),
+                        Kind::N16 => n16::add(
+                            &self.pool,
+                            p,
+                            u,
+                            c,
+                            self.pool.fault(Fault::WoartNode16BitmapFirst),
+                            fencing,
+                        ),
                         _ => n48::add(&self.pool, p, u, c, fencing),
                     };
                     // Each of them fenced after its pointer's flush.

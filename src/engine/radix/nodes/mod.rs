@@ -26,8 +26,9 @@
 /// one put at a time fences before its first store (the child leaf
 /// durable) and after its commit; a batch of puts (`put_many`) leaves the
 /// first out when the child is durable already and the last to the batch's
-/// end. The fence between NODE16's or NODE48's pointer and its commit word
-/// (they are in different lines) is always there.
+/// end. The fence between NODE48's pointer and its commit word (they are
+/// in different lines) is always there, and NODE16's when its pointer is
+/// not in the bitmap's line ([`n16::add`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Fencing {
     /// Everything the insert publishes was made durable by an earlier fence.
@@ -331,7 +332,7 @@ mod tests {
                         n4::add(&pool, node, u, 0x1000 + n as u64, false, Fencing::SINGLE).unwrap()
                     }
                     Kind::N16 => {
-                        n16::add(&pool, node, u, 0x1000 + n as u64, Fencing::SINGLE).unwrap()
+                        n16::add(&pool, node, u, 0x1000 + n as u64, false, Fencing::SINGLE).unwrap()
                     }
                     _ => n48::add(&pool, node, u, 0x1000 + n as u64, Fencing::SINGLE).unwrap(),
                 }

@@ -13,16 +13,25 @@
 //! # Persist order
 //! - **add** (Algorithm 4): the child written and flushed by the caller;
 //!   take the first clear bit `i`; store the 8-byte word holding `keys[i]`
-//!   and the child into `ptr[i]`, flush both; **fence** (child, key and
-//!   pointer durable); store `bitmap | 1 << i`, flush, **fence** (commit).
-//!   2 fences. A crash before the commit leaves `ptr[i]` unlisted (an
-//!   orphan pointer, cleared at open).
+//!   and the child into `ptr[i]`; if `ptr[i]` is not in the bitmap's line,
+//!   flush its line; **fence** (child and pointer durable); store
+//!   `bitmap | 1 << i`, flush the bitmap's line, **fence** (commit). The
+//!   keys and the bitmap share the node's first line (and `ptr[0..3]` do
+//!   too), and the bitmap is stored last: a durable bitmap implies durable
+//!   keys (same-line order, as NODE4's commit word and `hart`'s leaves rely
+//!   on), so the paper's separate flush of the key is not needed, and for
+//!   `i < 3` neither is the pointer's. 2 fences and 1 line (`i < 3`) or 2
+//!   lines; in a batch whose child is durable already and `i < 3`, no
+//!   fence of its own. Before (2026-11-24) the key's line was flushed
+//!   before the fence and again with the bitmap: one line more per add.
+//!   A crash before the commit leaves `ptr[i]` unlisted (an orphan
+//!   pointer, cleared at open).
 //! - **remove**: store `bitmap & !(1 << i)`, flush, **fence** (commit); the
 //!   caller then nulls `ptr[i]` (no flush). 1 fence.
 
 use super::{byte, with_byte, Entry, Fencing, BODY};
 use crate::error::{Error, Result};
-use crate::pm::Pool;
+use crate::pm::{Pool, CACHE_LINE};
 
 /// Offset of the bitmap.
 pub const BITMAP: u64 = BODY;
@@ -105,18 +114,43 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 /// Algorithm 4 (see the module's persist order): adds `child` (written
 /// and flushed) for `unit`. The node must not be full and must not list
 /// `unit`.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, fencing: Fencing) -> Result<()> {
+/// Adds `child` under `unit` (see the module's persist order).
+/// `bitmap_first` is the fault `woart-node16-bitmap-first`.
+pub fn add(
+    pool: &Pool,
+    node: u64,
+    unit: u8,
+    child: u64,
+    bitmap_first: bool,
+    fencing: Fencing,
+) -> Result<()> {
     let bitmap = pool.load_u64(node + BITMAP)?;
     let i = (!bitmap & 0xFFFF).trailing_zeros() as usize;
     if i >= 16 {
         return Err(Error::corrupt(node, "radix: add to a full NODE16"));
     }
     let kw = node + KEYS + 8 * (i as u64 / 8);
+    let ps = ptr_slot(node, i);
+    let line = |off: u64| off / CACHE_LINE;
+    // Same-line order needs the key word in the bitmap's line; a node at
+    // an offset where it is not (none the allocator hands out: blocks
+    // are line-aligned) flushes it as a line of its own.
+    let key_apart = line(kw) != line(node + BITMAP);
+    let ptr_apart = line(ps) != line(node + BITMAP);
+    if bitmap_first && !ptr_apart && !key_apart {
+        pool.store_u64(node + BITMAP, bitmap | 1 << i)?;
+    }
     pool.store_u64(kw, with_byte(pool.load_u64(kw)?, i % 8, unit))?;
-    pool.store_u64(ptr_slot(node, i), child)?;
-    pool.flush(kw, 8);
-    pool.flush(ptr_slot(node, i), 8);
-    pool.fence(); // child, key and pointer durable
+    pool.store_u64(ps, child)?;
+    if key_apart {
+        pool.flush(kw, 8);
+    }
+    if ptr_apart {
+        pool.flush(ps, 8);
+    }
+    if ptr_apart || key_apart || !fencing.child_durable {
+        pool.fence(); // child (and key and pointer, if apart) durable
+    }
     pool.store_u64(node + BITMAP, bitmap | 1 << i)?; // commit point of the insert
     fencing.commit(pool, node + BITMAP, 8);
     Ok(())
