@@ -997,25 +997,38 @@ mod tests {
     /// points at a copy of the node inside a value, not at a block), the
     /// delete is durable, its error returned, and the key count follows
     /// PM. Before, `merge` returned the error before the count changed.
+    ///
+    /// Both of `merge`'s cases: the child left is a leaf (`retract`), or a
+    /// node (its header merged and published; ART+CoW publishes a copy and
+    /// releases two blocks).
     #[test]
     fn a_delete_whose_merge_cannot_release_the_node_is_counted() {
-        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
-            let pool =
-                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
-            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
-            t.put(&[0x10], b"a", PutMode::Upsert).unwrap();
-            t.put(&[0x20], b"b", PutMode::Upsert).unwrap();
-            let n = pool.load_u64(t.root_slot()).unwrap();
-            assert_ne!(nodes::kind(&pool, n).unwrap(), Kind::Leaf);
-            let fake = fake_node(&mut t, n);
-            pool.store_u64(t.root_slot(), fake).unwrap();
-            assert!(t.search().lookup(&[0x10]).unwrap().is_some());
-            let before = t.len();
-            let e = t.delete(&[0x10]).unwrap_err().to_string();
-            assert!(e.contains("no block"), "{flavor:?}: {e}");
-            assert!(t.search().lookup(&[0x10]).unwrap().is_none(), "{flavor:?}");
-            assert!(t.search().lookup(&[0x20]).unwrap().is_some(), "{flavor:?}");
-            assert_eq!(t.len(), before - 1, "{flavor:?}");
+        let leaf_child: &[&[u8]] = &[&[0x20]];
+        let node_child: &[&[u8]] = &[&[0x20, 1], &[0x20, 2]];
+        for others in [leaf_child, node_child] {
+            for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+                let pool = Arc::new(
+                    Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap(),
+                );
+                let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+                t.put(&[0x10], b"a", PutMode::Upsert).unwrap();
+                for k in others {
+                    t.put(k, b"b", PutMode::Upsert).unwrap();
+                }
+                let n = pool.load_u64(t.root_slot()).unwrap();
+                assert_ne!(nodes::kind(&pool, n).unwrap(), Kind::Leaf);
+                let fake = fake_node(&mut t, n);
+                pool.store_u64(t.root_slot(), fake).unwrap();
+                assert!(t.search().lookup(&[0x10]).unwrap().is_some());
+                let before = t.len();
+                let e = t.delete(&[0x10]).unwrap_err().to_string();
+                assert!(e.contains("no block"), "{flavor:?} {others:?}: {e}");
+                assert!(t.search().lookup(&[0x10]).unwrap().is_none(), "{flavor:?}");
+                for k in others {
+                    assert!(t.search().lookup(k).unwrap().is_some(), "{flavor:?} {k:?}");
+                }
+                assert_eq!(t.len(), before - 1, "{flavor:?} {others:?}");
+            }
         }
     }
 
