@@ -100,5 +100,5 @@ fn radix_batch_release_before_fence_is_caught() {
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 13);
+    assert_eq!(Fault::ALL.len(), 14);
 }
