@@ -908,19 +908,16 @@ mod tests {
         }
     }
 
-    /// A delete whose leaf cannot be released after its commit (damage: the
-    /// slot points into a large leaf's value, where a fake leaf of the key
-    /// lies, not at a block): the delete is durable and the error returned,
-    /// and the key count follows PM. Before, `len` stayed one too high and
-    /// `check` reported the mismatch.
-    #[test]
-    fn a_delete_whose_release_fails_after_its_commit_is_counted() {
+    /// A WORT tree of keys [0x10], [0x20], [0x30] and [0x40], where the
+    /// slot of [0x10] points 64 bytes into the leaf of [0x40], at a leaf of
+    /// [0x10] inside its 200-byte value: a leaf that is not a block
+    /// (damage), which no release accepts.
+    fn wort_with_a_fake_leaf() -> RadixTree {
         let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
         let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
         for (k, v) in [(0x10u8, b"a"), (0x20, b"b"), (0x30, b"c")] {
             t.put(&[k], v, PutMode::Upsert).unwrap();
         }
-        // A 200-byte value holding, 64 bytes into its leaf, a leaf of [0x10].
         let mut v = vec![0u8; 200];
         let word: u64 = 1 | (1 << 8) | (1u64 << 32);
         v[55..63].copy_from_slice(&word.to_le_bytes());
@@ -930,6 +927,17 @@ mod tests {
         let (big, _) = t.search().lookup(&[0x40]).unwrap().unwrap();
         let n = pool.load_u64(t.root_slot()).unwrap();
         pool.store_u64(nodes::w16::slot(n, 1), big + 64).unwrap();
+        t
+    }
+
+    /// A delete whose leaf cannot be released after its commit (damage: the
+    /// slot points into a large leaf's value, where a fake leaf of the key
+    /// lies, not at a block): the delete is durable and the error returned,
+    /// and the key count follows PM. Before, `len` stayed one too high and
+    /// `check` reported the mismatch.
+    #[test]
+    fn a_delete_whose_release_fails_after_its_commit_is_counted() {
+        let mut t = wort_with_a_fake_leaf();
         assert!(t.search().lookup(&[0x10]).unwrap().is_some());
         let e = t.delete(&[0x10]).unwrap_err().to_string();
         assert!(e.contains("no block"), "{e}");
@@ -950,21 +958,7 @@ mod tests {
     /// batch of 32, with the rest of the items not applied.
     #[test]
     fn a_batch_whose_replaced_leaf_cannot_be_released_applies_every_item() {
-        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
-        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
-        for (k, v) in [(0x10u8, b"a"), (0x20, b"b"), (0x30, b"c")] {
-            t.put(&[k], v, PutMode::Upsert).unwrap();
-        }
-        // As in `a_delete_whose_release_fails_after_its_commit_is_counted`.
-        let mut v = vec![0u8; 200];
-        let word: u64 = 1 | (1 << 8) | (1u64 << 32);
-        v[55..63].copy_from_slice(&word.to_le_bytes());
-        v[63] = 0x10;
-        v[64] = b'X';
-        t.put(&[0x40], &v, PutMode::Upsert).unwrap();
-        let (big, _) = t.search().lookup(&[0x40]).unwrap().unwrap();
-        let n = pool.load_u64(t.root_slot()).unwrap();
-        pool.store_u64(nodes::w16::slot(n, 1), big + 64).unwrap();
+        let mut t = wort_with_a_fake_leaf();
         let mut keys: Vec<Vec<u8>> = vec![vec![0x10]];
         keys.extend((0..40u8).map(|i| vec![0x50, i]));
         let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"new"[..])).collect();
