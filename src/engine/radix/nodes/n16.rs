@@ -113,9 +113,7 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 
 /// Algorithm 4 (see the module's persist order): adds `child` (written
 /// and flushed) for `unit`. The node must not be full and must not list
-/// `unit`.
-/// Adds `child` under `unit` (see the module's persist order).
-/// `bitmap_first` is the fault `woart-node16-bitmap-first`.
+/// `unit`. `bitmap_first` is the fault `woart-node16-bitmap-first`.
 pub fn add(
     pool: &Pool,
     node: u64,
