@@ -465,6 +465,36 @@ mod tests {
         assert!(e.contains("does not hold"), "{e}");
     }
 
+    /// The same with the chunk's own `PNext` rewritten (to null): the
+    /// recycle compares it with the DRAM successor and refuses, changing
+    /// nothing in PM.
+    #[test]
+    fn a_chunk_whose_pnext_was_rewritten_is_not_recycled() {
+        let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
+        let head_slot = pool.root_slot(0).unwrap();
+        let mut list = ChunkList::new(64, head_slot, 40);
+        let objs: Vec<u64> = (0..2 * OBJECTS + 1)
+            .map(|_| list.alloc(&pool).unwrap())
+            .collect();
+        let chunk = |o: u64| list.locate(o).unwrap().0;
+        let (old, mid) = (chunk(objs[0]), chunk(objs[OBJECTS as usize]));
+        assert_eq!(pool.load_u64(mid + 8).unwrap(), old);
+        let mut slot = head_slot;
+        while pool.load_u64(slot).unwrap() != mid {
+            slot = pool.load_u64(slot).unwrap() + 8;
+        }
+        pool.store_u64(mid + 8, 0).unwrap();
+        let mid_objs: Vec<u64> = objs.iter().copied().filter(|&o| chunk(o) == mid).collect();
+        let (last, rest) = mid_objs.split_last().unwrap();
+        for &o in rest {
+            list.release(&pool, o).unwrap();
+        }
+        let e = list.release(&pool, *last).unwrap_err().to_string();
+        assert!(e.contains("PNext"), "{e}");
+        assert_eq!(pool.load_u64(slot).unwrap(), mid, "the list is as it was");
+        assert!(pool.block_size(mid).is_ok(), "the chunk is not freed");
+    }
+
     /// Random allocations and releases against a model: every object
     /// handed out is free (never handed out twice), in a chunk of the list,
     /// on an object boundary, and the one `next_free` named when it named

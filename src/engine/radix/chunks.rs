@@ -131,6 +131,9 @@ struct Chunk {
     len: u64,
     /// The chunk before it in the list (0: it is the head).
     prev: u64,
+    /// The chunk after it in the list (0: it is the last), as its `next`
+    /// field in PM says.
+    next: u64,
     /// Small chunks: bit `i` = block `i` in use (reached, or reserved).
     used: Vec<u64>,
     /// Small chunks: no word of `used` before this one has a clear bit
@@ -145,12 +148,13 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn new(start: u64, class: u8, len: u64, prev: u64) -> Chunk {
+    fn new(start: u64, class: u8, len: u64, prev: u64, next: u64) -> Chunk {
         let mut ch = Chunk {
             start,
             class,
             len,
             prev,
+            next,
             used: Vec::new(),
             low: 0,
             free: 0,
@@ -241,9 +245,10 @@ impl Chunks {
             if c.index.contains_key(&at) {
                 return Err(Error::corrupt(at, "radix: chunk list has a cycle"));
             }
-            c.add(Chunk::new(at, class, len, prev));
+            let next = pool.load_u64(at + NEXT)?;
+            c.add(Chunk::new(at, class, len, prev, next));
             prev = at;
-            at = pool.load_u64(at + NEXT)?;
+            at = next;
         }
         Ok(c)
     }
@@ -477,7 +482,7 @@ impl Chunks {
         if let Some(&h) = self.index.get(&head) {
             self.chunk_mut(h).prev = start;
         }
-        let mut ch = Chunk::new(start, class, pool.block_size(start)?, 0);
+        let mut ch = Chunk::new(start, class, pool.block_size(start)?, 0, head);
         ch.free = ch.capacity();
         if untouched {
             ch.zero_from = 0;
@@ -499,7 +504,10 @@ impl Chunks {
             .index
             .get(&start)
             .ok_or_else(|| Error::corrupt(start, "radix: unlink of no chunk"))?;
-        let prev = self.chunk_mut(c).prev;
+        let (prev, expected_next) = {
+            let ch = self.chunk(c);
+            (ch.prev, ch.next)
+        };
         let slot = if prev == 0 {
             self.head_slot
         } else {
@@ -512,9 +520,9 @@ impl Chunks {
             ));
         }
         let next = pool.load_u64(start + NEXT)?;
-        // The successor must be a chunk that this one precedes, or none:
-        // a damaged `next` would splice a stranger into the list.
-        if next != 0 && self.index.get(&next).map(|&n| self.chunk(n).prev) != Some(start) {
+        // The successor must be the one the DRAM map has: a damaged `next`
+        // would splice a stranger into the list, or cut the list short.
+        if next != expected_next {
             return Err(Error::corrupt(
                 start + NEXT,
                 "radix: chunk list's next is not the chunk that follows",
@@ -531,6 +539,9 @@ impl Chunks {
         }
         if let Some(&n) = self.index.get(&next) {
             self.chunk_mut(n).prev = prev;
+        }
+        if let Some(&p) = self.index.get(&prev) {
+            self.chunk_mut(p).next = next;
         }
         Ok(())
     }
@@ -549,7 +560,7 @@ impl Chunks {
     pub fn unmarked(&self) -> Chunks {
         let mut c = Chunks::empty(self.head_slot);
         for ch in self.all() {
-            c.add(Chunk::new(ch.start, ch.class, ch.len, ch.prev));
+            c.add(Chunk::new(ch.start, ch.class, ch.len, ch.prev, ch.next));
         }
         c
     }

@@ -1095,6 +1095,36 @@ mod tests {
         assert_eq!(got, v1);
     }
 
+    /// The same unlink with the chunk's own `next` rewritten (to null, so
+    /// that this damage alone cuts nothing the walk below needs): the
+    /// unlink compares `next` with the DRAM map's successor and refuses,
+    /// changing nothing in PM. Before, a null `next` passed the check and
+    /// the chunk was freed and the list rewritten on the damaged word.
+    #[test]
+    fn a_chunk_whose_next_was_rewritten_is_not_unlinked() {
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+        t.put(&[1], &vec![1u8; 40 << 10], PutMode::Upsert).unwrap();
+        t.put(&[2], &vec![2u8; 40 << 10], PutMode::Upsert).unwrap();
+        let chunk =
+            |t: &RadixTree, k: u8| t.search().lookup(&[k]).unwrap().unwrap().0 - chunks::FIRST;
+        let (a, b) = (chunk(&t, 1), chunk(&t, 2));
+        assert_eq!(pool.load_u64(b + chunks::NEXT).unwrap(), a);
+        let mut slot = t.sb + superblock::CHUNKS;
+        while pool.load_u64(slot).unwrap() != b {
+            slot = pool.load_u64(slot).unwrap() + chunks::NEXT;
+        }
+        pool.store_u64(b + chunks::NEXT, 0).unwrap();
+        let e = t.delete(&[2]).unwrap_err().to_string();
+        assert!(e.contains("next is not"), "{e}");
+        assert_eq!(pool.load_u64(slot).unwrap(), b, "the list is as it was");
+        assert!(pool.block_size(b).is_ok(), "the chunk is not freed");
+        assert!(
+            t.search().lookup(&[2]).unwrap().is_none(),
+            "the delete stands"
+        );
+    }
+
     #[test]
     fn a_node_in_an_end_slot_is_an_error_not_an_endless_walk() {
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
