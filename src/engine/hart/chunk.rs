@@ -431,12 +431,10 @@ mod tests {
         z ^ (z >> 31)
     }
 
-    /// EPRecycle frees the block that the slot before the chunk holds. In
-    /// a damaged list where that slot holds the next chunk instead, the
-    /// next chunk, with live objects, was freed. Now the recycle refuses
-    /// and nothing is freed.
-    #[test]
-    fn a_chunk_that_its_list_slot_does_not_hold_is_not_recycled() {
+    /// A list of three chunks of 64-byte objects, all taken but one of the
+    /// newest: the pool, the list, the middle chunk's objects, the oldest
+    /// chunk, the middle one, and the slot that holds the middle one.
+    fn three_chunks() -> (Pool, ChunkList, Vec<u64>, u64, u64, u64) {
         let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
         let head_slot = pool.root_slot(0).unwrap();
         let mut list = ChunkList::new(64, head_slot, 40);
@@ -445,18 +443,33 @@ mod tests {
             .collect();
         let chunk = |o: u64| list.locate(o).unwrap().0;
         let (old, mid) = (chunk(objs[0]), chunk(objs[OBJECTS as usize]));
-        // Damage: the slot that holds the middle chunk skips it.
+        let mid_objs = objs.iter().copied().filter(|&o| chunk(o) == mid).collect();
         let mut slot = head_slot;
         while pool.load_u64(slot).unwrap() != mid {
             slot = pool.load_u64(slot).unwrap() + 8;
         }
-        pool.store_u64(slot, old).unwrap();
-        let mid_objs: Vec<u64> = objs.iter().copied().filter(|&o| chunk(o) == mid).collect();
-        let (last, rest) = mid_objs.split_last().unwrap();
+        (pool, list, mid_objs, old, mid, slot)
+    }
+
+    /// Releases every object of `objs`: the last one's result.
+    fn release_all(pool: &Pool, list: &mut ChunkList, objs: &[u64]) -> Result<()> {
+        let (last, rest) = objs.split_last().unwrap();
         for &o in rest {
-            list.release(&pool, o).unwrap();
+            list.release(pool, o).unwrap();
         }
-        let r = list.release(&pool, *last);
+        list.release(pool, *last)
+    }
+
+    /// EPRecycle frees the block that the slot before the chunk holds. In
+    /// a damaged list where that slot holds the next chunk instead, the
+    /// next chunk, with live objects, was freed. Now the recycle refuses
+    /// and nothing is freed.
+    #[test]
+    fn a_chunk_that_its_list_slot_does_not_hold_is_not_recycled() {
+        let (pool, mut list, mid_objs, old, _, slot) = three_chunks();
+        // Damage: the slot that holds the middle chunk skips it.
+        pool.store_u64(slot, old).unwrap();
+        let r = release_all(&pool, &mut list, &mid_objs);
         assert!(
             pool.block_size(old).is_ok(),
             "the live chunk is still allocated"
@@ -470,26 +483,12 @@ mod tests {
     /// nothing in PM.
     #[test]
     fn a_chunk_whose_pnext_was_rewritten_is_not_recycled() {
-        let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
-        let head_slot = pool.root_slot(0).unwrap();
-        let mut list = ChunkList::new(64, head_slot, 40);
-        let objs: Vec<u64> = (0..2 * OBJECTS + 1)
-            .map(|_| list.alloc(&pool).unwrap())
-            .collect();
-        let chunk = |o: u64| list.locate(o).unwrap().0;
-        let (old, mid) = (chunk(objs[0]), chunk(objs[OBJECTS as usize]));
+        let (pool, mut list, mid_objs, old, mid, slot) = three_chunks();
         assert_eq!(pool.load_u64(mid + 8).unwrap(), old);
-        let mut slot = head_slot;
-        while pool.load_u64(slot).unwrap() != mid {
-            slot = pool.load_u64(slot).unwrap() + 8;
-        }
         pool.store_u64(mid + 8, 0).unwrap();
-        let mid_objs: Vec<u64> = objs.iter().copied().filter(|&o| chunk(o) == mid).collect();
-        let (last, rest) = mid_objs.split_last().unwrap();
-        for &o in rest {
-            list.release(&pool, o).unwrap();
-        }
-        let e = list.release(&pool, *last).unwrap_err().to_string();
+        let e = release_all(&pool, &mut list, &mid_objs)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("PNext"), "{e}");
         assert_eq!(pool.load_u64(slot).unwrap(), mid, "the list is as it was");
         assert!(pool.block_size(mid).is_ok(), "the chunk is not freed");
