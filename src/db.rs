@@ -152,7 +152,8 @@ impl std::fmt::Debug for Db {
     }
 }
 
-fn check_key_len(key: &[u8], max: usize) -> Result<()> {
+/// An error unless `key` has 1 to `max` bytes.
+pub(crate) fn check_key_len(key: &[u8], max: usize) -> Result<()> {
     if key.is_empty() {
         return Err(Error::EmptyKey { max });
     }
@@ -165,7 +166,8 @@ fn check_key_len(key: &[u8], max: usize) -> Result<()> {
     Ok(())
 }
 
-fn check_value_len(value: &[u8], max: usize) -> Result<()> {
+/// An error if `value` has more than `max` bytes.
+pub(crate) fn check_value_len(value: &[u8], max: usize) -> Result<()> {
     if value.len() > max {
         return Err(Error::ValueTooLong {
             len: value.len(),

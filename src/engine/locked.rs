@@ -102,6 +102,21 @@ impl ValueBuf {
         self.filled += 1;
     }
 
+    /// Sets the buffer to the words `word(0)..word(n)`, `n` at most 8 (a
+    /// cache line's words; panics beyond): one store of the count instead
+    /// of one per word, and no test per word.
+    #[inline(always)]
+    pub fn set_words(&mut self, n: usize, word: impl Fn(usize) -> u64) {
+        assert!(n <= 8 && 8 <= VALUE_BUF / 8, "more than a line of words");
+        let dst = self.words.as_mut_ptr().cast::<u64>();
+        for i in 0..n {
+            // SAFETY: `i < n <= 8 <= VALUE_BUF / 8` (checked above): the
+            // word lies inside the array.
+            unsafe { dst.add(i).write(word(i)) };
+        }
+        self.filled = n;
+    }
+
     /// The bytes of the words written, in memory order.
     #[inline]
     pub fn bytes(&self) -> &[u8] {

@@ -943,7 +943,11 @@ impl Engine for Hart {
         let freed = match self.delete_leaf(r.stripe, leaf) {
             Ok(()) => Ok(true),
             Err(DeleteError::Unchanged(e)) => {
+                // Back in: the removal may have reshaped the root (a
+                // collapsed Node4), so the hint follows again. (Not reached
+                // in practice: the probe above read the same commit word.)
                 t.art.insert(ak, leaf, &keys);
+                self.trees.note_root(hk_bytes, &t.art);
                 return Err(e);
             }
             Err(DeleteError::Deleted(e)) => Err(e),

@@ -18,9 +18,9 @@
 
 use std::ops::Range;
 
-use crate::engine::ValueBuf;
+use crate::engine::{ValueBuf, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::pm::{Pool, Words, CACHE_LINE};
+use crate::pm::{Pool, WordBlock, Words, CACHE_LINE};
 
 /// Kind of a leaf (low 4 bits of its first word).
 pub const LEAF_KIND: u8 = 1;
@@ -45,13 +45,18 @@ impl LeafWord {
     /// Decodes a leaf word; an error if it is not one.
     pub fn decode(off: u64, w: u64) -> Result<LeafWord> {
         let key_len = ((w >> 8) & 0xFF) as usize;
-        if w & 0xF != u64::from(LEAF_KIND) || key_len == 0 || w & 0xFFFF_00F0 != 0 {
+        let value_len = (w >> 32) as usize;
+        // A value over the API's limit is damage too; refusing it here also
+        // bounds what a search counts (and, with emulated latency, waits)
+        // for a damaged or torn leaf word.
+        if w & 0xF != u64::from(LEAF_KIND)
+            || key_len == 0
+            || w & 0xFFFF_00F0 != 0
+            || value_len > MAX_VALUE_LEN
+        {
             return Err(Error::corrupt(off, format!("radix: bad leaf word {w:#x}")));
         }
-        Ok(LeafWord {
-            key_len,
-            value_len: (w >> 32) as usize,
-        })
+        Ok(LeafWord { key_len, value_len })
     }
 
     /// Block bytes the leaf needs.
@@ -75,6 +80,11 @@ pub unsafe fn write(
     value: &[u8],
     skip_flush: bool,
 ) -> Result<()> {
+    // What the word can say (`Db` checks the same; the engine's own callers
+    // may not have): an over-long key or value would be written as a word
+    // that reads back as damage.
+    crate::db::check_key_len(key, MAX_KEY_LEN)?;
+    crate::db::check_value_len(value, MAX_VALUE_LEN)?;
     let w = LeafWord {
         key_len: key.len(),
         value_len: value.len(),
@@ -138,6 +148,17 @@ pub fn key_matches(pm: Words<'_>, leaf: u64, w: LeafWord, key: &[u8]) -> Result<
 /// [`key_matches`], so also safe on a leaf being reused).
 #[inline(always)]
 pub fn find_in_line(pm: Words<'_>, leaf: u64, key: &[u8]) -> Result<Option<Option<LeafWord>>> {
+    Ok(find_line(pm, leaf, key)?.map(|found| found.map(|(lw, _)| lw)))
+}
+
+/// [`find_in_line`], with the checked line of a leaf that holds `key`, from
+/// which [`copy_from_line`] reads the value without a second check.
+#[inline(always)]
+pub fn find_line<'a>(
+    pm: Words<'a>,
+    leaf: u64,
+    key: &[u8],
+) -> Result<Option<Option<(LeafWord, WordBlock<'a, CACHE_LINE>)>>> {
     let Some(l) = pm.block::<CACHE_LINE>(leaf) else {
         return Ok(None);
     };
@@ -165,7 +186,30 @@ pub fn find_in_line(pm: Words<'_>, leaf: u64, key: &[u8]) -> Result<Option<Optio
     if !tail.is_empty() && l.load(at) & tail_mask(tail.len()) != tail_word(tail) {
         return Ok(Some(None));
     }
-    Ok(Some(Some(lw)))
+    Ok(Some(Some((lw, l))))
+}
+
+/// Copies the value of a leaf of one line (`lw.size() <= CACHE_LINE`; the
+/// line `l` starts at the leaf) into `buf`: at most 8 words, each loaded
+/// from the line without a test. Returns where in [`ValueBuf::bytes`] the
+/// value lies.
+#[inline(always)]
+pub fn copy_from_line(
+    l: WordBlock<'_, CACHE_LINE>,
+    lw: LeafWord,
+    buf: &mut ValueBuf,
+) -> Range<usize> {
+    debug_assert!(lw.size() <= CACHE_LINE);
+    let start = HEADER + lw.key_len as u64;
+    let first = start & !7;
+    let end = start + lw.value_len as u64;
+    buf.set_words((end - first).div_ceil(8) as usize, |i| {
+        // In the line: `first + 8 * i < lw.size() <= 64`; the mask only
+        // lets the compiler see it.
+        l.load((first + 8 * i as u64) & (CACHE_LINE - 8))
+    });
+    let skip = (start - first) as usize;
+    skip..skip + lw.value_len
 }
 
 /// The low `n` bytes of a word (in memory order), `n` in 1..8.
@@ -195,26 +239,23 @@ pub fn copy_value(
     w: LeafWord,
     buf: &mut ValueBuf,
 ) -> Result<Option<Range<usize>>> {
+    // A leaf in one line (the common case, an 8-byte key and value): one
+    // bounds check for the line.
+    if w.size() <= CACHE_LINE {
+        if let Some(l) = pm.block::<CACHE_LINE>(leaf) {
+            return Ok(Some(copy_from_line(l, w, buf)));
+        }
+    }
     let start = leaf + HEADER + w.key_len as u64;
     let mut at = start & !7;
     let end = start + w.value_len as u64;
+    let skip = (start - at) as usize;
     if !buf.fits((end - at).div_ceil(8)) {
         return Ok(None);
     }
     buf.clear();
     if w.value_len == 0 {
         return Ok(Some(0..0));
-    }
-    let skip = (start - at) as usize;
-    // A leaf in one line: one bounds check for the line.
-    if w.size() <= CACHE_LINE {
-        if let Some(l) = pm.block::<CACHE_LINE>(leaf) {
-            while at < end {
-                buf.push(l.load(at - leaf));
-                at += 8;
-            }
-            return Ok(Some(skip..skip + w.value_len));
-        }
     }
     while at < end {
         buf.push(pm.load(at)?);

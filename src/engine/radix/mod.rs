@@ -746,6 +746,113 @@ mod tests {
         assert_eq!(lines(&[0x50, 0]), (None, 2));
     }
 
+    /// A value too long for the lock-free reader's buffer goes to the lock:
+    /// its lines are counted once, as a read under the lock counts them
+    /// (the lock-free try counted them too, before). Also for a batch.
+    #[test]
+    fn a_read_that_falls_back_to_the_lock_counts_its_lines_once() {
+        use crate::engine::{Engine, Reads};
+        use crate::pm::counters::this_thread;
+        let long = vec![5u8; 2 * crate::engine::VALUE_BUF];
+        // Two trees of the same puts in fresh pools (so the same layout),
+        // one read lock-free (falling back for long values), one locked.
+        let tree = |flavor, reads| {
+            let pool =
+                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+            let t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            let db = Locked::with_reads(pool, t, reads);
+            for i in 0..50u8 {
+                let v: &[u8] = if i % 2 == 0 { &long } else { b"short" };
+                db.put(&[b'k', i], v, PutMode::Upsert).unwrap();
+            }
+            db
+        };
+        let lines = |f: &mut dyn FnMut()| {
+            let r0 = this_thread().lines_read;
+            f();
+            this_thread().lines_read - r0
+        };
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let fast = tree(flavor, Reads::Optimistic);
+            let slow = tree(flavor, Reads::Locked);
+            for i in [0u8, 1, 2] {
+                let key = [b'k', i];
+                let count = |db: &Locked<RadixTree>| {
+                    let mut n = 0;
+                    let l = lines(&mut || {
+                        assert!(db.get_with(&key, &mut |v| n = v.len()).unwrap());
+                    });
+                    assert_eq!(n, if i % 2 == 0 { long.len() } else { 5 });
+                    l
+                };
+                let (optimistic, locked) = (count(&fast), count(&slow));
+                assert!(locked > 0);
+                assert_eq!(optimistic, locked, "{flavor:?}, key {i}");
+                // A batch of this key and a short value's.
+                let batch = |db: &Locked<RadixTree>| {
+                    lines(&mut || {
+                        db.get_many(&[&key, &[b'k', 1]], &mut |_, v| assert!(v.is_some()))
+                            .unwrap();
+                    })
+                };
+                assert_eq!(batch(&fast), batch(&slow), "{flavor:?}, batch with key {i}");
+            }
+        }
+    }
+
+    /// A leaf word whose value length is over the API's limit is damage:
+    /// so a search of a damaged or torn word counts (and, with emulated
+    /// latency, waits for) at most a limit's worth of lines.
+    #[test]
+    fn a_leaf_word_with_a_value_over_the_limit_is_refused() {
+        let w = |value_len| {
+            leaf::LeafWord {
+                key_len: 8,
+                value_len,
+            }
+            .encode()
+        };
+        assert!(leaf::LeafWord::decode(64, w(MAX_VALUE_LEN)).is_ok());
+        let e = leaf::LeafWord::decode(64, w(MAX_VALUE_LEN + 1)).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    }
+
+    /// The engine itself refuses a key or value its leaf word cannot hold
+    /// (`Db` checks first; a caller of the engine may not): an error, and
+    /// nothing written. In a batch, the items before it stand.
+    #[test]
+    fn the_engine_refuses_what_a_leaf_word_cannot_hold() {
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let pool =
+                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            t.put(b"kept", b"v", PutMode::Upsert).unwrap();
+            let long_key = vec![b'x'; MAX_KEY_LEN + 1];
+            let long_value = vec![1u8; MAX_VALUE_LEN + 1];
+            let e = t.put(&long_key, b"v", PutMode::Upsert).unwrap_err();
+            assert!(matches!(e, Error::KeyTooLong { .. }), "{flavor:?}: {e}");
+            let e = t.put(b"big", &long_value, PutMode::Upsert).unwrap_err();
+            assert!(matches!(e, Error::ValueTooLong { .. }), "{flavor:?}: {e}");
+            let e = t.put(b"", b"v", PutMode::Upsert).unwrap_err();
+            assert!(matches!(e, Error::EmptyKey { .. }), "{flavor:?}: {e}");
+            let items: Vec<(&[u8], &[u8])> = vec![(b"a", b"1"), (&long_key, b"2"), (b"c", b"3")];
+            assert!(t.put_many(&items).is_err(), "{flavor:?}");
+            let mut got = Vec::new();
+            t.scan(
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                &mut |k, _| {
+                    got.push(k.to_vec());
+                    true
+                },
+            )
+            .unwrap();
+            assert_eq!(got, vec![b"a".to_vec(), b"kept".to_vec()], "{flavor:?}");
+            assert_eq!(t.len(), 2, "{flavor:?}");
+            t.check().unwrap();
+        }
+    }
+
     /// A tree of `flavor` with 3,000 keys of 1 to 46 bytes: a shared 6-byte
     /// prefix on a third of them (compressed paths), a 150-byte value on a
     /// tenth (leaves of several lines). Returns it with its keys.
@@ -809,6 +916,51 @@ mod tests {
             assert!(s.lookup_counted(k).unwrap().0.is_some());
         }
         assert!(absent > 1000, "absent keys are probed too ({absent})");
+    }
+
+    /// The lock-free reader's one-key search (`Reader::get_into`, whose
+    /// WORT path reads a one-line leaf's value from the line its key was
+    /// compared in) answers as the search under the lock, value and PM
+    /// lines counted included, for the keys of `mixed_tree` (one-line and
+    /// longer leaves, compressed paths) and the probes around them, in all
+    /// three trees.
+    #[test]
+    fn the_lock_free_reader_agrees_with_the_locked_search() {
+        use crate::engine::{Probe, ValueBuf};
+        use crate::pm::counters::this_thread;
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let (t, keys) = mixed_tree(flavor);
+            let reader = t.optimistic_reader().expect("a reader");
+            let (mut found, mut absent) = (0, 0);
+            for k in &keys {
+                for q in probes_around(k).into_iter().chain([k.clone()]) {
+                    let mut buf = ValueBuf::new();
+                    let r0 = this_thread().lines_read;
+                    let probe = reader.get_into(&q, &mut buf).unwrap();
+                    let lines = this_thread().lines_read - r0;
+                    let mut want = None;
+                    let r0 = this_thread().lines_read;
+                    t.get_with(&q, &mut |v| want = Some(v.to_vec())).unwrap();
+                    let want_lines = this_thread().lines_read - r0;
+                    match probe {
+                        Probe::Absent => {
+                            assert_eq!(want, None, "{flavor:?} {q:?}");
+                            absent += 1;
+                        }
+                        Probe::Found(r) => {
+                            assert_eq!(Some(&buf.bytes()[r]), want.as_deref(), "{flavor:?} {q:?}");
+                            found += 1;
+                        }
+                        Probe::TooLong => panic!("{flavor:?} {q:?}: no value here is too long"),
+                    }
+                    assert_eq!(lines, want_lines, "{flavor:?} {q:?}: lines");
+                }
+            }
+            assert!(
+                found >= keys.len() && absent > 1000,
+                "{flavor:?}: {found} found, {absent} absent"
+            );
+        }
     }
 
     /// The batched search (`Search::lookup_many`) gives each key what

@@ -109,6 +109,19 @@ impl Search<'_> {
     /// far that went is measured in docs/design.md §11.
     #[inline(always)]
     fn lookup_w16(self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
+        let w = self.walk_w16(key)?;
+        // The common end, a leaf in one line (an 8-byte key and value take
+        // 24 bytes), is read after one bounds check for the line; the rest
+        // goes on below.
+        if let Some(found) = leaf::find_in_line(self.pool.words(), w.p, key)? {
+            return Ok((found.map(|lw| (w.p, lw)), w.lines + 1));
+        }
+        self.lookup_in::<true>(key, w.slot, w.d, w.lines)
+    }
+
+    /// [`Self::lookup_w16`]'s loop: where it left the plain WORT nodes.
+    #[inline(always)]
+    fn walk_w16(self, key: &[u8]) -> Result<W16Walk> {
         let pm = self.pool.words();
         let mut slot = self.root;
         let mut p = pm.load(slot)?;
@@ -144,14 +157,12 @@ impl Search<'_> {
             step!(b >> 4);
             step!(b & 0x0F);
         }
-        let lines = 1 + d as u64 + later;
-        // The common end, a leaf in one line (an 8-byte key and value take
-        // 24 bytes), is read after one bounds check for the line; the rest
-        // goes on below.
-        if let Some(found) = leaf::find_in_line(pm, p, key)? {
-            return Ok((found.map(|lw| (p, lw)), lines + 1));
-        }
-        self.lookup_in::<true>(key, slot, d, lines)
+        Ok(W16Walk {
+            p,
+            slot,
+            d,
+            lines: 1 + d as u64 + later,
+        })
     }
 
     /// [`Self::lookup_counted`] for several keys at once (at most
@@ -477,6 +488,15 @@ struct At {
     at_end: bool,
 }
 
+/// Where [`Search::walk_w16`] left WORT's plain nodes: the word `p` read
+/// from `slot` after `d` nodes, and the lines read so far.
+struct W16Walk {
+    p: u64,
+    slot: u64,
+    d: usize,
+    lines: u64,
+}
+
 /// Where one step of a search leads.
 enum Step {
     /// On to this slot.
@@ -493,19 +513,44 @@ pub(super) struct Reader {
 }
 
 impl OptimisticRead for Reader {
+    /// Counts the PM lines read only for an answer (`Absent` or `Found`):
+    /// a key that falls back to the lock (`TooLong`, an error) is searched
+    /// and counted there again, and would otherwise count twice.
     fn get_into(&self, key: &[u8], buf: &mut ValueBuf) -> Result<Probe> {
         let s = Search {
             pool: &self.pool,
             flavor: self.flavor,
             root: self.root,
         };
-        let Some((p, lw)) = s.lookup(key)? else {
-            return Ok(Probe::Absent);
+        // WORT's loop inlined here rather than behind `lookup_counted`'s
+        // call: fewer instructions per search, so more of the next search
+        // fits in the CPU's window (docs/design.md §11, "Lean one-key reads").
+        let (found, lines) = match self.flavor.span() {
+            Span::Nibble => {
+                let w = s.walk_w16(key)?;
+                // `lookup_w16`'s end, with the value of a one-line leaf
+                // read from the line the key was compared in.
+                match leaf::find_line(self.pool.words(), w.p, key)? {
+                    Some(Some((lw, l))) => {
+                        let r = leaf::copy_from_line(l, lw, buf);
+                        self.pool.touch_lines(w.lines + 1);
+                        return Ok(Probe::Found(r));
+                    }
+                    Some(None) => (None, w.lines + 1),
+                    None => s.lookup_in::<true>(key, w.slot, w.d, w.lines)?,
+                }
+            }
+            Span::Byte => s.lookup_counted(key)?,
         };
-        Ok(match leaf::copy_value(self.pool.words(), p, lw, buf)? {
-            Some(r) => Probe::Found(r),
-            None => Probe::TooLong,
-        })
+        let probe = match found {
+            None => Probe::Absent,
+            Some((p, lw)) => match leaf::copy_value(self.pool.words(), p, lw, buf)? {
+                Some(r) => Probe::Found(r),
+                None => return Ok(Probe::TooLong),
+            },
+        };
+        self.pool.touch_lines(lines);
+        Ok(probe)
     }
 
     fn get_many_into(&self, keys: &[&[u8]], bufs: &mut [ValueBuf], out: &mut [Result<Probe>]) {
@@ -518,12 +563,16 @@ impl OptimisticRead for Reader {
         let mut lines = 0;
         s.lookup_many(keys, |i, found| {
             out[i] = found.and_then(|(found, l)| {
-                lines += l;
                 let Some((p, lw)) = found else {
+                    lines += l;
                     return Ok(Probe::Absent);
                 };
+                // As `get_into`: a fall-back counts nothing here.
                 Ok(match leaf::copy_value(pm, p, lw, &mut bufs[i])? {
-                    Some(r) => Probe::Found(r),
+                    Some(r) => {
+                        lines += l;
+                        Probe::Found(r)
+                    }
                     None => Probe::TooLong,
                 })
             });
