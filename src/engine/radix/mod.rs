@@ -918,6 +918,45 @@ mod tests {
         assert!(absent > 1000, "absent keys are probed too ({absent})");
     }
 
+    /// `mixed_tree` with keys that fill NODE48s and NODE256s too: under
+    /// "n" one more byte of 0 to 29 (a NODE48), under "N" of 0 to 99 (a
+    /// NODE256), and under "N" + 7 a third byte of 0 to 39 (a NODE48 below
+    /// a NODE256).
+    fn every_kind_tree(flavor: Flavor) -> (RadixTree, Vec<Vec<u8>>) {
+        let (mut t, mut keys) = mixed_tree(flavor);
+        let mut more: Vec<Vec<u8>> = (0..30u8).map(|i| vec![b'n', i]).collect();
+        more.extend((0..100u8).map(|i| vec![b'N', i]));
+        more.extend((0..40u8).map(|i| vec![b'N', 7, i]));
+        for k in &more {
+            t.put(k, k, PutMode::Upsert).unwrap();
+        }
+        keys.extend(more);
+        (t, keys)
+    }
+
+    /// WOART's and ART+CoW's search take a loop of their own in the common
+    /// case (`Search::walk_bytes`), and the general walk otherwise; both
+    /// must give what the general walk alone gives, lines included, for
+    /// present and absent keys through every node kind.
+    #[test]
+    fn byte_fast_search_agrees_with_the_general_walk() {
+        for flavor in [Flavor::Woart, Flavor::ArtCow] {
+            let (t, keys) = every_kind_tree(flavor);
+            let s = t.search();
+            let mut absent = 0;
+            for k in &keys {
+                for q in probes_around(k) {
+                    let fast = s.lookup_counted(&q).unwrap();
+                    let general = s.lookup_in::<false>(&q, s.root, 0, 1).unwrap();
+                    assert_eq!(fast, general, "{flavor:?} key {q:?}");
+                    absent += usize::from(fast.0.is_none());
+                }
+                assert!(s.lookup_counted(k).unwrap().0.is_some());
+            }
+            assert!(absent > 1000, "absent keys are probed too ({absent})");
+        }
+    }
+
     /// The lock-free reader's one-key search (`Reader::get_into`, whose
     /// WORT path reads a one-line leaf's value from the line its key was
     /// compared in) answers as the search under the lock, value and PM
@@ -929,7 +968,7 @@ mod tests {
         use crate::engine::{Probe, ValueBuf};
         use crate::pm::counters::this_thread;
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
-            let (t, keys) = mixed_tree(flavor);
+            let (t, keys) = every_kind_tree(flavor);
             let reader = t.optimistic_reader().expect("a reader");
             let (mut found, mut absent) = (0, 0);
             for k in &keys {

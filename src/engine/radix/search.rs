@@ -90,7 +90,15 @@ impl Search<'_> {
         // compiled for a known span instead of matching on it per unit.
         match self.flavor.span() {
             Span::Nibble => self.lookup_w16(key),
-            Span::Byte => self.lookup_in::<false>(key, self.root, 0, 1),
+            Span::Byte => match self.walk_bytes(key)? {
+                Walked::Absent(lines) => Ok((None, lines)),
+                Walked::To(w) => {
+                    if let Some(found) = leaf::find_in_line(self.pool.words(), w.p, key)? {
+                        return Ok((found.map(|lw| (w.p, lw)), w.lines + 1));
+                    }
+                    self.lookup_in::<false>(key, w.slot, w.d, w.lines)
+                }
+            },
         }
     }
 
@@ -121,7 +129,7 @@ impl Search<'_> {
 
     /// [`Self::lookup_w16`]'s loop: where it left the plain WORT nodes.
     #[inline(always)]
-    fn walk_w16(self, key: &[u8]) -> Result<W16Walk> {
+    fn walk_w16(self, key: &[u8]) -> Result<Walk> {
         let pm = self.pool.words();
         let mut slot = self.root;
         let mut p = pm.load(slot)?;
@@ -157,12 +165,61 @@ impl Search<'_> {
             step!(b >> 4);
             step!(b & 0x0F);
         }
-        Ok(W16Walk {
+        Ok(Walk {
             p,
             slot,
             d,
             lines: 1 + d as u64 + later,
         })
+    }
+
+    /// WOART's and ART+CoW's search, as [`Self::walk_w16`] is WORT's: the
+    /// common step (a node of one of the four kinds, reached at its own
+    /// depth with no compressed path, the key not at its end) in a loop of
+    /// its own, each node's first line checked once and NODE4's and
+    /// NODE16's keys read from it; NODE48's index and NODE256's slot by
+    /// checked loads. Same answers and lines as [`Self::step`] (tested):
+    /// the node's header line, NODE16's slot line, NODE48's index line and
+    /// slot line, NODE256's slot line. Anything else (a leaf, a null or
+    /// bad pointer, a compressed path, a node above its depth, an unknown
+    /// kind, the key's end) leaves the loop for [`Self::lookup_in`] at the
+    /// slot that led there. Every round consumes a byte of the key.
+    #[inline(always)]
+    fn walk_bytes(self, key: &[u8]) -> Result<Walked> {
+        let pm = self.pool.words();
+        let mut slot = self.root;
+        let mut p = pm.load(slot)?;
+        let mut d = 0;
+        let mut lines = 1;
+        for &u in key {
+            let Some(n) = pm.block::<CACHE_LINE>(p) else {
+                break;
+            };
+            let w = n.load(0);
+            if !Header::plain_at(w, d) {
+                break;
+            }
+            let found = match w & 0xF {
+                k if k == Kind::N4 as u64 => nodes::n4::find_in_line(n, p, u).map(|s| (s, p)),
+                k if k == Kind::N16 as u64 => nodes::n16::find_in_line(n, p, u).map(|s| (s, p)),
+                k if k == Kind::N48 as u64 => {
+                    let index = p + nodes::n48::INDEX + u64::from(u);
+                    lines += new_line(p, index);
+                    nodes::n48::find(self.pool, p, u)?.map(|s| (s, index))
+                }
+                k if k == Kind::N256 as u64 => Some((nodes::n256::slot(p, u), p)),
+                _ => break,
+            };
+            lines += 1;
+            let Some((s, before)) = found else {
+                return Ok(Walked::Absent(lines));
+            };
+            lines += new_line(before, s);
+            slot = s;
+            p = pm.load(s)?;
+            d += 1;
+        }
+        Ok(Walked::To(Walk { p, slot, d, lines }))
     }
 
     /// [`Self::lookup_counted`] for several keys at once (at most
@@ -488,13 +545,22 @@ struct At {
     at_end: bool,
 }
 
-/// Where [`Search::walk_w16`] left WORT's plain nodes: the word `p` read
-/// from `slot` after `d` nodes, and the lines read so far.
-struct W16Walk {
+/// Where [`Search::walk_w16`] or [`Search::walk_bytes`] left the plain
+/// nodes: the word `p` read from `slot` after `d` nodes, and the lines
+/// read so far.
+struct Walk {
     p: u64,
     slot: u64,
     d: usize,
     lines: u64,
+}
+
+/// What [`Search::walk_bytes`] found.
+enum Walked {
+    /// Go on from here.
+    To(Walk),
+    /// A node without the key's next byte: absent, after these lines.
+    Absent(u64),
 }
 
 /// Where one step of a search leads.
@@ -522,25 +588,32 @@ impl OptimisticRead for Reader {
             flavor: self.flavor,
             root: self.root,
         };
-        // WORT's loop inlined here rather than behind `lookup_counted`'s
+        // The tree's loop inlined here rather than behind `lookup_counted`'s
         // call: fewer instructions per search, so more of the next search
         // fits in the CPU's window (docs/design.md §11, "Lean one-key reads").
-        let (found, lines) = match self.flavor.span() {
-            Span::Nibble => {
-                let w = s.walk_w16(key)?;
-                // `lookup_w16`'s end, with the value of a one-line leaf
-                // read from the line the key was compared in.
-                match leaf::find_line(self.pool.words(), w.p, key)? {
-                    Some(Some((lw, l))) => {
-                        let r = leaf::copy_from_line(l, lw, buf);
-                        self.pool.touch_lines(w.lines + 1);
-                        return Ok(Probe::Found(r));
-                    }
-                    Some(None) => (None, w.lines + 1),
-                    None => s.lookup_in::<true>(key, w.slot, w.d, w.lines)?,
+        let nibble = self.flavor.span() == Span::Nibble;
+        let w = if nibble {
+            s.walk_w16(key)?
+        } else {
+            match s.walk_bytes(key)? {
+                Walked::To(w) => w,
+                Walked::Absent(lines) => {
+                    self.pool.touch_lines(lines);
+                    return Ok(Probe::Absent);
                 }
             }
-            Span::Byte => s.lookup_counted(key)?,
+        };
+        // `lookup_counted`'s end, with the value of a one-line leaf read
+        // from the line the key was compared in.
+        let (found, lines) = match leaf::find_line(self.pool.words(), w.p, key)? {
+            Some(Some((lw, l))) => {
+                let r = leaf::copy_from_line(l, lw, buf);
+                self.pool.touch_lines(w.lines + 1);
+                return Ok(Probe::Found(r));
+            }
+            Some(None) => (None, w.lines + 1),
+            None if nibble => s.lookup_in::<true>(key, w.slot, w.d, w.lines)?,
+            None => s.lookup_in::<false>(key, w.slot, w.d, w.lines)?,
         };
         let probe = match found {
             None => Probe::Absent,

@@ -31,7 +31,7 @@
 
 use super::{byte, with_byte, Entry, Fencing, BODY};
 use crate::error::{Error, Result};
-use crate::pm::{Pool, CACHE_LINE};
+use crate::pm::{Pool, WordBlock, CACHE_LINE};
 
 /// Offset of the bitmap.
 pub const BITMAP: u64 = BODY;
@@ -81,6 +81,25 @@ pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
         }
     }
     Ok(None)
+}
+
+/// [`find`] in the node's first line, already checked (`l`, at `node`;
+/// the bitmap and the keys are in it): the one-key search's loop
+/// (`Search::walk_bytes`).
+#[inline(always)]
+pub fn find_in_line(l: WordBlock<'_, CACHE_LINE>, node: u64, unit: u8) -> Option<u64> {
+    const { assert!(KEYS + 16 <= CACHE_LINE) };
+    let mut bits = l.load(BITMAP) & 0xFFFF;
+    let (k0, k1) = (l.load(KEYS), l.load(KEYS + 8));
+    while bits != 0 {
+        let i = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let k = if i < 8 { byte(k0, i) } else { byte(k1, i - 8) };
+        if k == unit {
+            return Some(ptr_slot(node, i));
+        }
+    }
+    None
 }
 
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {

@@ -27,7 +27,7 @@
 
 use super::{byte, with_byte, Entry, Fencing, BODY};
 use crate::error::{Error, Result};
-use crate::pm::Pool;
+use crate::pm::{Pool, WordBlock, CACHE_LINE};
 
 /// Offset of the packed keys/slots word.
 pub const KEYS: u64 = BODY;
@@ -82,6 +82,24 @@ pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
         }
     }
     Ok(None)
+}
+
+/// [`find`] in the node's first line, already checked (`l`, at `node`):
+/// the one-key search's loop (`Search::walk_bytes`).
+#[inline(always)]
+pub fn find_in_line(l: WordBlock<'_, CACHE_LINE>, node: u64, unit: u8) -> Option<u64> {
+    const { assert!(SIZE <= CACHE_LINE) };
+    let w = l.load(KEYS);
+    for i in 0..4 {
+        let s = byte(w, 4 + i);
+        if s == 0 {
+            break;
+        }
+        if byte(w, i) == unit {
+            return Some(ptr_slot(node, usize::from(s - 1)));
+        }
+    }
+    None
 }
 
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
