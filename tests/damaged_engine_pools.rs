@@ -145,3 +145,45 @@ fn damaged_woart_pools_never_panic() {
 fn damaged_art_cow_pools_never_panic() {
     damage("art-cow", 40_000);
 }
+
+/// A pool whose root slot 0 was zeroed (damage: the slot is outside the
+/// header's checksum) is refused with an error on open, for every engine.
+/// Before, the engine took it for a creation that crashed before its root
+/// was published and created a new, empty index over the old one's blocks:
+/// `get` said "not found", `info` "0 keys", and the old root was gone for
+/// good (found by a helper's fuzzing of damaged pools through the CLI).
+/// A pool where creation did crash (nothing allocated) still opens, empty.
+#[test]
+fn a_lost_root_is_refused_not_replaced() {
+    for engine in ["hart", "wort", "woart", "art-cow", "pmlog"] {
+        let opts = options(engine, POOL);
+        let keys = damage::keys(40);
+        let image = damage::pristine(&opts, &keys).expect("the pristine pool");
+        let root = {
+            let db = pmindex::Db::open_image(&image, &opts).expect("the pristine image opens");
+            db.pool().root_slot(0).unwrap() as usize
+        };
+        assert_ne!(image[root..root + 8], [0; 8], "{engine}: a published root");
+        let mut damaged = image.clone();
+        damaged[root..root + 8].fill(0);
+        match pmindex::Db::open_image(&damaged, &opts) {
+            Err(pmindex::Error::Corrupt { reason, .. }) => {
+                assert!(reason.contains("root was lost"), "{engine}: {reason}")
+            }
+            Err(e) => panic!("{engine}: another error: {e}"),
+            Ok(db) => panic!("{engine}: opened, with {} keys", db.len()),
+        }
+        // A creation that crashed before its root: no block allocated.
+        let fresh = pmindex::pm::Pool::create_anonymous(POOL, engine, &Default::default())
+            .unwrap()
+            .image();
+        let db = pmindex::Db::open_image(&fresh, &opts).expect("an unpublished root");
+        assert_eq!(db.len(), 0, "{engine}");
+        db.put(b"k", b"v").unwrap();
+        assert_eq!(
+            db.get(b"k").unwrap().as_deref(),
+            Some(&b"v"[..]),
+            "{engine}"
+        );
+    }
+}

@@ -88,6 +88,26 @@ impl Pool {
         self.heap().usage()
     }
 
+    /// For an engine whose open finds its root slot `slot` null, before it
+    /// creates the index again: creation crashed before it published its
+    /// root, and every engine allocates that root first (activated into
+    /// the slot), so no block can be allocated yet. If some are, the root
+    /// was lost (damage): an error, rather than a new empty index written
+    /// over the old one's blocks, which would orphan them for good.
+    pub fn check_unpublished_root(&self, slot: u64, engine: &str) -> crate::Result<()> {
+        let used = self.usage().bytes_in_use();
+        if used != 0 {
+            return Err(crate::Error::corrupt(
+                slot,
+                format!(
+                    "{engine}: root slot 0 is null, but {used} bytes of blocks are allocated: \
+                     the index's root was lost"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks that every chunk past the heap frontier (never handed out, see
     /// [`Reservation::zeroed`]) is still all zero; [`crate::Error::CheckFailed`]
     /// names the first byte that is not. Reads the whole untouched part of

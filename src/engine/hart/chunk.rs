@@ -189,6 +189,15 @@ impl ChunkList {
         (rel % self.obj_size == 0 && i < OBJECTS).then_some((id, i))
     }
 
+    /// Whether `off` lies inside one of the list's chunks, header included
+    /// (recovery: a large value's block must not).
+    pub fn covers(&self, off: u64) -> bool {
+        self.index
+            .range(..=off)
+            .next_back()
+            .is_some_and(|(&c, _)| off < c + chunk_size(self.obj_size))
+    }
+
     /// The chunk and index of an object, if `obj` is an object of this list.
     pub fn locate(&self, obj: u64) -> Option<(u64, u64)> {
         self.find(obj)

@@ -1203,6 +1203,98 @@ mod tests {
         h.check().unwrap();
     }
 
+    /// Recovery frees the large block an inactive slot names (an update
+    /// that crashed between the new value's `activate` and its commit)
+    /// only if it is a block of its own. A damaged slot naming the
+    /// superblock, a leaf chunk or another key's value made open free it,
+    /// and the pool could not be opened again (found by a helper's fuzzing
+    /// of damaged pools through the CLI). Now open refuses it, having
+    /// freed nothing, and opens once the slot is cleared.
+    #[test]
+    fn recovery_frees_no_block_that_a_damaged_slot_names() {
+        for target in ["superblock", "chunk", "value"] {
+            let pool =
+                Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+            let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+            h.put(b"key-one", b"small", PutMode::Upsert).unwrap();
+            h.put(b"key-two", &[7; 5000], PutMode::Upsert).unwrap();
+            let leaf = leaf_of(&h, b"key-one");
+            let p = match target {
+                "superblock" => h.sb,
+                "chunk" => {
+                    let st = HashKey::new(h.split(b"key-one").0).route().stripe;
+                    let lc = leaf::class_for_key(7);
+                    let chunk = h.stripes[st].leaves[lc].lock().locate(leaf).unwrap().0;
+                    chunk
+                }
+                _ => {
+                    let other = leaf_of(&h, b"key-two");
+                    read_slot(&pool, other, h.live_commit(other).unwrap().active)
+                        .unwrap()
+                        .p
+                }
+            };
+            let size = pool.block_size(p).unwrap();
+            let so = leaf::slot_off(leaf, 1 - h.live_commit(leaf).unwrap().active);
+            drop(h);
+            let meta = Meta {
+                crc: 0,
+                value_len: 5000,
+                large: true,
+            };
+            pool.store_u64(so, p).unwrap();
+            pool.store_u64(so + 8, meta.encode()).unwrap();
+            let e = Hart::open(Arc::clone(&pool)).err().expect("refused");
+            assert!(
+                e.to_string().contains("large value's block"),
+                "{target}: {e}"
+            );
+            assert_eq!(
+                pool.block_size(p).unwrap(),
+                size,
+                "{target}: still allocated"
+            );
+            pool.store_u64(so + 8, 0).unwrap();
+            pool.store_u64(so, 0).unwrap();
+            let h = Hart::open(Arc::clone(&pool)).unwrap();
+            assert_eq!(h.len(), 2, "{target}");
+            let mut v = Vec::new();
+            assert!(h.get_with(b"key-two", &mut |x| v = x.to_vec()).unwrap());
+            assert_eq!(v, [7; 5000], "{target}");
+            h.check().unwrap();
+        }
+    }
+
+    /// A chunk on two chunk lists (damage: one chunk's `PNext` rewritten
+    /// to a chunk of another list) is refused on open. Before, recovery
+    /// recycled it as empty in the list where it held nothing, while the
+    /// other list still used it (found by the same fuzzing).
+    #[test]
+    fn recovery_refuses_a_chunk_on_two_lists() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        for i in 0..400u32 {
+            let key = format!("{:02x}-key-{i}", i % 97);
+            h.put(key.as_bytes(), b"v", PutMode::Upsert).unwrap();
+        }
+        let lc = leaf::class_for_key(11);
+        let heads: Vec<u64> = (0..STRIPES)
+            .map(|s| pool.load_u64(h.sb + superblock::leaf_head(s, lc)).unwrap())
+            .filter(|&c| c != 0)
+            .collect();
+        assert!(heads.len() >= 2, "keys in two stripes at least");
+        drop(h);
+        let pnext = heads[0] + 8;
+        let old = pool.load_u64(pnext).unwrap();
+        pool.store_u64(pnext, heads[1]).unwrap();
+        let e = Hart::open(Arc::clone(&pool)).err().expect("refused");
+        assert!(e.to_string().contains("two chunk lists"), "{e}");
+        pool.store_u64(pnext, old).unwrap();
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.len(), 400);
+        h.check().unwrap();
+    }
+
     /// Regression (tests/damaged_engine_pools.rs): a slot whose length
     /// field was damaged to more than the largest value object, without
     /// the large flag, made recovery panic in `value_class`. It is an

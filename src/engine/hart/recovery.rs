@@ -24,7 +24,7 @@
 //! leaves and a value object used twice are `Corrupt`: none can come from a
 //! crash.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -170,8 +170,11 @@ struct StripeFound {
 struct Found {
     /// By stripe.
     stripes: Vec<StripeFound>,
-    /// Slots that point to a large block that is no live value.
-    leftovers: Vec<u64>,
+    /// Slots that point to a large block that is no live value, and the
+    /// block.
+    leftovers: Vec<(u64, u64)>,
+    /// The blocks of live large values.
+    large: Vec<u64>,
     /// Whether a commit word was rewritten (and flushed).
     repaired: bool,
 }
@@ -190,6 +193,7 @@ fn scan_leaf(
     let Found {
         stripes,
         leftovers,
+        large,
         repaired,
     } = found;
     let out = &mut stripes[s];
@@ -210,6 +214,9 @@ fn scan_leaf(
                     pool.store_u64(leaf, Commit { active: slot, ..c }.encode())?;
                     pool.flush(leaf, 8);
                     *repaired = true;
+                }
+                if v.meta.large {
+                    large.push(v.p);
                 }
                 if v.meta.value_len > 0 && !v.meta.large && !v.meta.inline() {
                     let vc = value_class(v.meta.value_len);
@@ -236,7 +243,7 @@ fn scan_leaf(
         }
         let v = read_slot(pool, leaf, slot)?;
         if v.meta.large && v.p != 0 {
-            leftovers.push(leaf::slot_off(leaf, slot));
+            leftovers.push((leaf::slot_off(leaf, slot), v.p));
         }
     }
     Ok(live_slot.is_some())
@@ -289,7 +296,9 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     if sb == 0 {
         // Creation crashed before the superblock was published (a bug the
         // crash simulator found: this used to create the default `k_h`,
-        // and an open that named another one then failed).
+        // and an open that named another one then failed), unless blocks
+        // say the superblock was lost instead.
+        pool.check_unpublished_root(root, "hart")?;
         return Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN));
     }
     let magic = if pool.block_size(sb).ok() == Some(superblock::SIZE) {
@@ -336,6 +345,18 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     let mut lists: Vec<StripeLists> = (0..STRIPES)
         .map(|s| StripeLists::load(pool_ref, sb, s))
         .collect::<Result<_>>()?;
+    // A chunk on two lists (damage: a rewritten `PNext`) would be recycled
+    // by the list where it holds nothing while the other still uses it.
+    let mut listed = HashSet::new();
+    for c in lists
+        .iter()
+        .flat_map(|l| l.leaves.iter().chain(&l.values))
+        .flat_map(ChunkList::chunk_offsets)
+    {
+        if !listed.insert(c) {
+            return Err(Error::corrupt(c, "hart: chunk is on two chunk lists"));
+        }
+    }
 
     // Phase 2.
     let chunks: Vec<(usize, usize, u64)> = lists
@@ -367,9 +388,11 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     let mut per_stripe: Vec<Vec<StripeFound>> = (0..STRIPES).map(|_| Vec::new()).collect();
     let mut repaired = false;
     let mut leftovers = Vec::new();
+    let mut large = Vec::new();
     for f in found {
         repaired |= f.repaired;
         leftovers.extend(f.leftovers);
+        large.extend(f.large);
         for (s, sf) in f.stripes.into_iter().enumerate() {
             per_stripe[s].push(sf);
         }
@@ -377,7 +400,26 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     if repaired {
         pool.fence();
     }
-    for slot in leftovers {
+    // A large value's block, live or left over, is a block of its own:
+    // not the superblock, not inside a chunk, named by one slot. Else a
+    // damaged slot would have recovery free (as a leftover) or an update
+    // later free (as the old value) a block that something else uses.
+    let mut named = HashSet::new();
+    for p in large.iter().chain(leftovers.iter().map(|(_, p)| p)) {
+        let in_chunk = || {
+            lists
+                .iter()
+                .flat_map(|l| l.leaves.iter().chain(&l.values))
+                .any(|list| list.covers(*p))
+        };
+        if *p == sb || !named.insert(*p) || in_chunk() {
+            return Err(Error::corrupt(
+                *p,
+                "hart: a large value's block is also the superblock, a chunk, or another slot's",
+            ));
+        }
+    }
+    for (slot, _) in leftovers {
         cases::record(Case::HartLeftoverBlock);
         pool.free(slot)?;
     }

@@ -140,7 +140,9 @@ impl PmLog {
         let root = pool.root_slot(0)?;
         let mut dir = pool.load_u64(root)?;
         if dir == 0 {
-            // Creation crashed before the directory was published.
+            // Creation crashed before the directory was published (unless
+            // blocks say it was lost instead).
+            pool.check_unpublished_root(root, "pmlog")?;
             dir = Self::make_directory(&pool, root)?;
         }
         if pool.block_size(dir).ok() != Some(DIR_SIZE) || pool.load_u64(dir)? != DIR_MAGIC {

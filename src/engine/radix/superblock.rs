@@ -50,6 +50,7 @@ pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<u64> {
     let slot = pool.root_slot(0)?;
     let sb = pool.load_u64(slot)?;
     if sb == 0 {
+        pool.check_unpublished_root(slot, name)?;
         return create(pool, flavor);
     }
     if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
