@@ -911,3 +911,41 @@ fn a_format_1_pool_opens_and_counts_no_block_as_zeroed() {
     assert_eq!((after.version, after.heap_frontier), (1, 0));
     assert_eq!(open_db(&t.path).len(), 2100);
 }
+
+/// The allocator's metadata lost the engine's root block (damage: the
+/// bitmap of the slab that holds it zeroed): open refuses the pool with the
+/// root slot named, and leaves the file unchanged. Before, the allocator's
+/// recovery took the slab for an empty one and released it (a durable
+/// store) before the engine found its root freed, so restoring the bitmap
+/// no longer repaired the pool (found by a helper's fuzzing through the
+/// CLI).
+#[test]
+fn a_root_block_the_metadata_lost_is_refused_unchanged() {
+    let t = TempPool::new();
+    {
+        let db = Db::create(&t.path, &options("hart", 4 << 20)).unwrap();
+        for i in 0..20u32 {
+            db.put(format!("key{i}").as_bytes(), b"v").unwrap();
+        }
+    }
+    let dir = {
+        let pool = Pool::open(&t.path, None, &PoolConfig::default()).unwrap();
+        pool.load_u64(pool.root_slot(0).unwrap()).unwrap()
+    };
+    let h = read_header(&t.path);
+    let chunk = (dir - h.heap_offset) / CHUNK_SIZE;
+    let bitmap = h.bitmap_offset + 128 * chunk;
+    for w in 0..16 {
+        write_u64_at(&t.path, bitmap + 8 * w, 0);
+    }
+    let before = std::fs::read(&t.path).unwrap();
+    match open(&t.path) {
+        Err(Error::Corrupt { reason, .. }) => assert!(reason.contains("root slot 0"), "{reason}"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("opened"),
+    }
+    assert!(
+        std::fs::read(&t.path).unwrap() == before,
+        "a refused open wrote to the file"
+    );
+}

@@ -393,6 +393,23 @@ impl Heap {
                 format!("chunk {c} is in use but lies past the heap frontier (chunk {frontier}), where nothing was ever handed out"),
             ));
         }
+        // Each root slot (as the roll-backs leave it) names a block the
+        // metadata holds allocated: else the metadata lost an engine's root
+        // (damage, such as a zeroed bitmap), and releasing the "empty" slab
+        // below would free that root for good.
+        for i in 0..ROOT_SLOTS {
+            let slot = ROOTS_OFFSET + 8 * i as u64;
+            let v = match records.iter().find(|(_, r)| r.slot == slot) {
+                Some((_, r)) => r.old,
+                None => pool.load_u64(slot)?,
+            };
+            if v != 0 && !self.allocated_in(&image, v) {
+                return Err(Error::corrupt(
+                    slot,
+                    format!("root slot {i} names {v:#x}, which the allocator's metadata does not hold allocated"),
+                ));
+            }
+        }
         state.frontier = frontier;
         state.handed = frontier;
         // Everything checks out: write.
@@ -419,6 +436,28 @@ impl Heap {
         }
         *self.state.lock() = state;
         Ok(())
+    }
+
+    /// Whether `off` starts a block that the verified image `m` holds
+    /// allocated (recovery, before the DRAM state exists).
+    fn allocated_in(&self, m: &ImageMeta, off: u64) -> bool {
+        let Some(c) = self.chunk_of(off) else {
+            return false;
+        };
+        let d = m.desc[c as usize];
+        let rel = off - self.chunk_base(c);
+        match d >> TAG_SHIFT {
+            TAG_SLAB => {
+                let size = class_size((d & LOW_MASK) as usize);
+                let b = rel / size;
+                rel.is_multiple_of(size)
+                    && m.bits[c as usize]
+                        .get((b / 64) as usize)
+                        .is_some_and(|w| w & (1 << (b % 64)) != 0)
+            }
+            TAG_LARGE => rel == 0,
+            _ => false,
+        }
     }
 
     /// Verifies descriptors and bitmaps and builds the DRAM state from them.
