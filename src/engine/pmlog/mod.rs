@@ -158,10 +158,20 @@ impl PmLog {
         let mut max_seq = 0;
         // The segment holding the newest record, and where its log ends.
         let mut newest: Option<(usize, u64)> = None;
+        let mut named = std::collections::HashSet::new();
         for i in 0..DIR_SLOTS {
             let off = pool.load_u64(dir_slot(dir, i))?;
             if off == 0 {
                 continue;
+            }
+            // Damage: one segment in two slots would have its records
+            // compared with themselves, killed as losers, and freed while
+            // the other slot still names it.
+            if !named.insert(off) {
+                return Err(Error::corrupt(
+                    dir_slot(dir, i),
+                    "pmlog: two directory slots name the same segment",
+                ));
             }
             segments.resize(i + 1, None);
             let seg_slot = &mut segments[i];
@@ -229,6 +239,15 @@ impl PmLog {
             if seg_max > 0 && seg_max == max_seq {
                 newest = Some((i, pos));
             }
+        }
+        // Damage: a sequence number at its limit (one append can never get
+        // there, 2^63 of them first) would make the next record's number
+        // carry the `DEAD` bit, and read as dead at the next open.
+        if max_seq >= DEAD - 1 {
+            return Err(Error::corrupt(
+                dir,
+                format!("pmlog: a record's sequence number {max_seq:#x} is at its limit"),
+            ));
         }
         // Kill superseded records that a crash left alive, and make that
         // durable before any segment is freed.
@@ -581,5 +600,61 @@ impl SerialEngine for PmLog {
         self.key_bytes
             + self.index.len() as u64 * per_entry
             + (self.segments.len() * std::mem::size_of::<Option<Segment>>()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::PutMode;
+
+    /// A log of three keys in an anonymous pool; returns it with its pool.
+    fn three_keys() -> (Arc<Pool>, PmLog) {
+        let pool = Arc::new(Pool::create_anonymous(4 << 20, "pmlog", &Default::default()).unwrap());
+        let mut log = PmLog::create(Arc::clone(&pool)).unwrap();
+        for k in [b"k1", b"k2", b"k3"] {
+            log.put(k, b"value", PutMode::Upsert).unwrap();
+        }
+        (pool, log)
+    }
+
+    /// Damage: a directory slot that names the segment another slot names
+    /// is refused, with nothing written. Before, open compared the
+    /// segment's records with themselves, killed them as superseded and
+    /// freed the segment, so the keys were gone even once the slot was
+    /// cleared (found by a helper's fuzzing through the CLI).
+    #[test]
+    fn a_segment_named_twice_is_refused_unchanged() {
+        let (pool, log) = three_keys();
+        let dir = log.dir;
+        drop(log);
+        let seg = pool.load_u64(dir_slot(dir, 0)).unwrap();
+        assert_ne!(seg, 0);
+        assert_eq!(pool.load_u64(dir_slot(dir, 1)).unwrap(), 0);
+        pool.store_u64(dir_slot(dir, 1), seg).unwrap();
+        let before = pool.image();
+        let e = PmLog::open(Arc::clone(&pool)).err().expect("refused");
+        assert!(e.to_string().contains("same segment"), "{e}");
+        assert!(pool.image() == before, "a refused open wrote to the pool");
+        pool.store_u64(dir_slot(dir, 1), 0).unwrap();
+        let log = PmLog::open(pool).unwrap();
+        assert_eq!(log.len(), 3);
+    }
+
+    /// Damage: a record whose sequence number (with a valid checksum) is
+    /// at its limit is refused. Before, the next append got the number
+    /// with the `DEAD` bit, reported success, and its record read as dead
+    /// (then torn, and zeroed) at the next open.
+    #[test]
+    fn a_sequence_number_at_its_limit_is_refused() {
+        let (pool, log) = three_keys();
+        let seg = log.segments[0].expect("the first segment");
+        drop(log);
+        let at = seg.off + SEG_HEADER;
+        let bytes = record::encode(seg.nonce, DEAD - 1, b"k1", b"value");
+        // SAFETY: this test's own pool; nothing else uses it.
+        unsafe { pool.write_bytes(at, &bytes).unwrap() };
+        let e = PmLog::open(pool).err().expect("refused");
+        assert!(e.to_string().contains("at its limit"), "{e}");
     }
 }
