@@ -239,27 +239,10 @@ impl RadixTree {
         value: &[u8],
         mode: PutMode,
     ) -> Result<PutOutcome> {
-        self.put_with(key, value, mode, false)
-    }
-
-    /// [`Self::put_impl`]; `from_root`: the walk starts at the root slot
-    /// for every tree (no descent by the search's loop), the reference the
-    /// tests compare WORT's descent with.
-    fn put_with(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        mode: PutMode,
-        from_root: bool,
-    ) -> Result<PutOutcome> {
         // The error, if any, comes again from `take_leaf` where a leaf is
         // needed.
         let mut pre = self.new_leaf(key, value).ok();
-        let r = if from_root {
-            self.put_walk_from(key, value, mode, &mut pre, self.root_slot(), 0)
-        } else {
-            self.put_walk(key, value, mode, &mut pre)
-        };
+        let r = self.put_walk(key, value, mode, &mut pre);
         if let Ok(PutOutcome::Inserted) = r {
             self.count += 1;
         }
@@ -395,10 +378,24 @@ impl RadixTree {
         }
     }
 
-    /// [`Self::put_with`] from the root slot: the tests' reference.
+    /// [`Self::put_impl`] with the walk from the root slot for every tree
+    /// (no descent by the search's loop): the reference the tests compare
+    /// WORT's descent with.
     #[cfg(test)]
     pub(super) fn put_from_root(&mut self, key: &[u8], value: &[u8]) -> Result<PutOutcome> {
-        self.put_with(key, value, PutMode::Upsert, true)
+        let mut pre = self.new_leaf(key, value).ok();
+        let r = self.put_walk_from(key, value, PutMode::Upsert, &mut pre, self.root_slot(), 0);
+        if let Ok(PutOutcome::Inserted) = r {
+            self.count += 1;
+        }
+        let r = self.late_error(r);
+        match pre {
+            Some(l) => {
+                let c = self.cancel(l);
+                r.and_then(|o| c.map(|()| o))
+            }
+            None => r,
+        }
     }
 
     /// [`Self::put_impl`]'s walk; takes the leaf from `pre` where it
