@@ -957,50 +957,6 @@ mod tests {
         }
     }
 
-    /// WORT's inserts start their walk where the search's loop leaves the
-    /// plain nodes (`Search::descend_w16`); they must write exactly what
-    /// the walk from the root writes. Two trees take the same puts (new
-    /// keys of `mixed_tree`'s kinds, updates, keys that split compressed
-    /// paths and meet leaves), one each way, and their pools must be equal
-    /// byte for byte, as must their answers.
-    #[test]
-    fn wort_inserts_from_the_descent_write_what_the_walk_from_the_root_writes() {
-        let (reference, keys) = mixed_tree(Flavor::Wort);
-        drop(reference);
-        let tree = |from_root: bool| {
-            let pool =
-                Arc::new(Pool::create_anonymous(64 << 20, "wort", &Default::default()).unwrap());
-            let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
-            for round in 0..2u8 {
-                for (i, k) in keys.iter().enumerate() {
-                    let mut v = vec![round; 1 + i % 20];
-                    v[0] = i as u8;
-                    let probes = probes_around(k);
-                    for q in [k]
-                        .into_iter()
-                        .chain(probes.iter().skip(usize::from(i % 3 != 0) * 9))
-                    {
-                        if from_root {
-                            t.put_from_root(q, &v).unwrap();
-                        } else {
-                            t.put(q, &v, PutMode::Upsert).unwrap();
-                        }
-                    }
-                }
-            }
-            t.check().unwrap();
-            (pool.image(), t.len())
-        };
-        let (descent, n) = tree(false);
-        let (root, m) = tree(true);
-        assert_eq!(n, m);
-        assert!(n as usize > keys.len(), "probes were inserted too ({n})");
-        // The header (its creation time and id) aside.
-        let heap = crate::pm::header::HEADER_BYTES;
-        let first = (heap..descent.len()).find(|&i| descent[i] != root[i]);
-        assert_eq!(first, None, "the two pools differ");
-    }
-
     /// The lock-free reader's one-key search (`Reader::get_into`, whose
     /// WORT path reads a one-line leaf's value from the line its key was
     /// compared in) answers as the search under the lock, value and PM

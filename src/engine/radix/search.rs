@@ -117,7 +117,7 @@ impl Search<'_> {
     /// far that went is measured in docs/design.md §11.
     #[inline(always)]
     fn lookup_w16(self, key: &[u8]) -> Result<(Option<(u64, LeafWord)>, u64)> {
-        let w = self.walk_w16::<false>(key)?;
+        let w = self.walk_w16(key)?;
         // The common end, a leaf in one line (an 8-byte key and value take
         // 24 bytes), is read after one bounds check for the line; the rest
         // goes on below.
@@ -129,7 +129,7 @@ impl Search<'_> {
 
     /// [`Self::lookup_w16`]'s loop: where it left the plain WORT nodes.
     #[inline(always)]
-    fn walk_w16<const TRACK: bool>(self, key: &[u8]) -> Result<Walk> {
+    fn walk_w16(self, key: &[u8]) -> Result<Walk> {
         let pm = self.pool.words();
         let mut slot = self.root;
         let mut p = pm.load(slot)?;
@@ -138,7 +138,6 @@ impl Search<'_> {
         let mut d = 0;
         let mut later = 0;
         let mut plain = Header::plain(Kind::W16 as u8, 0);
-        let mut node = (slot, 0);
         // One step: the node at `p`, reached at depth `d`, if it is a
         // plain WORT node, gives the slot of `unit`; anything else (a null
         // or bad pointer, a leaf, a compressed path) leaves the loop.
@@ -150,9 +149,6 @@ impl Search<'_> {
                 };
                 if n.load(0) & Header::PLAIN_MASK != plain {
                     break;
-                }
-                if TRACK {
-                    node = (slot, d);
                 }
                 let u: u8 = $unit;
                 // Nodes are line-aligned: the slot's line is known from
@@ -174,7 +170,6 @@ impl Search<'_> {
             slot,
             d,
             lines: 1 + d as u64 + later,
-            node,
         })
     }
 
@@ -224,34 +219,7 @@ impl Search<'_> {
             p = pm.load(s)?;
             d += 1;
         }
-        Ok(Walked::To(Walk {
-            p,
-            slot,
-            d,
-            lines,
-            node: (self.root, 0),
-        }))
-    }
-
-    /// WORT's insert descent: the slot that holds the deepest plain node
-    /// on `key`'s path that the search's loop passes ([`Self::walk_w16`]),
-    /// and the node's depth (the root slot and 0 if none); or, where the
-    /// loop ended at a leaf (an update, or an insert that meets another
-    /// key's leaf), that leaf's slot and depth. The insert's own walk
-    /// (`put_walk_from`) goes on from there as it would have got there: the
-    /// loop follows only plain nodes at their own depth into their child
-    /// for the key's next unit, which is what the walk does there too, in
-    /// fewer instructions. (WOART's and ART+CoW's trees are 2 to 3 levels
-    /// deep, too shallow for this to pay: their walk starts at the root.)
-    pub(super) fn descend_w16(self, key: &[u8]) -> Result<(u64, usize)> {
-        let w = self.walk_w16::<true>(key)?;
-        let at_leaf = w.p != 0
-            && self
-                .pool
-                .words()
-                .load(w.p)
-                .is_ok_and(|x| x & 0xF == u64::from(leaf::LEAF_KIND));
-        Ok(if at_leaf { (w.slot, w.d) } else { w.node })
+        Ok(Walked::To(Walk { p, slot, d, lines }))
     }
 
     /// [`Self::lookup_counted`] for several keys at once (at most
@@ -585,10 +553,6 @@ struct Walk {
     slot: u64,
     d: usize,
     lines: u64,
-    /// With `walk_w16`'s `TRACK` (WORT's insert descent): the slot that
-    /// holds the last plain node passed, and that node's depth (the root
-    /// slot and 0 if none was passed, or not tracked).
-    node: (u64, usize),
 }
 
 /// What [`Search::walk_bytes`] found.
@@ -629,7 +593,7 @@ impl OptimisticRead for Reader {
         // fits in the CPU's window (docs/design.md §11, "Lean one-key reads").
         let nibble = self.flavor.span() == Span::Nibble;
         let w = if nibble {
-            s.walk_w16::<false>(key)?
+            s.walk_w16(key)?
         } else {
             match s.walk_bytes(key)? {
                 Walked::To(w) => w,

@@ -39,7 +39,6 @@ use std::sync::atomic::Ordering;
 use super::chunks::Block;
 use super::header::Header;
 use super::nodes::{self, n16, n4, n48, Kind, END};
-use super::span::Span;
 use super::{leaf, Flavor, RadixTree};
 use crate::engine::{PutMode, PutOutcome};
 use crate::error::{Error, Result};
@@ -378,26 +377,6 @@ impl RadixTree {
         }
     }
 
-    /// [`Self::put_impl`] with the walk from the root slot for every tree
-    /// (no descent by the search's loop): the reference the tests compare
-    /// WORT's descent with.
-    #[cfg(test)]
-    pub(super) fn put_from_root(&mut self, key: &[u8], value: &[u8]) -> Result<PutOutcome> {
-        let mut pre = self.new_leaf(key, value).ok();
-        let r = self.put_walk_from(key, value, PutMode::Upsert, &mut pre, self.root_slot(), 0);
-        if let Ok(PutOutcome::Inserted) = r {
-            self.count += 1;
-        }
-        let r = self.late_error(r);
-        match pre {
-            Some(l) => {
-                let c = self.cancel(l);
-                r.and_then(|o| c.map(|()| o))
-            }
-            None => r,
-        }
-    }
-
     /// [`Self::put_impl`]'s walk; takes the leaf from `pre` where it
     /// publishes one and leaves it there otherwise.
     fn put_walk(
@@ -407,26 +386,10 @@ impl RadixTree {
         mode: PutMode,
         pre: &mut Option<Block>,
     ) -> Result<PutOutcome> {
-        let (slot, d) = match self.span {
-            Span::Nibble => self.search().descend_w16(key)?,
-            Span::Byte => (self.root_slot(), 0),
-        };
-        self.put_walk_from(key, value, mode, pre, slot, d)
-    }
-
-    /// [`Self::put_walk`] from `slot`, which holds a node at depth `d` on
-    /// `key`'s path (or is the root slot, with `d` 0).
-    fn put_walk_from(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        mode: PutMode,
-        pre: &mut Option<Block>,
-        mut slot: u64,
-        mut d: usize,
-    ) -> Result<PutOutcome> {
         let span = self.span;
         let klen = span.len(key);
+        let mut slot = self.root_slot();
+        let mut d = 0;
         // After a step into an end slot only a leaf is accepted, as in the
         // search (`Search::step`): a damaged end slot that points at a node
         // (its own, say) would otherwise be walked forever.
