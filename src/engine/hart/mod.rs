@@ -447,6 +447,7 @@ impl Hart {
     /// lines it read besides the leaf's first line (0 for an inline or empty
     /// value, which is in that line). Reads the slot word without building
     /// a [`ValueRef`]: this is on every search's path.
+    #[inline(always)]
     fn current_value(&self, leaf: u64, c: Commit) -> Result<(&[u8], u64)> {
         let pm = self.pool.words();
         let so = leaf::slot_off(leaf, c.active);
@@ -810,8 +811,11 @@ impl Engine for Hart {
     /// guarantees under the ART lock.
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
-        self.prefetch_root(hk, ak);
-        let Some(tree) = self.trees.find_bytes(hk) else {
+        let (tree, hint) = self.trees.find_bytes_hinted(hk);
+        if let Some(leaf) = art::Art::<u64>::prefetch_hinted(hint, ak) {
+            self.pool.words().prefetch(leaf);
+        }
+        let Some(tree) = tree else {
             return Ok(false);
         };
         let t = tree.read();
