@@ -897,27 +897,6 @@ mod tests {
         probes
     }
 
-    /// WORT's search takes a short loop and a one-line leaf check in the
-    /// common case, and the general walk otherwise; both must give what the
-    /// general walk alone gives, lines included, for present and absent
-    /// keys of every length, short and long leaves, and compressed paths.
-    #[test]
-    fn wort_fast_search_agrees_with_the_general_walk() {
-        let (t, keys) = mixed_tree(Flavor::Wort);
-        let s = t.search();
-        let mut absent = 0;
-        for k in &keys {
-            for q in probes_around(k) {
-                let fast = s.lookup_counted(&q).unwrap();
-                let general = s.lookup_in::<true>(&q, s.root, 0, 1).unwrap();
-                assert_eq!(fast, general, "key {q:?}");
-                absent += usize::from(fast.0.is_none());
-            }
-            assert!(s.lookup_counted(k).unwrap().0.is_some());
-        }
-        assert!(absent > 1000, "absent keys are probed too ({absent})");
-    }
-
     /// `mixed_tree` with keys that fill NODE48s and NODE256s too: under
     /// "n" one more byte of 0 to 29 (a NODE48), under "N" of 0 to 99 (a
     /// NODE256), and under "N" + 7 a third byte of 0 to 39 (a NODE48 below
@@ -934,21 +913,25 @@ mod tests {
         (t, keys)
     }
 
-    /// WOART's and ART+CoW's search take a loop of their own in the common
-    /// case (`Search::walk_bytes`), and the general walk otherwise; both
-    /// must give what the general walk alone gives, lines included, for
-    /// present and absent keys through every node kind.
+    /// Each tree's search takes a loop of its own in the common case
+    /// (`Search::walk_w16`, `Search::walk_bytes`) and a one-line leaf check,
+    /// and the general walk otherwise; both must give what the general walk
+    /// alone gives, lines included, for present and absent keys of every
+    /// length, short and long leaves, compressed paths and every node kind.
     #[test]
-    fn byte_fast_search_agrees_with_the_general_walk() {
-        for flavor in [Flavor::Woart, Flavor::ArtCow] {
+    fn fast_searches_agree_with_the_general_walk() {
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
             let (t, keys) = every_kind_tree(flavor);
             let s = t.search();
+            let general = |q: &[u8]| match flavor {
+                Flavor::Wort => s.lookup_in::<true>(q, s.root, 0, 1),
+                _ => s.lookup_in::<false>(q, s.root, 0, 1),
+            };
             let mut absent = 0;
             for k in &keys {
                 for q in probes_around(k) {
                     let fast = s.lookup_counted(&q).unwrap();
-                    let general = s.lookup_in::<false>(&q, s.root, 0, 1).unwrap();
-                    assert_eq!(fast, general, "{flavor:?} key {q:?}");
+                    assert_eq!(fast, general(&q).unwrap(), "{flavor:?} key {q:?}");
                     absent += usize::from(fast.0.is_none());
                 }
                 assert!(s.lookup_counted(k).unwrap().0.is_some());
