@@ -124,3 +124,27 @@ fn releasing_before_the_batch_fence_is_caught() {
         assert!(!r.failures.is_empty(), "{engine}: early release not caught");
     }
 }
+
+/// The same workload with the commits a batch held back stored without
+/// the fence before them: the simulator must see a commit reach PM before
+/// the node (a lazy expansion's, a split's parent, an ART+CoW copy) or
+/// the NODE16/NODE48 pointer it publishes, in every tree.
+#[test]
+fn held_commits_without_their_fence_are_caught() {
+    for engine in ["wort", "woart", "art-cow"] {
+        let mut cfg = CrashConfig::new(engine);
+        cfg.fault = Some(pmindex::pm::Fault::RadixBatchHeldUnfenced);
+        cfg.states = 4000;
+        let r = run_ops(&cfg, workload()).expect("crash test runs");
+        println!(
+            "{engine}: {} failures in {} images; first: {:?}",
+            r.failures.len(),
+            r.images,
+            r.failures.first().map(|f| &f.message)
+        );
+        assert!(
+            !r.failures.is_empty(),
+            "{engine}: unfenced held commits not caught"
+        );
+    }
+}

@@ -98,7 +98,12 @@ fn radix_batch_release_before_fence_is_caught() {
 }
 
 #[test]
+fn radix_batch_held_commits_without_their_fence_are_caught() {
+    must_catch(Fault::RadixBatchHeldUnfenced, "art-cow");
+}
+
+#[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 14);
+    assert_eq!(Fault::ALL.len(), 15);
 }

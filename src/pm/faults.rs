@@ -63,6 +63,10 @@ pub enum Fault {
     /// unlinks it, before the batch's last fence (a later item can take
     /// and overwrite it while the unlinking commit can still be lost).
     RadixBatchReleaseEarly,
+    /// Radix trees: a batch of puts stores the commits it held back
+    /// without the fence before them (a commit can reach PM before the
+    /// node or pointer it publishes).
+    RadixBatchHeldUnfenced,
 }
 
 impl Fault {
@@ -82,6 +86,7 @@ impl Fault {
         Fault::WoartNode16BitmapFirst,
         Fault::ArtCowSkipCopyFlush,
         Fault::RadixBatchReleaseEarly,
+        Fault::RadixBatchHeldUnfenced,
     ];
 
     /// The name used on the command line.
@@ -101,6 +106,7 @@ impl Fault {
             Fault::WoartNode16BitmapFirst => "woart-node16-bitmap-first",
             Fault::ArtCowSkipCopyFlush => "art-cow-skip-copy-flush",
             Fault::RadixBatchReleaseEarly => "radix-batch-release-early",
+            Fault::RadixBatchHeldUnfenced => "radix-batch-held-unfenced",
         }
     }
 
@@ -116,7 +122,9 @@ impl Fault {
             }
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
-            Fault::ArtCowSkipCopyFlush | Fault::RadixBatchReleaseEarly => Some("art-cow"),
+            Fault::ArtCowSkipCopyFlush
+            | Fault::RadixBatchReleaseEarly
+            | Fault::RadixBatchHeldUnfenced => Some("art-cow"),
         }
     }
 }

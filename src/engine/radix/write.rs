@@ -7,7 +7,9 @@
 //! `publish(slot, p)` is: fence; store `p` into `slot` (the commit point);
 //! flush; fence. `retract(slot, p)` is the same without the first fence
 //! (nothing new to make durable first). Blocks unlinked by a commit are
-//! released to the DRAM free map after it (see [`super::chunks`]).
+//! released to the DRAM free map after it (see [`super::chunks`]). In a
+//! batch of puts (`put_many`) the fences differ, not the stores: see
+//! [`RadixTree::put_many_impl`].
 //!
 //! | step | stores, in order | commit point | fences |
 //! |---|---|---|---|
@@ -39,7 +41,7 @@ use std::sync::atomic::Ordering;
 use super::chunks::Block;
 use super::header::Header;
 use super::nodes::{self, n16, n4, n48, Kind, END};
-use super::{leaf, Flavor, RadixTree};
+use super::{leaf, Flavor, RadixTree, Reach};
 use crate::engine::{PutMode, PutOutcome};
 use crate::error::{Error, Result};
 use crate::pm::{Fault, CACHE_LINE};
@@ -185,7 +187,16 @@ impl RadixTree {
         self.new_node(kind, h, end, &children)
     }
 
-    /// Non-null visible children as (unit, pointer).
+    /// What a copy of `node` holds: its `end` slot and its children (see
+    /// [`Self::children`]), with the batch's held commits into it stored
+    /// first.
+    fn contents(&self, node: u64, kind: Kind) -> Result<(u64, Vec<(u8, u64)>)> {
+        self.settle(Reach::Copy(node, kind))?;
+        Ok((self.pool.load_u64(node + END)?, self.children(node, kind)?))
+    }
+
+    /// Non-null visible children as (unit, pointer). In a batch of puts,
+    /// a copy reads them through [`Self::contents`].
     pub(super) fn children(&self, node: u64, kind: Kind) -> Result<Vec<(u8, u64)>> {
         Ok(nodes::entries(&self.pool, node, kind)?
             .into_iter()
@@ -263,15 +274,18 @@ impl RadixTree {
     ///    cache; their answers are not used;
     /// 2. every item's leaf is written and flushed, then **one fence**;
     /// 3. each item's walk and commit run as in a single put (the leaf
-    ///    first, [`Self::put_walk`]), except that a commit stores and
-    ///    flushes its slot without the fence after it, and fences before it
-    ///    only if the walk flushed something new (a node, a split's header:
-    ///    [`Self::publish`]); the commits of WOART's NODE4, NODE16 and
-    ///    NODE48 keep their own fences;
-    /// 4. **one fence**; then the blocks the commits unlinked go back to the
+    ///    first, [`Self::put_walk`]), except that a commit whose
+    ///    publication is durable already (nothing new flushed since the last
+    ///    fence) is stored and flushed without a fence, and any other commit
+    ///    (after a new node, a split's header, a WOART NODE16/NODE48
+    ///    pointer in another line) is held back ([`Self::hold`]) instead of
+    ///    fencing; a later item that reaches a slot or node a held commit
+    ///    changes stores the held commits first ([`Self::settle`]);
+    /// 4. the held commits: **one fence**, then their stores and flushes;
+    /// 5. **one fence**; then the blocks the commits unlinked go back to the
     ///    DRAM free map ([`Self::release`] defers them meanwhile).
     ///
-    /// A commit's store can then become durable before or after the next
+    /// A commit's store can then become durable before or after another
     /// item's, but every block a store publishes is durable before it, and
     /// no block a commit unlinks is reused before the commit is: so a crash
     /// leaves each key old or with a value the call gave it. A key given
@@ -346,6 +360,10 @@ impl RadixTree {
                     }
                 }
             }
+            // The commits held back, then the batch's last fence.
+            if let Err(e) = self.drain_held() {
+                walked = walked.and(Err(e));
+            }
             self.pool.fence();
             self.batch.on.store(false, Ordering::Relaxed);
             let released = self.release_deferred();
@@ -394,7 +412,14 @@ impl RadixTree {
         // search (`Search::step`): a damaged end slot that points at a node
         // (its own, say) would otherwise be walked forever.
         let mut at_end = false;
+        // In a batch, the commits held back that change a slot before it is
+        // loaded, or the node reached, are stored first (`settle`); a child
+        // slot is settled where its emptiness is tested, below.
+        let mut settled = false;
         loop {
+            if !settled {
+                self.settle(Reach::Slot(slot))?;
+            }
             let p = self.pool.load_u64(slot)?;
             if p == 0 {
                 if mode == PutMode::Update {
@@ -434,6 +459,7 @@ impl RadixTree {
             if at_end {
                 return Err(Error::corrupt(p, "radix: node in an end slot"));
             }
+            self.settle(Reach::Node(p, kind))?;
             // As in `lookup_in`: a node at its own depth without a path
             // takes the branch, so the next slot's address does not wait
             // for the header's decoding.
@@ -457,13 +483,16 @@ impl RadixTree {
             if klen == b {
                 slot = p + END;
                 at_end = true;
+                settled = false;
                 continue;
             }
             let u = span.unit(key, b);
             if let Some(s) = nodes::find(&self.pool, p, kind, u)? {
+                self.settle(Reach::Slot(s))?;
                 if self.pool.load_u64(s)? != 0 {
                     slot = s;
                     d = b + 1;
+                    settled = true;
                     continue;
                 }
             }
@@ -543,8 +572,7 @@ impl RadixTree {
             // parent holding both, flushed; publish the parent into `slot`
             // (commit); the old node is released.
             let made = (|| {
-                let end = self.pool.load_u64(p + END)?;
-                let ch = self.children(p, kind)?;
+                let (end, ch) = self.contents(p, kind)?;
                 let copy = self.new_node(kind, &node_h, end, &ch)?;
                 match self.node_with(
                     small,
@@ -618,15 +646,15 @@ impl RadixTree {
             (_, Kind::N4 | Kind::N16 | Kind::N48) => match nodes::listed(&self.pool, p, kind) {
                 Ok(n) if n >= kind.capacity() => return self.copy_with(slot, p, kind, u, l),
                 Ok(_) => {
-                    let fencing = self.fencing();
-                    let r = match kind {
+                    // Persist order: the node's `add` up to its commit
+                    // word (see each module), then `commit`.
+                    let prepared = match kind {
                         Kind::N4 => n4::add(
                             &self.pool,
                             p,
                             u,
                             c,
                             self.pool.fault(Fault::WoartNode4CommitFirst),
-                            fencing,
                         ),
                         Kind::N16 => n16::add(
                             &self.pool,
@@ -634,13 +662,10 @@ impl RadixTree {
                             u,
                             c,
                             self.pool.fault(Fault::WoartNode16BitmapFirst),
-                            fencing,
                         ),
-                        _ => n48::add(&self.pool, p, u, c, fencing),
+                        _ => n48::add(&self.pool, p, u, c),
                     };
-                    // Each of them fenced after its pointer's flush.
-                    self.batch_fenced();
-                    r
+                    prepared.and_then(|commit| self.commit(commit))
                 }
                 Err(e) => Err(e),
             },
@@ -660,8 +685,7 @@ impl RadixTree {
     fn copy_with(&self, slot: u64, p: u64, kind: Kind, u: u8, l: Block) -> Result<()> {
         let built = (|| {
             let h = Header::decode(self.pool.load_u64(p)?);
-            let end = self.pool.load_u64(p + END)?;
-            let ch = self.children(p, kind)?;
+            let (end, ch) = self.contents(p, kind)?;
             self.node_with(kind, &h, end, ch, Some(u), l.offset())
         })();
         match built {
@@ -678,8 +702,7 @@ impl RadixTree {
     /// node is released.
     pub(super) fn resize(&self, slot: u64, p: u64, kind: Kind, to: Kind) -> Result<()> {
         let h = Header::decode(self.pool.load_u64(p)?);
-        let end = self.pool.load_u64(p + END)?;
-        let ch = self.children(p, kind)?;
+        let (end, ch) = self.contents(p, kind)?;
         let copy = self.new_node(to, &h, end, &ch)?;
         self.publish_block(slot, copy, &[])
     }

@@ -22,35 +22,59 @@
 //! stores null in the slot, never frees through it. Between operations there
 //! are none, and `check` refuses them.
 
-/// How an in-place insert into a WOART NODE4, NODE16 or NODE48 fences:
-/// one put at a time fences before its first store (the child leaf
-/// durable) and after its commit; a batch of puts (`put_many`) leaves the
-/// first out when the child is durable already and the last to the batch's
-/// end. The fence between NODE48's pointer and its commit word (they are
-/// in different lines) is always there, and NODE16's when its pointer is
-/// not in the bitmap's line ([`n16::add`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Fencing {
-    /// Everything the insert publishes was made durable by an earlier fence.
-    pub child_durable: bool,
-    /// The caller fences after the commit (the end of its batch).
-    pub defer_commit: bool,
+/// The commit of an in-place insert into a WOART NODE4, NODE16 or NODE48,
+/// or of any change that swaps one pointer slot: one 8-byte store of
+/// `word` at `at`, then a flush of its line. A node's
+/// `add` has stored the entry the commit makes visible, and flushed what
+/// of it lies outside the commit word's line, before it returns one; the
+/// tree stores it ([`super::RadixTree::commit`]). One put at a time
+/// fences before the store (what it publishes durable) and after it
+/// ([`Commit::apply`]); a batch of puts fences before it only where
+/// something it publishes is not durable yet, and then holds it back to
+/// share that fence with the batch's other commits (docs/design.md §11,
+/// "Held-back commits").
+#[must_use = "a prepared commit must be stored"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// Offset of the commit word.
+    pub at: u64,
+    /// Its new value.
+    pub word: u64,
+    /// What the commit makes visible includes a flush that no fence has
+    /// covered yet (NODE16's or NODE48's pointer in another line).
+    pub fence_first: bool,
+    /// The commit swaps a pointer slot (a child, `end` or the root), which
+    /// a later put reads only by loading that slot or by copying the node
+    /// around it; else it is a node's commit word, which every later put
+    /// through the node reads (a NODE48 add reads the whole index).
+    pub is_slot: bool,
 }
 
-impl Fencing {
-    /// One put at a time: both fences.
-    pub const SINGLE: Fencing = Fencing {
-        child_durable: false,
-        defer_commit: false,
-    };
-
-    /// The commit's flush of `len` bytes at `off`, then its fence unless
-    /// the caller defers it.
-    pub(super) fn commit(self, pool: &Pool, off: u64, len: u64) {
-        pool.flush(off, len);
-        if !self.defer_commit {
-            pool.fence();
+impl Commit {
+    /// The commit of a slot swap: `word` into `slot`.
+    pub fn slot(slot: u64, word: u64) -> Commit {
+        Commit {
+            at: slot,
+            word,
+            fence_first: false,
+            is_slot: true,
         }
+    }
+
+    /// Stores the word and flushes its line (no fence).
+    pub(super) fn store(self, pool: &Pool) -> Result<()> {
+        pool.store_u64(self.at, self.word)?;
+        pool.flush(self.at, 8);
+        Ok(())
+    }
+
+    /// One put at a time: **fence** (everything it publishes durable);
+    /// store; flush; **fence**.
+    pub fn apply(self, pool: &Pool) -> Result<()> {
+        pool.fence();
+        self.store(pool)?;
+        pool.fence();
+        Ok(())
     }
 }
 
@@ -328,13 +352,15 @@ mod tests {
             for (n, &u) in units.iter().enumerate() {
                 assert_eq!(listed(&pool, node, kind).unwrap(), n, "{kind:?}");
                 match kind {
-                    Kind::N4 => {
-                        n4::add(&pool, node, u, 0x1000 + n as u64, false, Fencing::SINGLE).unwrap()
-                    }
-                    Kind::N16 => {
-                        n16::add(&pool, node, u, 0x1000 + n as u64, false, Fencing::SINGLE).unwrap()
-                    }
-                    _ => n48::add(&pool, node, u, 0x1000 + n as u64, Fencing::SINGLE).unwrap(),
+                    Kind::N4 => n4::add(&pool, node, u, 0x1000 + n as u64, false)
+                        .and_then(|c| c.apply(&pool))
+                        .unwrap(),
+                    Kind::N16 => n16::add(&pool, node, u, 0x1000 + n as u64, false)
+                        .and_then(|c| c.apply(&pool))
+                        .unwrap(),
+                    _ => n48::add(&pool, node, u, 0x1000 + n as u64)
+                        .and_then(|c| c.apply(&pool))
+                        .unwrap(),
                 }
                 let e = entries(&pool, node, kind).unwrap().len();
                 assert_eq!(listed(&pool, node, kind).unwrap(), e, "{kind:?}");

@@ -14,22 +14,23 @@
 //! - **add** (Algorithm 4): the child written and flushed by the caller;
 //!   take the first clear bit `i`; store the 8-byte word holding `keys[i]`
 //!   and the child into `ptr[i]`; if `ptr[i]` is not in the bitmap's line,
-//!   flush its line; **fence** (child and pointer durable); store
-//!   `bitmap | 1 << i`, flush the bitmap's line, **fence** (commit). The
-//!   keys and the bitmap share the node's first line (and `ptr[0..3]` do
-//!   too), and the bitmap is stored last: a durable bitmap implies durable
-//!   keys (same-line order, as NODE4's commit word and `hart`'s leaves rely
-//!   on), so the paper's separate flush of the key is not needed, and for
-//!   `i < 3` neither is the pointer's. 2 fences and 1 line (`i < 3`) or 2
-//!   lines; in a batch whose child is durable already and `i < 3`, no
-//!   fence of its own. Before (2026-11-24) the key's line was flushed
+//!   flush its line; then the commit ([`Commit`], stored by the tree):
+//!   **fence** (child and pointer durable); store `bitmap | 1 << i`, flush
+//!   the bitmap's line, **fence**. The keys and the bitmap share the
+//!   node's first line (and `ptr[0..3]` do too), and the bitmap is stored
+//!   last: a durable bitmap implies durable keys (same-line order, as
+//!   NODE4's commit word and `hart`'s leaves rely on), so the paper's
+//!   separate flush of the key is not needed, and for `i < 3` neither is
+//!   the pointer's. 2 fences and 1 line (`i < 3`) or 2 lines; in a batch
+//!   the first fence is shared with the batch's other commits and the
+//!   last is the batch's. Before (2026-11-24) the key's line was flushed
 //!   before the fence and again with the bitmap: one line more per add.
 //!   A crash before the commit leaves `ptr[i]` unlisted (an orphan
 //!   pointer, cleared at open).
 //! - **remove**: store `bitmap & !(1 << i)`, flush, **fence** (commit); the
 //!   caller then nulls `ptr[i]` (no flush). 1 fence.
 
-use super::{byte, with_byte, Entry, Fencing, BODY};
+use super::{byte, with_byte, Commit, Entry, BODY};
 use crate::error::{Error, Result};
 use crate::pm::{Pool, WordBlock, CACHE_LINE};
 
@@ -131,16 +132,10 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 }
 
 /// Algorithm 4 (see the module's persist order): adds `child` (written
-/// and flushed) for `unit`. The node must not be full and must not list
-/// `unit`. `bitmap_first` is the fault `woart-node16-bitmap-first`.
-pub fn add(
-    pool: &Pool,
-    node: u64,
-    unit: u8,
-    child: u64,
-    bitmap_first: bool,
-    fencing: Fencing,
-) -> Result<()> {
+/// and flushed) for `unit` up to its commit, which it returns. The node
+/// must not be full and must not list `unit`. `bitmap_first` is the fault
+/// `woart-node16-bitmap-first`.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, bitmap_first: bool) -> Result<Commit> {
     let bitmap = pool.load_u64(node + BITMAP)?;
     let i = (!bitmap & 0xFFFF).trailing_zeros() as usize;
     if i >= 16 {
@@ -165,12 +160,13 @@ pub fn add(
     if ptr_apart {
         pool.flush(ps, 8);
     }
-    if ptr_apart || key_apart || !fencing.child_durable {
-        pool.fence(); // child (and key and pointer, if apart) durable
-    }
-    pool.store_u64(node + BITMAP, bitmap | 1 << i)?; // commit point of the insert
-    fencing.commit(pool, node + BITMAP, 8);
-    Ok(())
+    // The commit point of the insert.
+    Ok(Commit {
+        at: node + BITMAP,
+        word: bitmap | 1 << i,
+        fence_first: ptr_apart || key_apart,
+        is_slot: false,
+    })
 }
 
 /// Removes `unit` (see the module's persist order); returns the slot of its

@@ -13,19 +13,21 @@
 //!
 //! # Persist order
 //! - **add** (Algorithm 3): the child written and flushed by the caller;
-//!   **fence** (the child is durable); pick a pointer index no slot byte
-//!   names; store the child into `ptr[idx]`; store the new `keys` word with
-//!   the key inserted in order; flush the node's line; **fence**. The `keys`
+//!   pick a pointer index no slot byte names; store the child into
+//!   `ptr[idx]`; then the commit ([`Commit`], stored by the tree):
+//!   **fence** (the child is durable); store the new `keys` word with the
+//!   key inserted in order; flush the node's line; **fence**. The `keys`
 //!   store is the commit point: it is in the same line as `ptr[idx]` and
 //!   stored after it, so (same-line order) a durable `keys` implies a
 //!   durable `ptr[idx]`, and the paper's separate flush of the pointer is
 //!   not needed. A crash before the commit leaves `ptr[idx]` unlisted (an
-//!   orphan pointer, cleared at open). 2 fences, 1 line.
+//!   orphan pointer, cleared at open). 2 fences, 1 line; in a batch
+//!   whose leaves are durable already, no fence of its own.
 //! - **remove**: store `keys` without the entry; flush; **fence** (commit);
 //!   the caller then nulls `ptr[idx]` (no flush: an orphan pointer left by a
 //!   crash is cleared at open). 1 fence.
 
-use super::{byte, with_byte, Entry, Fencing, BODY};
+use super::{byte, with_byte, Commit, Entry, BODY};
 use crate::error::{Error, Result};
 use crate::pm::{Pool, WordBlock, CACHE_LINE};
 
@@ -135,17 +137,11 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 }
 
 /// Algorithm 3 (see the module's persist order): adds `child` (written
-/// and flushed) for `unit`. The node must not be full and must not list
-/// `unit`. `commit_first` is a fault-injection switch: the `keys` word is
-/// stored and persisted before the child pointer.
-pub fn add(
-    pool: &Pool,
-    node: u64,
-    unit: u8,
-    child: u64,
-    commit_first: bool,
-    fencing: Fencing,
-) -> Result<()> {
+/// and flushed) for `unit` up to its commit, which it returns. The node
+/// must not be full and must not list `unit`. `commit_first` is a
+/// fault-injection switch: the `keys` word is stored and persisted before
+/// the child pointer.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, commit_first: bool) -> Result<Commit> {
     let mut e = decode(pool.load_u64(node + KEYS)?);
     if e.len() >= 4 {
         return Err(Error::corrupt(node, "radix: add to a full NODE4"));
@@ -155,18 +151,20 @@ pub fn add(
         .expect("a NODE4 with < 4 entries has a free pointer");
     let pos = e.partition_point(|x| x.0 < unit);
     e.insert(pos, (unit, idx));
-    let slot = ptr_slot(node, idx);
     if commit_first {
         pool.store_u64(node + KEYS, encode(&e))?;
         pool.persist(node + KEYS, 8);
     }
-    if !fencing.child_durable {
-        pool.fence(); // the child is durable
-    }
-    pool.store_u64(slot, child)?;
-    pool.store_u64(node + KEYS, encode(&e))?; // commit point of the insert
-    fencing.commit(pool, node, SIZE);
-    Ok(())
+    pool.store_u64(ptr_slot(node, idx), child)?;
+    // The commit point of the insert, in the pointer's line (nodes start
+    // on a line): its flush covers both.
+    debug_assert_eq!(node % CACHE_LINE, 0, "a NODE4 is one line");
+    Ok(Commit {
+        at: node + KEYS,
+        word: encode(&e),
+        fence_first: false,
+        is_slot: false,
+    })
 }
 
 /// Removes `unit` (see the module's persist order); returns the slot of its

@@ -14,13 +14,15 @@
 //!
 //! # Persist order
 //! - **add**: the child written and flushed by the caller; store it into a
-//!   pointer no index byte names, flush; **fence**; store the 8-byte word
-//!   holding `index[key]`, flush, **fence** (commit). 2 fences. A crash
-//!   before the commit leaves an orphan pointer, cleared at open.
+//!   pointer no index byte names, flush; then the commit ([`Commit`],
+//!   stored by the tree): **fence**; store the 8-byte word holding
+//!   `index[key]`, flush, **fence**. 2 fences (in a batch, the first is
+//!   shared with the batch's other commits and the last is the batch's).
+//!   A crash before the commit leaves an orphan pointer, cleared at open.
 //! - **remove**: clear `index[key]` (one 8-byte store), flush, **fence**
 //!   (commit); the caller then nulls `ptr[i]` (no flush). 1 fence.
 
-use super::{byte, with_byte, Entry, Fencing, BODY};
+use super::{byte, with_byte, Commit, Entry, BODY};
 use crate::error::{Error, Result};
 use crate::pm::Pool;
 
@@ -120,9 +122,10 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
     }
 }
 
-/// Adds `child` (written and flushed) for `unit` (see the module's persist
-/// order). The node must not be full and must not list `unit`.
-pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, fencing: Fencing) -> Result<()> {
+/// Adds `child` (written and flushed) for `unit` up to its commit, which
+/// it returns (see the module's persist order). The node must not be full
+/// and must not list `unit`.
+pub fn add(pool: &Pool, node: u64, unit: u8, child: u64) -> Result<Commit> {
     let free = !used(&index(pool, node)?) & ((1 << 48) - 1);
     if free == 0 {
         return Err(Error::corrupt(node, "radix: add to a full NODE48"));
@@ -130,12 +133,14 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, fencing: Fencing) -> Re
     let i = free.trailing_zeros() as usize;
     pool.store_u64(ptr_slot(node, i), child)?;
     pool.flush(ptr_slot(node, i), 8);
-    pool.fence(); // child and pointer durable
     let iw = node + INDEX + 8 * (u64::from(unit) / 8);
-    let w = with_byte(pool.load_u64(iw)?, usize::from(unit) % 8, i as u8 + 1);
-    pool.store_u64(iw, w)?; // commit point of the insert
-    fencing.commit(pool, iw, 8);
-    Ok(())
+    // The commit point of the insert; the pointer is in another line.
+    Ok(Commit {
+        at: iw,
+        word: with_byte(pool.load_u64(iw)?, usize::from(unit) % 8, i as u8 + 1),
+        fence_first: true,
+        is_slot: false,
+    })
 }
 
 /// Removes `unit` (see the module's persist order); returns the slot of its
