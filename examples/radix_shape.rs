@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for kind in [KeyKind::Dense, KeyKind::Sparse, KeyKind::Clustered] {
             let keys = KeySet::generate(kind, n, 0, 42, Path::new("/dev/null"))?;
             let pool = Arc::new(Pool::create_anonymous(
-                (n * 600).max(64 << 20),
+                (n * 600).max(64 << 20).next_multiple_of(1 << 20),
                 flavor.name(),
                 &PoolConfig::default(),
             )?);
