@@ -884,9 +884,9 @@ mod tests {
     /// A batch of inserts whose commits need a fence one at a time (WOART
     /// NODE16 adds with the pointer outside the bitmap's line, ART+CoW
     /// copies) holds them back and stores them after one fence: the
-    /// leaves' fence, that one and the batch's last. With `settle` off
-    /// (a later put not seeing a held commit) the contents or `check`
-    /// differ.
+    /// leaves' fence, that one and the batch's last. (No item here reaches
+    /// another's held commit: `a_later_put_of_a_batch_sees_the_commits_held_before_it`
+    /// tests that.)
     #[test]
     fn a_batch_of_inserts_shares_one_fence_among_its_commits() {
         use crate::pm::counters::this_thread;
@@ -1005,6 +1005,76 @@ mod tests {
                     })
                     .collect();
                 batch(&mut t, &items);
+            }
+        }
+    }
+
+    /// Batches that fill a small pool: a batch cut short by `PoolFull`
+    /// (a leaf or a node that cannot be reserved, with commits of the
+    /// items before it held back) has applied exactly a prefix of its
+    /// items, and the tree passes `check`, before and after a reopen.
+    /// (From a review of the held commits, 2026-11-25.)
+    #[test]
+    fn a_batch_cut_short_by_a_full_pool_applies_a_prefix_of_it() {
+        use std::collections::BTreeMap;
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            for size in [2u64 << 20, 3 << 20] {
+                let pool =
+                    Arc::new(Pool::create_anonymous(size, "wort", &Default::default()).unwrap());
+                let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+                let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+                let holds = |t: &RadixTree, m: &BTreeMap<Vec<u8>, Vec<u8>>| {
+                    t.len() == m.len() as u64
+                        && m.iter().all(|(k, v)| {
+                            let mut got = Vec::new();
+                            t.get_with(k, &mut |b| got = b.to_vec()).unwrap() && &got == v
+                        })
+                };
+                let mut x = 77u64 ^ flavor as u64;
+                let mut full = 0;
+                for round in 0..100_000u32 {
+                    let items: Vec<(Vec<u8>, Vec<u8>)> = (0..32)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let len = 2 + (x % 5) as usize;
+                            let last = (x >> 40) as u8 % 100;
+                            let k = (0..len)
+                                .map(|i| {
+                                    (x >> (8 * i + 4)) as u8 % 7
+                                        + if i == len - 1 { last } else { 0 }
+                                })
+                                .collect();
+                            (k, vec![round as u8; 1 + (x >> 50) as usize % 60])
+                        })
+                        .collect();
+                    let refs: Vec<(&[u8], &[u8])> =
+                        items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+                    match t.put_many_impl(&refs) {
+                        Ok(()) => model.extend(items),
+                        Err(Error::PoolFull { .. }) => {
+                            let applied = (0..=items.len()).rev().find_map(|n| {
+                                let mut m = model.clone();
+                                m.extend(items[..n].iter().cloned());
+                                holds(&t, &m).then_some(m)
+                            });
+                            model = applied
+                                .unwrap_or_else(|| panic!("{flavor:?} {round}: no prefix applied"));
+                            t.check().unwrap();
+                            full += 1;
+                            if full > 20 {
+                                break;
+                            }
+                        }
+                        Err(e) => panic!("{flavor:?} {round}: {e}"),
+                    }
+                }
+                assert!(full > 0, "{flavor:?}: the pool never filled");
+                drop(t);
+                let t = RadixTree::open(Arc::clone(&pool), flavor).unwrap();
+                assert!(holds(&t, &model), "{flavor:?}: after a reopen");
+                t.check().unwrap();
             }
         }
     }

@@ -142,6 +142,11 @@ pub(super) fn fill(body: &mut [u8], children: &[(u8, u64)]) {
 /// fault-injection switch: the `keys` word is stored and persisted before
 /// the child pointer.
 pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, commit_first: bool) -> Result<Commit> {
+    if !node.is_multiple_of(CACHE_LINE) {
+        // Its commit's flush must cover the pointer (same-line order);
+        // blocks start on a line, so only damage puts a node elsewhere.
+        return Err(Error::corrupt(node, "radix: NODE4 not on a line"));
+    }
     let mut e = decode(pool.load_u64(node + KEYS)?);
     if e.len() >= 4 {
         return Err(Error::corrupt(node, "radix: add to a full NODE4"));
@@ -156,9 +161,8 @@ pub fn add(pool: &Pool, node: u64, unit: u8, child: u64, commit_first: bool) -> 
         pool.persist(node + KEYS, 8);
     }
     pool.store_u64(ptr_slot(node, idx), child)?;
-    // The commit point of the insert, in the pointer's line (nodes start
-    // on a line): its flush covers both.
-    debug_assert_eq!(node % CACHE_LINE, 0, "a NODE4 is one line");
+    // The commit point of the insert, in the pointer's line (checked
+    // above): its flush covers both.
     Ok(Commit {
         at: node + KEYS,
         word: encode(&e),
