@@ -38,10 +38,11 @@
 
 use std::sync::atomic::Ordering;
 
+use super::batch::Reach;
 use super::chunks::Block;
 use super::header::Header;
 use super::nodes::{self, n16, n4, n48, Kind, END};
-use super::{leaf, Flavor, RadixTree, Reach};
+use super::{leaf, Flavor, RadixTree};
 use crate::engine::{PutMode, PutOutcome};
 use crate::error::{Error, Result};
 use crate::pm::{Fault, CACHE_LINE};
