@@ -260,15 +260,28 @@ mod tests {
     use crate::error::Error;
     use crate::pm::Pool;
 
+    /// An empty tree of `flavor` in a new anonymous pool of `size` bytes.
+    fn tree(flavor: Flavor, size: u64) -> (Arc<Pool>, RadixTree) {
+        let pool = Arc::new(Pool::create_anonymous(size, "wort", &Default::default()).unwrap());
+        let t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+        (pool, t)
+    }
+
+    /// The value of `key`, if the tree holds it.
+    fn value(t: &RadixTree, key: &[u8]) -> Option<Vec<u8>> {
+        let mut v = Vec::new();
+        t.get_with(key, &mut |b| v = b.to_vec())
+            .unwrap()
+            .then_some(v)
+    }
+
     /// Fences of a batch's worth of puts one at a time and in one batch, on a tree that
     /// already has its chunks (so no substrate `activate` is counted).
     #[test]
     fn a_batch_of_updates_takes_two_fences_where_single_puts_take_two_each() {
         use crate::pm::counters::this_thread;
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
-            let pool =
-                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
-            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            let (_pool, mut t) = tree(flavor, 16 << 20);
             // Keys "k" + one byte: a NODE16 then NODE48 under "k" in the
             // ART flavors, 16-way nodes in WORT.
             let key = |i: u8| vec![b'k', i.wrapping_mul(37)];
@@ -294,9 +307,7 @@ mod tests {
             // fence between pointer and index byte, but these are updates.
             assert_eq!(batched, 2, "{flavor:?}: a batch of updates");
             for k in &keys {
-                let mut v = Vec::new();
-                assert!(t.get_with(k, &mut |x| v = x.to_vec()).unwrap());
-                assert_eq!(v, b"x");
+                assert_eq!(value(&t, k).as_deref(), Some(&b"x"[..]));
             }
             // The replaced leaves went back after the batch, none before:
             // `check` compares the DRAM map with the blocks the tree reaches.
@@ -314,9 +325,7 @@ mod tests {
     fn a_batch_of_inserts_shares_one_fence_among_its_commits() {
         use crate::pm::counters::this_thread;
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
-            let pool =
-                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
-            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            let (_pool, mut t) = tree(flavor, 16 << 20);
             // 32 first bytes, 5 second bytes under each: a NODE16 under
             // each first byte in the ART flavors (entries 0..5 used).
             let n = crate::engine::BATCH as u8;
@@ -347,9 +356,11 @@ mod tests {
             assert_eq!(this_thread().fences - f0, 2 * u64::from(n), "{flavor:?}");
             for j in 0..n {
                 for (x, want) in [(0, &b"v"[..]), (250, b"x"), (251, b"y")] {
-                    let mut v = Vec::new();
-                    assert!(t.get_with(&key(j, x), &mut |b| v = b.to_vec()).unwrap());
-                    assert_eq!(v, want, "{flavor:?} {j} {x}");
+                    assert_eq!(
+                        value(&t, &key(j, x)).as_deref(),
+                        Some(want),
+                        "{flavor:?} {j} {x}"
+                    );
                 }
             }
             assert_eq!(t.len(), u64::from(n) * 7);
@@ -367,9 +378,7 @@ mod tests {
     fn a_later_put_of_a_batch_sees_the_commits_held_before_it() {
         use std::collections::BTreeMap;
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
-            let pool =
-                Arc::new(Pool::create_anonymous(32 << 20, "wort", &Default::default()).unwrap());
-            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            let (_pool, mut t) = tree(flavor, 32 << 20);
             let mut model = BTreeMap::new();
             let mut batch = |t: &mut RadixTree, items: &[(Vec<u8>, Vec<u8>)]| {
                 let refs: Vec<(&[u8], &[u8])> =
@@ -379,12 +388,7 @@ mod tests {
                     model.insert(k.clone(), v.clone());
                 }
                 for (k, v) in &model {
-                    let mut got = Vec::new();
-                    assert!(
-                        t.get_with(k, &mut |x| got = x.to_vec()).unwrap(),
-                        "{flavor:?}"
-                    );
-                    assert_eq!(&got, v, "{flavor:?} {k:?}");
+                    assert_eq!(value(t, k).as_ref(), Some(v), "{flavor:?} {k:?}");
                 }
                 assert_eq!(t.len(), model.len() as u64, "{flavor:?}");
                 t.check().unwrap();
@@ -442,16 +446,11 @@ mod tests {
         use std::collections::BTreeMap;
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
             for size in [2u64 << 20, 3 << 20] {
-                let pool =
-                    Arc::new(Pool::create_anonymous(size, "wort", &Default::default()).unwrap());
-                let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+                let (pool, mut t) = tree(flavor, size);
                 let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
                 let holds = |t: &RadixTree, m: &BTreeMap<Vec<u8>, Vec<u8>>| {
                     t.len() == m.len() as u64
-                        && m.iter().all(|(k, v)| {
-                            let mut got = Vec::new();
-                            t.get_with(k, &mut |b| got = b.to_vec()).unwrap() && &got == v
-                        })
+                        && m.iter().all(|(k, v)| value(t, k).as_ref() == Some(v))
                 };
                 let mut x = 77u64 ^ flavor as u64;
                 let mut full = 0;
