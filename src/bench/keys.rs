@@ -260,6 +260,21 @@ impl KeySet {
         self.records
     }
 
+    /// Key `i`, or `None` past the last key.
+    #[inline]
+    pub fn try_get(&self, i: usize) -> Option<&[u8]> {
+        match &self.layout {
+            Layout::Fixed(w) => self.data.get(i * w..(i + 1) * w),
+            Layout::Var(ends) => {
+                let start = match i {
+                    0 => 0,
+                    _ => *ends.get(i - 1)? as usize,
+                };
+                self.data.get(start..*ends.get(i)? as usize)
+            }
+        }
+    }
+
     /// Key `i`.
     #[inline]
     pub fn get(&self, i: usize) -> &[u8] {

@@ -310,9 +310,21 @@ pub struct OpPicker {
 }
 
 impl OpPicker {
-    /// The next operation, from a uniform draw in `0..total`.
+    /// The one kind of a mix of one kind.
+    pub fn only(&self) -> Option<OpKind> {
+        match self.cumulative[..] {
+            [(_, only)] => Some(only),
+            _ => None,
+        }
+    }
+
+    /// The next operation, from a uniform draw in `0..total`; a mix of
+    /// one kind draws nothing.
     #[inline]
     pub fn pick(&self, rng: &mut impl rand::Rng) -> OpKind {
+        if let Some(only) = self.only() {
+            return only;
+        }
         let x = rng.gen_range(0..self.total);
         self.cumulative
             .iter()
@@ -326,7 +338,23 @@ impl OpPicker {
 mod tests {
     use super::*;
     use rand::rngs::SmallRng;
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn a_mix_of_one_kind_draws_nothing_from_its_stream() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let picker = Mix::parse("read=100").unwrap().picker();
+        assert_eq!(picker.only(), Some(OpKind::Read));
+        assert!((0..10).all(|_| picker.pick(&mut rng) == OpKind::Read));
+        let untouched = SmallRng::seed_from_u64(3).gen::<u64>();
+        assert_eq!(rng.gen::<u64>(), untouched);
+        // Two kinds draw one number per pick.
+        let picker = Mix::parse("read=50,update=50").unwrap().picker();
+        assert_eq!(picker.only(), None);
+        let mut rng = SmallRng::seed_from_u64(3);
+        picker.pick(&mut rng);
+        assert_ne!(rng.gen::<u64>(), untouched);
+    }
 
     #[test]
     fn named_mixes_match_the_papers() {

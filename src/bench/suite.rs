@@ -355,7 +355,7 @@ impl Default for RunOptions {
             pool_size: None,
             flush: FlushKind::detect(),
             dictionary: super::keys::DEFAULT_DICTIONARY.into(),
-            sample_every: 8,
+            sample_every: 32,
             scan_time_limit: Some(std::time::Duration::from_secs(5)),
         }
     }
