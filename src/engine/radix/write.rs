@@ -773,13 +773,23 @@ impl RadixTree {
         };
         let leaf = self.pool.load_u64(slot)?;
         let end = self.pool.load_u64(n + END)?;
-        // The node's other children.
-        let mut rest: Vec<(u8, u64)> = self.children(n, nkind)?;
-        if let Some(u) = pos {
-            rest.retain(|c| c.0 != u);
-        }
         let rest_end = if pos.is_none() { 0 } else { end };
-        let others = rest.len() + usize::from(rest_end != 0);
+        // The node's other children, counted as far as the choices below
+        // need (merge at one left, shrink at the kind's threshold), and
+        // listed only where a merge or a copy needs them: a WORT node or a
+        // NODE256 is not read whole on every delete.
+        let limit = nkind.shrinks_at().max(1);
+        let n_rest = nodes::count_other(&self.pool, n, nkind, pos, limit)?;
+        let others = n_rest + usize::from(rest_end != 0);
+        let copied =
+            self.flavor == Flavor::ArtCow && matches!(nkind, Kind::N4 | Kind::N16) && pos.is_some();
+        let mut rest: Vec<(u8, u64)> = Vec::new();
+        if others <= 1 || copied {
+            rest = self.children(n, nkind)?;
+            if let Some(u) = pos {
+                rest.retain(|c| c.0 != u);
+            }
+        }
         if others <= 1 {
             // The node would keep one child (or none): it goes, and the
             // child takes its place, in one commit (see `merge`).
@@ -797,7 +807,7 @@ impl RadixTree {
         self.count -= 1;
         self.release_unlinked(leaf);
         if in_place && self.flavor != Flavor::Wort {
-            if let Some(to) = nkind.shrunk(rest.len()) {
+            if let Some(to) = nkind.shrunk(n_rest) {
                 // Persist order: as `resize`. In a full pool the node keeps
                 // its kind (deletes must work there); it shrinks on a later
                 // delete.
@@ -811,7 +821,9 @@ impl RadixTree {
     }
 
     /// Removes the child in `slot` (unit `pos`, or `end`) from node `n` (in
-    /// `nslot`), which keeps at least two children: `rest` and `rest_end`.
+    /// `nslot`), which keeps at least two children: `rest` and `rest_end`
+    /// (`rest` is listed only where ART+CoW copies a NODE4 or NODE16 without
+    /// the child, and empty otherwise).
     /// The child's block is released by the caller. Returns whether `n` is
     /// still the node in `nslot` (false: a copy replaced it).
     #[allow(clippy::too_many_arguments)]

@@ -165,13 +165,28 @@ impl Kind {
     }
 
     /// The ART kind a node shrinks to when it holds `n` children after a
-    /// delete (the thresholds of ART's reference code: 3, 12, 37), if any.
+    /// delete (at most [`Kind::shrinks_at`]), if any.
     pub fn shrunk(self, n: usize) -> Option<Kind> {
+        if n > self.shrinks_at() {
+            return None;
+        }
         match self {
-            Kind::N16 if n <= 3 => Some(Kind::N4),
-            Kind::N48 if n <= 12 => Some(Kind::N16),
-            Kind::N256 if n <= 37 => Some(Kind::N48),
+            Kind::N16 => Some(Kind::N4),
+            Kind::N48 => Some(Kind::N16),
+            Kind::N256 => Some(Kind::N48),
             _ => None,
+        }
+    }
+
+    /// The most children a node of this kind holds when it shrinks (the
+    /// thresholds of ART's reference code: 3, 12, 37; 0 for the kinds that
+    /// never shrink).
+    pub fn shrinks_at(self) -> usize {
+        match self {
+            Kind::N16 => 3,
+            Kind::N48 => 12,
+            Kind::N256 => 37,
+            _ => 0,
         }
     }
 
@@ -222,6 +237,40 @@ fn direct_entries(pool: &Pool, node: u64, n: u16) -> Result<Vec<Entry>> {
         }
     }
     Ok(out)
+}
+
+/// How many visible children (non-null pointers) `node` has besides unit
+/// `skip`, which must be a child it has: exact up to `limit`, and
+/// `limit + 1` for any more. A delete decides by this count (merge at one
+/// child left, shrink at [`Kind::shrinks_at`]) without listing the node:
+/// NODE4, NODE16 and NODE48 read only their list ([`listed`]: a listed
+/// pointer is never null in a tree that opened), and a WORT node or a
+/// NODE256 stops reading its slots at the `limit + 1`-th child it finds.
+pub fn count_other(
+    pool: &Pool,
+    node: u64,
+    kind: Kind,
+    skip: Option<u8>,
+    limit: usize,
+) -> Result<usize> {
+    let n: u16 = match kind {
+        Kind::W16 => 16,
+        Kind::N256 => 256,
+        _ => {
+            let c = listed(pool, node, kind)?.saturating_sub(usize::from(skip.is_some()));
+            return Ok(c.min(limit + 1));
+        }
+    };
+    let mut c = 0;
+    for u in 0..n {
+        if Some(u as u8) != skip && pool.load_u64(node + BODY + 8 * u64::from(u))? != 0 {
+            c += 1;
+            if c > limit {
+                break;
+            }
+        }
+    }
+    Ok(c)
 }
 
 /// Writes `children` into a direct array body (WORT's 16 and NODE256).
@@ -379,5 +428,43 @@ mod tests {
             }
         }
         assert!(listed(&pool, 0, Kind::W16).is_err());
+    }
+
+    /// `count_other` counts what `entries` lists besides the skipped unit,
+    /// up to its limit, for every kind, fill, skipped unit and limit.
+    #[test]
+    fn count_other_agrees_with_entries_up_to_its_limit() {
+        let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
+        for kind in [Kind::W16, Kind::N4, Kind::N16, Kind::N48, Kind::N256] {
+            let node = pool.reserve(kind.size()).unwrap().offset();
+            let cap = kind.capacity();
+            for fill in [0, 1, 2, 3, 4, cap / 2, cap - 1, cap] {
+                // Units spread over the node's range (WORT's are nibbles).
+                let range = if kind == Kind::W16 { 16 } else { 256 };
+                let mut units: Vec<u8> = (0..fill).map(|i| (i * range / cap) as u8).collect();
+                units.dedup();
+                let children: Vec<(u8, u64)> = units
+                    .iter()
+                    .map(|&u| (u, 0x1000 + 8 * u64::from(u)))
+                    .collect();
+                let mut b = vec![0u8; kind.size() as usize];
+                image(&mut b, kind, kind as u64, 0, &children);
+                // SAFETY: the block is ours alone (a test pool).
+                unsafe { pool.write_bytes(node, &b).unwrap() };
+                // A unit the node has (or none).
+                let skips = [None, units.first().copied(), units.last().copied()];
+                for skip in skips {
+                    let want = entries(&pool, node, kind)
+                        .unwrap()
+                        .iter()
+                        .filter(|e| Some(e.unit) != skip)
+                        .count();
+                    for limit in [1, 3, 12, 37, 300] {
+                        let got = count_other(&pool, node, kind, skip, limit).unwrap();
+                        assert_eq!(got, want.min(limit + 1), "{kind:?} {fill} {skip:?} {limit}");
+                    }
+                }
+            }
+        }
     }
 }
