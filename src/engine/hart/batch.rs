@@ -11,7 +11,7 @@ use super::art::{Art, ProbeCursor};
 use super::leaf;
 use super::superblock::value_class;
 use super::trees::{HashKey, Tree, TreeRef};
-use super::{Hart, OldValue};
+use super::{Hart, LeafRef, OldValue};
 use crate::engine::BATCH;
 use crate::error::{Error, Result};
 use crate::keycmp;
@@ -107,7 +107,7 @@ impl Hart {
         );
         for (i, key) in batch.iter().enumerate() {
             let hit = match leaf[i] {
-                Some(l) => self.answer::<true>(l, key, &mut |v| f(base + i, Some(v)))?,
+                Some(l) => self.answer::<true>(l.off(), key, &mut |v| f(base + i, Some(v)))?,
                 None => false,
             };
             if !hit {
@@ -129,11 +129,11 @@ impl Hart {
     fn probe_side_by_side<'a>(
         &self,
         n: usize,
-        art_of: impl Fn(usize) -> Option<(&'a Art<u64>, &'a [u8])>,
-        leaf: &mut [Option<u64>; BATCH],
+        art_of: impl Fn(usize) -> Option<(&'a Art<LeafRef>, &'a [u8])>,
+        leaf: &mut [Option<LeafRef>; BATCH],
     ) {
         let pm = self.pool.words();
-        let mut cursor: [Option<ProbeCursor<'a, u64>>; BATCH] = Default::default();
+        let mut cursor: [Option<ProbeCursor<'a, LeafRef>>; BATCH] = Default::default();
         let mut running = 0;
         for i in 0..n {
             let Some((art, key)) = art_of(i) else {
@@ -156,7 +156,7 @@ impl Hart {
                     Ok(c) => cursor[i] = Some(c),
                     Err(found) => {
                         if let Some(l) = found {
-                            pm.prefetch(l);
+                            pm.prefetch(l.off());
                         }
                         leaf[i] = found;
                         running -= 1;
@@ -222,7 +222,7 @@ impl Hart {
                 let (hk, ak) = self.split(batch.get(i)?.0);
                 let hk_key = HashKey::new(hk);
                 let r = hk_key.route();
-                stripe[i] = r.stripe;
+                stripe[i] = self.insert_stripe(r);
                 let t = self.trees.for_insert(&hk_key, r);
                 crate::hint::prefetch(&*t);
                 self.prefetch_root(hk, ak);
@@ -238,7 +238,7 @@ impl Hart {
                 break (guards, guard_of);
             }
         };
-        let result = self.put_locked(batch, &stripe, &mut guards, &guard_of);
+        let result = self.put_locked(batch, &mut stripe, &mut guards, &guard_of);
         // On the hashed index, an ART made for this batch stays empty if
         // its items were not applied (a full pool): it leaves the index, as
         // an emptied one does.
@@ -254,11 +254,13 @@ impl Hart {
     }
 
     /// [`Self::put_batch`] once every item's ART is write-locked:
-    /// `guards[guard_of[i]]` is item `i`'s.
+    /// `guards[guard_of[i]]` is item `i`'s. `stripe[i]` is where item `i`
+    /// takes a new leaf if its key is absent; a present key's becomes its
+    /// leaf's stripe, from which its new value object comes.
     fn put_locked(
         &self,
         batch: &[(&[u8], &[u8])],
-        stripe: &[usize; BATCH],
+        stripe: &mut [usize; BATCH],
         guards: &mut [Option<RwLockWriteGuard<'_, Tree>>; BATCH],
         guard_of: &[Option<usize>; BATCH],
     ) -> Result<()> {
@@ -274,6 +276,11 @@ impl Hart {
             },
             &mut found,
         );
+        let mut found: [Option<u64>; BATCH] = std::array::from_fn(|i| {
+            let l = found[i]?;
+            stripe[i] = l.stripe();
+            Some(l.off())
+        });
         for (i, (key, _)) in batch.iter().enumerate() {
             if let Some(l) = found[i] {
                 if !self.holds_key(l, key)? {
@@ -369,7 +376,10 @@ impl Hart {
             };
             let was_empty = t.art.is_empty();
             let (hk, ak) = self.split(key);
-            let present = t.art.insert(ak, l, &keys).is_some();
+            let present = t
+                .art
+                .insert(ak, LeafRef::new(l, stripe[i]), &keys)
+                .is_some();
             self.trees.note_root(hk, &t.art);
             if present {
                 // The search found the key absent under this write lock.

@@ -13,13 +13,15 @@
 //!   above 4 KiB, in allocator blocks.
 //! - EPallocator: leaves and value objects come from chunks of 56 objects in
 //!   one persistent list per size ([`chunk`]), kept in 16 allocation stripes
-//!   chosen by hash key ([`superblock`]); the DRAM free state is rebuilt at
-//!   recovery.
+//!   ([`superblock`]): a new leaf comes from the inserting thread's stripe,
+//!   and its ART entry names that stripe ([`LeafRef`]); the DRAM free state
+//!   is rebuilt at recovery.
 //! - Concurrency (§III-A.3): a reader-writer lock per ART; the hash table is
 //!   sharded, each shard behind its own reader-writer lock. Readers and
 //!   writers of different ARTs do not contend except briefly on a shard, on
 //!   the ordered set of hash keys when an ART is created or retired, or on a
-//!   stripe's object-size list when their hash keys share a stripe.
+//!   stripe's object-size list when one frees into a stripe that another
+//!   inserts into (up to 16 inserting threads have a stripe each).
 //!
 //! # Persist order (`tight`; see [`leaf`] for the commit word)
 //! - **insert** (Algorithm 1): take a free leaf and value object (DRAM);
@@ -192,6 +194,72 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     })
 }
 
+/// What an ART holds for a key: its leaf's PM offset and the allocation
+/// stripe whose leaf list holds the leaf (DRAM only, rebuilt at recovery
+/// from the list the leaf is found on). Leaves start on a cache line, so the
+/// stripe fits in the offset's low bits; a value object of the leaf comes
+/// from the same stripe ([`superblock`], "Stripes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeafRef(u64);
+
+const STRIPE_BITS: u64 = 63;
+const _: () = assert!(STRIPES as u64 <= STRIPE_BITS + 1);
+const _: () = assert!(chunk::CHUNK_HEADER.is_multiple_of(STRIPE_BITS + 1));
+const _: () = assert!(leaf::LEAF_SIZES[0].is_multiple_of(STRIPE_BITS + 1));
+const _: () = assert!(leaf::LEAF_SIZES[1].is_multiple_of(STRIPE_BITS + 1));
+const _: () = assert!(leaf::LEAF_SIZES[2].is_multiple_of(STRIPE_BITS + 1));
+const _: () = assert!(leaf::LEAF_SIZES[3].is_multiple_of(STRIPE_BITS + 1));
+
+impl LeafRef {
+    /// The leaf at `off` (a cache-line offset) of stripe `stripe`.
+    fn new(off: u64, stripe: usize) -> LeafRef {
+        debug_assert!(off & STRIPE_BITS == 0 && stripe < STRIPES);
+        LeafRef(off | stripe as u64)
+    }
+
+    /// The leaf's PM offset.
+    #[inline(always)]
+    fn off(self) -> u64 {
+        self.0 & !STRIPE_BITS
+    }
+
+    /// The stripe that holds the leaf and its value object.
+    #[inline(always)]
+    fn stripe(self) -> usize {
+        (self.0 & STRIPE_BITS) as usize
+    }
+}
+
+impl art::LeafValue for LeafRef {
+    #[inline(always)]
+    fn to_bits(self) -> u64 {
+        self.0
+    }
+    #[inline(always)]
+    fn from_bits(bits: u64) -> Self {
+        LeafRef(bits)
+    }
+}
+
+/// The allocation stripe of this thread's inserts, in formats that allow
+/// any (see [`Hart::insert_stripe`]): threads take stripes in turn at their
+/// first insert, so up to [`STRIPES`] threads never share one.
+fn thread_stripe() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    MINE.try_with(|m| {
+        if m.get() == usize::MAX {
+            m.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
+        }
+        m.get()
+    })
+    .unwrap_or(0)
+}
+
 /// Reads leaf keys from PM for the ART (the ART key: the key without its
 /// first `k_h` bytes).
 struct PmKeys<'a> {
@@ -199,9 +267,9 @@ struct PmKeys<'a> {
     k_h: usize,
 }
 
-impl LeafKeys<u64> for PmKeys<'_> {
-    fn key(&self, leaf: u64) -> &[u8] {
-        let full = self.full_key(leaf);
+impl LeafKeys<LeafRef> for PmKeys<'_> {
+    fn key(&self, leaf: LeafRef) -> &[u8] {
+        let full = self.full_key(leaf.off());
         &full[self.k_h.min(full.len())..]
     }
 }
@@ -230,6 +298,9 @@ pub struct Hart {
     order: PersistOrder,
     /// The slots' checksum (by the superblock's format).
     checksum: Checksum,
+    /// Whether new leaves come from the inserting thread's stripe (format
+    /// 5) rather than the hash key's (formats 3 and 4).
+    any_stripe: bool,
 }
 
 /// One allocation stripe (see [`superblock`]): the chunk lists of the hash
@@ -311,6 +382,18 @@ impl Hart {
             stripes,
             order: PersistOrder::Tight,
             checksum: Checksum::Crc32c,
+            any_stripe: true,
+        }
+    }
+
+    /// The stripe a new leaf of a hash key routed by `r` (and its value
+    /// object) comes from: the thread's in format 5, the hash key's before.
+    #[inline]
+    fn insert_stripe(&self, r: trees::Route) -> usize {
+        if self.any_stripe {
+            thread_stripe()
+        } else {
+            r.stripe
         }
     }
 
@@ -620,7 +703,7 @@ impl Hart {
     }
 
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
-    fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
+    fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<LeafRef> {
         let leaf = self.alloc_leaf(st, key.len())?;
         if let Err(e) = self.write_leaf(st, leaf, key, value, None) {
             self.release_leaf(st, leaf, key.len())?;
@@ -629,7 +712,7 @@ impl Hart {
         self.pool.fence();
         // Algorithm 1 line 18 (paper order): persist the leaf bit.
         self.persist_leaf_bit(st, leaf, key.len());
-        Ok(leaf)
+        Ok(LeafRef::new(leaf, st))
     }
 
     /// Takes a free leaf for a key of `key_len` bytes from stripe `st`
@@ -812,8 +895,8 @@ impl Engine for Hart {
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
         let (tree, hint) = self.trees.find_bytes_hinted(hk);
-        if let Some(leaf) = art::Art::<u64>::prefetch_hinted(hint, ak) {
-            self.pool.words().prefetch(leaf);
+        if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(hint, ak) {
+            self.pool.words().prefetch(leaf.off());
         }
         let Some(tree) = tree else {
             return Ok(false);
@@ -822,7 +905,7 @@ impl Engine for Hart {
         let Some(leaf) = t.art.probe(ak) else {
             return Ok(false);
         };
-        self.answer::<false>(leaf, key, f)
+        self.answer::<false>(leaf.off(), key, f)
     }
 
     /// [`Self::get_with`] for each key, [`BATCH`] keys at a time whose
@@ -841,11 +924,12 @@ impl Engine for Hart {
         self.prefetch_root(hk_bytes, ak);
         let hk = HashKey::new(hk_bytes);
         let r = hk.route();
+        let st = self.insert_stripe(r);
         if let Some(lc) = leaf::leaf_class(key.len()).filter(|_| mode != PutMode::Update) {
             // The new leaf's line, if this is an insert: its fetch overlaps
             // the ART's descent instead of following it.
             self.pool
-                .prefetch_write(self.stripes[r.stripe].next_leaf[lc].load(Ordering::Relaxed));
+                .prefetch_write(self.stripes[st].next_leaf[lc].load(Ordering::Relaxed));
         }
         loop {
             let tree = if mode == PutMode::Update {
@@ -864,7 +948,7 @@ impl Engine for Hart {
             if mode == PutMode::Update {
                 return match t.art.get(ak, &keys) {
                     Some(leaf) => {
-                        self.update_leaf(r.stripe, leaf, key, value)?;
+                        self.update_leaf(leaf.stripe(), leaf.off(), key, value)?;
                         Ok(PutOutcome::Replaced)
                     }
                     None => Ok(PutOutcome::Unchanged),
@@ -876,21 +960,21 @@ impl Engine for Hart {
             let was_empty = t.art.is_empty();
             let inserted = t
                 .art
-                .insert_with(ak, &keys, || self.insert_leaf(r.stripe, key, value));
+                .insert_with(ak, &keys, || self.insert_leaf(st, key, value));
             self.trees.note_root(hk_bytes, &t.art);
             return match inserted {
                 Ok(Some(leaf)) => {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
                     }
-                    self.update_leaf(r.stripe, leaf, key, value)?;
+                    self.update_leaf(leaf.stripe(), leaf.off(), key, value)?;
                     Ok(PutOutcome::Replaced)
                 }
                 Ok(None) => {
                     if was_empty {
                         self.trees.filled(&hk);
                     }
-                    self.stripes[r.stripe].len.fetch_add(1, Ordering::Relaxed);
+                    self.stripes[st].len.fetch_add(1, Ordering::Relaxed);
                     Ok(PutOutcome::Inserted)
                 }
                 Err(e) => {
@@ -944,7 +1028,7 @@ impl Engine for Hart {
         t.art.remove(ak, &keys);
         // A failure after the commit word was cleared leaves the key deleted
         // in PM: the DRAM state follows, and the error is returned after.
-        let freed = match self.delete_leaf(r.stripe, leaf) {
+        let freed = match self.delete_leaf(leaf.stripe(), leaf.off()) {
             Ok(()) => Ok(true),
             Err(DeleteError::Unchanged(e)) => {
                 // Back in: the removal may have reshaped the root (a
@@ -957,7 +1041,9 @@ impl Engine for Hart {
             Err(DeleteError::Deleted(e)) => Err(e),
         };
         self.trees.note_root(hk_bytes, &t.art);
-        self.stripes[r.stripe].len.fetch_sub(1, Ordering::Relaxed);
+        self.stripes[leaf.stripe()]
+            .len
+            .fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
             self.trees.retire(&hk, r, &mut t);
         }
@@ -1007,8 +1093,9 @@ impl Engine for Hart {
             }
             let mut err = None;
             t.art
-                .range(Bound::Unbounded, Bound::Unbounded, &keys, |ak, leaf| {
+                .range(Bound::Unbounded, Bound::Unbounded, &keys, |ak, at| {
                     n += 1;
+                    let (leaf, st) = (at.off(), at.stripe());
                     let r = (|| -> Result<()> {
                         let c = leaf::commit(&self.pool, leaf)?.ok_or_else(|| {
                             Error::CheckFailed(format!(
@@ -1023,15 +1110,21 @@ impl Engine for Hart {
                             )));
                         }
                         let lc = leaf::class_for_key(c.key_len);
-                        if self.leaves(r.stripe, lc).lock().locate(leaf).is_none() {
+                        if self.leaves(st, lc).lock().locate(leaf).is_none() {
                             return Err(Error::CheckFailed(format!(
-                                "leaf {leaf:#x} is not in its stripe's leaf list"
+                                "leaf {leaf:#x} is not in the leaf list of stripe {st}, \
+                                 which its ART entry names"
+                            )));
+                        }
+                        if !self.any_stripe && st != r.stripe {
+                            return Err(Error::CheckFailed(format!(
+                                "leaf {leaf:#x} is in stripe {st}, not its hash key's \
+                                 (format 3 and 4 pools keep each hash key in one)"
                             )));
                         }
                         let v = self.slot(leaf, c.active)?;
-                        let in_stripe = |vc: usize, p: u64| {
-                            self.values(r.stripe, vc).lock().locate(p).is_some()
-                        };
+                        let in_stripe =
+                            |vc: usize, p: u64| self.values(st, vc).lock().locate(p).is_some();
                         if !slot_is_valid(&self.pool, self.checksum, v, full, &in_stripe)? {
                             return Err(Error::CheckFailed(format!(
                                 "leaf {leaf:#x}: value fails its CRC"
@@ -1085,7 +1178,15 @@ mod tests {
         let (hk, ak) = h.split(key);
         let tree = h.trees.find_bytes(hk).expect("the key's ART");
         let leaf = tree.read().art.probe(ak).expect("the key's leaf");
-        leaf
+        leaf.off()
+    }
+
+    /// The stripe that holds the leaf of `key` (present).
+    fn stripe_of(h: &Hart, key: &[u8]) -> usize {
+        let (hk, ak) = h.split(key);
+        let tree = h.trees.find_bytes(hk).expect("the key's ART");
+        let leaf = tree.read().art.probe(ak).expect("the key's leaf");
+        leaf.stripe()
     }
 
     /// A delete whose value cannot be freed once the leaf's commit word is
@@ -1226,7 +1327,7 @@ mod tests {
             let p = match target {
                 "superblock" => h.sb,
                 "chunk" => {
-                    let st = HashKey::new(h.split(b"key-one").0).route().stripe;
+                    let st = stripe_of(&h, b"key-one");
                     let lc = leaf::class_for_key(7);
                     let chunk = h.stripes[st].leaves[lc].lock().locate(leaf).unwrap().0;
                     chunk
@@ -1276,7 +1377,10 @@ mod tests {
     #[test]
     fn recovery_refuses_a_chunk_on_two_lists() {
         let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
-        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        // Leaves by hash key (as formats 3 and 4 keep them), so that one
+        // thread fills several stripes' lists.
+        h.any_stripe = false;
         for i in 0..400u32 {
             let key = format!("{:02x}-key-{i}", i % 97);
             h.put(key.as_bytes(), b"v", PutMode::Upsert).unwrap();
@@ -1345,8 +1449,164 @@ mod tests {
         assert_eq!(h.len(), u64::from(n));
     }
 
+    /// Every leaf's ART entry: key, stripe.
+    fn entries(h: &Hart) -> Vec<(Vec<u8>, usize)> {
+        let mut out = Vec::new();
+        h.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, _| {
+            out.push(k.to_vec());
+            true
+        })
+        .unwrap();
+        out.into_iter()
+            .map(|k| {
+                let st = stripe_of(h, &k);
+                (k, st)
+            })
+            .collect()
+    }
+
+    /// How many leaves each stripe's count says it holds.
+    fn lens(h: &Hart) -> Vec<u64> {
+        h.stripes
+            .iter()
+            .map(|s| s.len.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Format 5: threads that insert keys of one hash key take their leaves
+    /// from their own stripes, and the value objects of a leaf come from
+    /// its stripe through updates by another thread. `check` (each leaf in
+    /// the list of the stripe its ART entry names, each value object in
+    /// that stripe's lists), the stripes' counts, deletes and recovery
+    /// agree. With the hash key's stripe for every leaf (formats 3 and 4,
+    /// and this version before), all leaves are in one stripe.
+    #[test]
+    fn leaves_of_one_hash_key_come_from_the_inserting_threads_stripes() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        assert!(h.any_stripe);
+        let key = |t: u32, i: u32| format!("hk{t}-{i:03}").into_bytes();
+        std::thread::scope(|sc| {
+            for t in 0..4 {
+                let h = &h;
+                sc.spawn(move || {
+                    for i in 0..150 {
+                        h.put(&key(t, i), &value_of(i), PutMode::Upsert).unwrap();
+                    }
+                });
+            }
+        });
+        h.check().unwrap();
+        let before = entries(&h);
+        assert_eq!(before.len(), 600);
+        let mut used: Vec<usize> = before.iter().map(|e| e.1).collect();
+        used.sort_unstable();
+        used.dedup();
+        assert!(used.len() >= 2, "one hash key, leaves of stripes {used:?}");
+        for (k, st) in &before {
+            let t = (k[2] - b'0') as usize;
+            assert_eq!(*st, before[t * 150].1, "a thread's leaves share its stripe");
+        }
+        // Another thread updates every key (value objects from the leaf's
+        // stripe, the old ones freed into it) and deletes a third.
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                for t in 0..4 {
+                    for i in 0..150 {
+                        h.put(&key(t, i), &value_of(i + 1), PutMode::Upsert)
+                            .unwrap();
+                        if i % 3 == 0 {
+                            assert!(h.delete(&key(t, i)).unwrap());
+                        }
+                    }
+                }
+            });
+        });
+        h.check().unwrap();
+        let kept = entries(&h);
+        assert_eq!(kept.len(), 400);
+        let mut per = vec![0u64; STRIPES];
+        for (k, st) in &kept {
+            assert!(
+                before.contains(&(k.clone(), *st)),
+                "an update keeps the leaf"
+            );
+            per[*st] += 1;
+        }
+        assert_eq!(lens(&h), per, "each stripe counts its own leaves");
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        h.check().unwrap();
+        assert_eq!(entries(&h), kept, "recovery puts each leaf in its stripe");
+        assert_eq!(lens(&h), per);
+        for t in 0..4 {
+            for i in (0..150).filter(|i| i % 3 != 0) {
+                let mut got = None;
+                assert!(h
+                    .get_with(&key(t, i), &mut |v| got = Some(v.to_vec()))
+                    .unwrap());
+                assert_eq!(got, Some(value_of(i + 1)));
+            }
+        }
+    }
+
+    /// Formats 3 and 4 keep every leaf in its hash key's stripe, also when
+    /// several threads insert, so that the versions that wrote them can
+    /// still open them; and their recovery refuses a leaf in another
+    /// stripe, which format 5 accepts.
+    #[test]
+    fn a_format_4_pool_keeps_each_hash_key_in_its_stripe() {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        pool.store_u64(h.sb, superblock::MAGIC_4).unwrap();
+        let sb = h.sb;
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert!(!h.any_stripe);
+        std::thread::scope(|sc| {
+            for t in 0..4u32 {
+                let h = &h;
+                sc.spawn(move || {
+                    for i in 0..100u32 {
+                        let k = format!("{}{t}-{i}", (b'a' + (i % 20) as u8) as char);
+                        h.put(k.as_bytes(), &value_of(i), PutMode::Upsert).unwrap();
+                    }
+                });
+            }
+        });
+        h.check().unwrap();
+        for (k, st) in entries(&h) {
+            assert_eq!(st, HashKey::new(h.split(&k).0).route().stripe);
+        }
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.len(), 400);
+        drop(h);
+
+        // A leaf outside its hash key's stripe: written as format 5 by a
+        // thread whose stripe is not the hash key's.
+        pool.store_u64(sb, superblock::MAGIC).unwrap();
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        let mine = thread_stripe();
+        let k = (0u8..=255)
+            .map(|b| vec![b'~', b, b'!'])
+            .find(|k| HashKey::new(&k[..2]).route().stripe != mine)
+            .expect("a hash key of another stripe");
+        h.put(&k, b"elsewhere", PutMode::Upsert).unwrap();
+        assert_eq!(stripe_of(&h, &k), mine);
+        h.check().unwrap();
+        drop(h);
+        pool.store_u64(sb, superblock::MAGIC_4).unwrap();
+        let e = Hart::open(Arc::clone(&pool)).err().expect("refused");
+        assert!(e.to_string().contains("another allocation stripe"), "{e}");
+        pool.store_u64(sb, superblock::MAGIC).unwrap();
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.len(), 401);
+        h.check().unwrap();
+    }
+
     /// Pools of format 3 (slots with CRC-32) open, stay format 3 and keep
-    /// writing CRC-32; new pools are format 4 (CRC-32C). Read as the other
+    /// writing CRC-32; new pools are format 5 (CRC-32C, as format 4). Read as the other
     /// format, every slot fails its checksum: the checksum is really
     /// checked at recovery.
     #[test]
@@ -1355,9 +1615,11 @@ mod tests {
         let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
         assert_eq!(pool.load_u64(h.sb).unwrap(), superblock::MAGIC);
         assert_eq!(h.checksum, Checksum::Crc32c);
-        // What the previous version wrote: its magic and CRC-32 slots.
+        // What the previous version wrote: its magic and CRC-32 slots, each
+        // leaf in its hash key's stripe.
         pool.store_u64(h.sb, superblock::MAGIC_3).unwrap();
         h.checksum = Checksum::Crc32;
+        h.any_stripe = false;
         for i in 0..120 {
             h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
                 .unwrap();
@@ -1366,6 +1628,7 @@ mod tests {
         drop(h);
         let h = Hart::open(Arc::clone(&pool)).unwrap();
         assert_eq!(h.checksum, Checksum::Crc32);
+        assert!(!h.any_stripe, "format 3 keeps each hash key in one stripe");
         all_there(&h, 120);
         for i in 120..200 {
             h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)

@@ -15,14 +15,16 @@
 //! 3. One fence for the repaired commit words; free the large blocks that a
 //!    slot still points to but that are no live value (a crash between a
 //!    slot write and its activation or free).
-//! 4. **Rebuild, in parallel over stripes**: each stripe marks its live
-//!    leaves and value objects used, puts the leaves into the ARTs of its
-//!    hash keys (no other stripe has leaves of those hash keys, so no locks
-//!    are needed), and recycles its empty chunks.
+//! 4. **Rebuild, in parallel over stripes**: worker `s` marks stripe `s`'s
+//!    live leaves and value objects used and recycles its empty chunks, and
+//!    puts into their ARTs the live leaves of the hash keys that route to
+//!    `s`, wherever they are (phase 2 grouped them so; each entry carries
+//!    its leaf's stripe, [`super::LeafRef`]). No other worker touches those
+//!    lists or ARTs, so no locks are needed.
 //!
-//! A leaf whose hash key routes to another stripe, a key held by two live
-//! leaves and a value object used twice are `Corrupt`: none can come from a
-//! crash.
+//! A key held by two live leaves, a value object used twice, and in
+//! formats 3 and 4 a leaf outside its hash key's stripe are `Corrupt`: none
+//! can come from a crash.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
@@ -34,9 +36,9 @@ use parking_lot::Mutex;
 use super::art::Art;
 use super::chunk::ChunkList;
 use super::leaf::{self, Checksum, Commit, LEAF_SIZES, MAX_OBJECT};
-use super::superblock::{self, value_class, STRIPES, VALUE_SIZES};
+use super::superblock::{self, value_class, Format, STRIPES, VALUE_SIZES};
 use super::trees::WordHasher;
-use super::{read_slot, Hart, HashKey, Stripe, ValueRef, DEFAULT_HASH_KEY_LEN};
+use super::{read_slot, Hart, HashKey, LeafRef, Stripe, ValueRef, DEFAULT_HASH_KEY_LEN};
 use crate::engine::MAX_VALUE_LEN;
 use crate::error::{Error, Result};
 use crate::pm::cases::{self, Case};
@@ -147,18 +149,21 @@ pub(super) fn slot_is_valid(
 
 /// A leaf found live in phase 2.
 struct Live {
-    leaf: u64,
+    leaf: LeafRef,
     /// Its key: `keys[key_at..key_at + key_len]` of its [`StripeFound`].
     key_at: usize,
     key_len: usize,
 }
 
-/// What one worker found in phase 2 for one stripe. Keys go into one
+/// What one worker found in phase 2 for one stripe `s`. Keys go into one
 /// buffer, so that a million live leaves do not cost a million allocations.
 #[derive(Default)]
 struct StripeFound {
+    /// The live leaves whose hash keys route to `s`, of any stripe.
     live: Vec<Live>,
     keys: Vec<u8>,
+    /// How many live leaves stripe `s` holds.
+    held: u64,
     /// `(leaf list, chunk, used bitmap)` of every chunk scanned.
     leaf_chunks: Vec<(usize, u64, u64)>,
     /// `(value list, chunk, object index)` of every live small value.
@@ -183,11 +188,10 @@ struct Found {
 /// so records it (and its value object) in `found`. Returns whether it is.
 fn scan_leaf(
     pool: &Pool,
-    checksum: Checksum,
+    format: Format,
+    k_h: usize,
     lists: &StripeLists,
-    leaf: u64,
-    lc: usize,
-    s: usize,
+    (leaf, lc, s): (u64, usize, usize),
     found: &mut Found,
 ) -> Result<bool> {
     let Found {
@@ -196,7 +200,7 @@ fn scan_leaf(
         large,
         repaired,
     } = found;
-    let out = &mut stripes[s];
+    let checksum = format.checksum;
     let commit =
         leaf::commit(pool, leaf)?.filter(|c| c.key_len > 0 && leaf::class_for_key(c.key_len) == lc);
     let in_stripe = |vc: usize, p: u64| lists.values[vc].locate(p).is_some();
@@ -218,13 +222,24 @@ fn scan_leaf(
                 if v.meta.large {
                     large.push(v.p);
                 }
+                // The ARTs are rebuilt by the stripe of the hash key (its
+                // route), the lists by the leaf's own.
+                let p = HashKey::new(&key[..k_h.min(key.len())]).route().stripe;
+                if p != s && !format.any_stripe {
+                    return Err(leaf::corrupt(
+                        leaf,
+                        "the leaf is in another allocation stripe than its hash key's",
+                    ));
+                }
                 if v.meta.value_len > 0 && !v.meta.large && !v.meta.inline() {
                     let vc = value_class(v.meta.value_len);
                     let (chunk, i) = lists.values[vc].locate(v.p).expect("validated");
-                    out.values.push((vc, chunk, i));
+                    stripes[s].values.push((vc, chunk, i));
                 }
+                stripes[s].held += 1;
+                let out = &mut stripes[p];
                 out.live.push(Live {
-                    leaf,
+                    leaf: LeafRef::new(leaf, s),
                     key_at: out.keys.len(),
                     key_len: key.len(),
                 });
@@ -282,7 +297,7 @@ fn parallel<T: Send + Default>(
 
 /// What one stripe rebuilt in phase 4.
 struct Rebuilt {
-    trees: HashMap<HashKey, Art<u64>, BuildHasherDefault<WordHasher>>,
+    trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>>,
     len: u64,
 }
 
@@ -310,13 +325,13 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         return Err(Error::corrupt(
             sb,
             format!(
-                "hart: this pool has HART format {}, which this version (format 4) \
-                 no longer reads (it reads formats 3 and 4); re-create it",
+                "hart: this pool has HART format {}, which this version (format 5) \
+                 no longer reads (it reads formats 3 to 5); re-create it",
                 magic >> 56
             ),
         ));
     }
-    let Some(checksum) = superblock::checksum_of(magic) else {
+    let Some(format) = superblock::format_of(magic) else {
         return Err(Error::corrupt(
             sb,
             "hart: root slot 0 does not point to a superblock",
@@ -376,7 +391,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         let (s, lc, c) = chunks[i];
         let mut used = 0u64;
         for (j, leaf) in lists[s].leaves[lc].chunk_objects(c).enumerate() {
-            if scan_leaf(pool_ref, checksum, &lists[s], leaf, lc, s, found)? {
+            if scan_leaf(pool_ref, format, k_h, &lists[s], (leaf, lc, s), found)? {
                 used |= 1 << j;
             }
         }
@@ -434,7 +449,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     let rebuilt = parallel(threads, STRIPES, |s, out: &mut Vec<(usize, Rebuilt)>| {
         let mut w = work[s].lock();
         let (lists, found) = &mut *w;
-        let mut trees: HashMap<HashKey, Art<u64>, BuildHasherDefault<WordHasher>> =
+        let mut trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>> =
             HashMap::default();
         let mut len = 0;
         let mut values = Vec::new();
@@ -443,21 +458,17 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
                 lists.leaves[lc].set_taken(c, used)?;
             }
             values.append(&mut f.values);
+            len += f.held;
             for l in &f.live {
                 let key = &f.keys[l.key_at..l.key_at + l.key_len];
                 let (hk, ak) = key.split_at(k_h.min(key.len()));
-                let hk = HashKey::new(hk);
-                if hk.route().stripe != s {
+                let art = trees.entry(HashKey::new(hk)).or_default();
+                if art.insert(ak, l.leaf, &keys).is_some() {
                     return Err(leaf::corrupt(
-                        l.leaf,
-                        "the leaf is in another allocation stripe than its hash key's",
+                        l.leaf.off(),
+                        "two live leaves hold the same key",
                     ));
                 }
-                let art = trees.entry(hk).or_default();
-                if art.insert(ak, l.leaf, &keys).is_some() {
-                    return Err(leaf::corrupt(l.leaf, "two live leaves hold the same key"));
-                }
-                len += 1;
             }
         }
         // Value objects, a chunk at a time (an object used twice is
@@ -502,7 +513,8 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         .map(|(l, len)| l.into_stripe(len))
         .collect();
     let mut h = Hart::with_stripes(pool, sb, k_h, stripes);
-    h.checksum = checksum;
+    h.checksum = format.checksum;
+    h.any_stripe = format.any_stripe;
     for trees in all_trees {
         for (hk, art) in trees {
             h.trees.install(hk, art);

@@ -99,7 +99,7 @@ impl Hart {
                 ahi.as_ref().map(Vec::as_slice),
                 &keys,
                 |leaf| {
-                    leaves.push(leaf);
+                    leaves.push(leaf.off());
                     if leaves.len() < want {
                         return true;
                     }

@@ -13,33 +13,60 @@
 //! The list heads are the activation slots of the first chunk of each list.
 //!
 //! # Stripes
-//! The EPallocator's chunk lists are kept [`STRIPES`] times over. All the
-//! leaves and value objects of one hash key (one ART) come from one stripe,
-//! chosen by the hash key's hash, so writers of different ARTs seldom share
-//! a list lock or a chunk header line, and recovery can rebuild the stripes
-//! in parallel: a stripe's leaves only ever point to its own value objects
-//! and belong to its own ARTs. (The paper has one list per object type.)
+//! The EPallocator's chunk lists are kept [`STRIPES`] times over (the paper
+//! has one list per object type). A leaf's value objects come from the
+//! leaf's own stripe, so recovery can rebuild the stripes' free state in
+//! parallel: a stripe's leaves only ever point to its own value objects.
+//! - **Format 5:** a new leaf comes from the inserting thread's stripe
+//!   (threads take stripes in turn), so up to [`STRIPES`] inserting threads
+//!   never share a list's lock, its DRAM state or its counters: when the
+//!   stripe was the hash key's, two threads met on every stripe and its
+//!   lines moved between their cores on every insert (docs/design.md §7,
+//!   "Stripes by thread"). The ART entry of a leaf carries its stripe
+//!   ([`super::LeafRef`]); updates and deletes use that one.
+//! - **Formats 3 and 4:** every leaf of one hash key (one ART) comes from
+//!   the stripe its hash chooses, and recovery refuses a leaf found in
+//!   another. This version keeps that rule in such pools, so the versions
+//!   that wrote them still read them.
 //!
 //! Version history: format 1 (magic `...\x01`) had one list per object type
 //! at offsets 64 and 128; format 2 kept values of 1..=8 bytes in value
 //! objects (format 3 keeps them inline in the leaf's slot). Both are refused
 //! with a clear error. Format 3 differs from format 4 only in the slot
-//! checksum (CRC-32 instead of CRC-32C, [`super::leaf::Checksum`]); it is
-//! read and written as it is, never converted.
+//! checksum (CRC-32 instead of CRC-32C, [`super::leaf::Checksum`]); format 5
+//! differs from format 4 only in where new leaves come from (above). Each
+//! is read and written as it is, never converted.
 
-/// "HARTSB\0\x04".
-pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x04");
-/// Format 3: slots carry CRC-32 (IEEE).
+/// "HARTSB\0\x05".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x05");
+/// Format 4: CRC-32C slots, every leaf in its hash key's stripe.
+pub const MAGIC_4: u64 = u64::from_le_bytes(*b"HARTSB\x00\x04");
+/// Format 3: slots carry CRC-32 (IEEE), every leaf in its hash key's stripe.
 pub const MAGIC_3: u64 = u64::from_le_bytes(*b"HARTSB\x00\x03");
 
-/// The slot checksum of a superblock with this magic, if this version reads
-/// its format.
-pub fn checksum_of(magic: u64) -> Option<super::leaf::Checksum> {
-    match magic {
-        MAGIC => Some(super::leaf::Checksum::Crc32c),
-        MAGIC_3 => Some(super::leaf::Checksum::Crc32),
-        _ => None,
-    }
+/// How a format this version reads keeps its leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Format {
+    /// The slots' checksum.
+    pub checksum: super::leaf::Checksum,
+    /// Whether a leaf may be in any stripe (format 5), not only its hash
+    /// key's.
+    pub any_stripe: bool,
+}
+
+/// The format of a superblock with this magic, if this version reads it.
+pub fn format_of(magic: u64) -> Option<Format> {
+    use super::leaf::Checksum;
+    let (checksum, any_stripe) = match magic {
+        MAGIC => (Checksum::Crc32c, true),
+        MAGIC_4 => (Checksum::Crc32c, false),
+        MAGIC_3 => (Checksum::Crc32, false),
+        _ => return None,
+    };
+    Some(Format {
+        checksum,
+        any_stripe,
+    })
 }
 /// The magics of the formats this version no longer reads: 1 (one chunk
 /// list per object type) and 2 (values of 1..=8 bytes in value objects

@@ -27,6 +27,7 @@ use parking_lot::RwLock;
 
 use super::art::Art;
 use super::superblock::STRIPES;
+use super::LeafRef;
 
 /// Shards of the hashed form.
 const SHARDS: usize = 64;
@@ -124,7 +125,7 @@ pub(super) struct Route {
 /// One ART and whether it has been removed from the hashed index.
 #[derive(Default)]
 pub(super) struct Tree {
-    pub(super) art: Art<u64>,
+    pub(super) art: Art<LeafRef>,
     pub(super) dead: bool,
 }
 
@@ -377,7 +378,7 @@ impl Trees {
     /// moved (a root node grown, shrunk or split, a tree emptied), so the
     /// hints' lines stay shared between cores.
     #[inline]
-    pub(super) fn note_root(&self, hk: &[u8], art: &Art<u64>) {
+    pub(super) fn note_root(&self, hk: &[u8], art: &Art<LeafRef>) {
         // The page exists: the caller holds a lock that lives in it.
         if let Some(hint) = self.direct_hint(hk) {
             let root = art.root_hint();
@@ -470,7 +471,7 @@ impl Trees {
     }
 
     /// Puts a rebuilt ART into the index (recovery; `art` is not empty).
-    pub(super) fn install(&mut self, hk: HashKey, art: Art<u64>) {
+    pub(super) fn install(&mut self, hk: HashKey, art: Art<LeafRef>) {
         match self {
             Trees::Direct(d) => {
                 let i = d.index(&hk);
