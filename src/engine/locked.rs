@@ -30,7 +30,7 @@
 //! Why: a read lock is two atomic read-modify-writes on one shared line. On
 //! x86 each is a full barrier, so the misses of successive searches cannot
 //! overlap, and every reader thread writes the lock's line (docs/design.md
-//! §12). The optimistic path executes loads only.
+//! §11, "Reads without the lock"). The optimistic path executes loads only.
 //!
 //! Nothing here changes what reaches PM: the version lives in DRAM, and
 //! crash consistency is the engine's own (the crash simulator tests it
@@ -41,7 +41,7 @@ use std::ops::{Bound, Range};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use super::{Capabilities, CheckReport, Engine, PutMode, PutOutcome, ScanFn, SerialEngine};
 use crate::error::Result;
@@ -49,6 +49,9 @@ use crate::pm::Pool;
 
 /// Optimistic attempts before a reader takes the lock.
 pub const OPTIMISTIC_TRIES: usize = 4;
+/// How long a writer waits for another writer's hold to end by spinning
+/// before it sleeps in the kernel ([`Locked::write`]).
+pub const WRITE_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// Bytes of value an optimistic read can return; longer values are read
 /// under the lock.
@@ -260,6 +263,36 @@ impl<E: SerialEngine> Locked<E> {
         }
     }
 
+    /// The write lock. While another thread holds the lock, a writer spins
+    /// on it (reading the lock word only) for up to [`WRITE_SPIN`] before it
+    /// sleeps in `parking_lot`'s queue, which it would do after about a
+    /// microsecond of spinning and yielding. A write holds the lock for one
+    /// to a few microseconds, so writers that sleep sooner turn every hand
+    /// over into a kernel wake-up paid by the holder at its unlock, and
+    /// into a wake-up latency for the sleeper: on the 16-core device two
+    /// writing threads inserted at 0.67x one thread's rate and four at 0.41x
+    /// (docs/design.md §11, "Writers spin before they sleep").
+    fn write(&self) -> RwLockWriteGuard<'_, E> {
+        if let Some(g) = self.inner.try_write() {
+            return g;
+        }
+        let start = std::time::Instant::now();
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+                if !self.inner.is_locked() {
+                    break;
+                }
+            }
+            if let Some(g) = self.inner.try_write() {
+                return g;
+            }
+            if start.elapsed() > WRITE_SPIN {
+                return self.inner.write();
+            }
+        }
+    }
+
     /// The optimistic path: `Some` with the answer, `None` when the lock
     /// must decide.
     #[inline]
@@ -392,7 +425,7 @@ impl<E: SerialEngine> Engine for Locked<E> {
         Ok(())
     }
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        let mut g = self.inner.write();
+        let mut g = self.write();
         let _w = Writing::begin(&self.version);
         g.put(key, value, mode)
     }
@@ -400,14 +433,14 @@ impl<E: SerialEngine> Engine for Locked<E> {
     /// most one batch.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
         for batch in items.chunks(BATCH) {
-            let mut g = self.inner.write();
+            let mut g = self.write();
             let _w = Writing::begin(&self.version);
             g.put_many(batch)?;
         }
         Ok(())
     }
     fn delete(&self, key: &[u8]) -> Result<bool> {
-        let mut g = self.inner.write();
+        let mut g = self.write();
         let _w = Writing::begin(&self.version);
         g.delete(key)
     }
@@ -554,6 +587,86 @@ mod tests {
             read_many(|| Ok(Probe::Found(0..8)), Reads::Locked),
             (all(Some(b"locked")), n)
         );
+    }
+
+    /// A writer that finds the lock held waits, spinning and then asleep
+    /// past [`WRITE_SPIN`], and enters only once the holder leaves; a
+    /// reader holding the lock keeps it out as a writer does.
+    #[test]
+    fn a_writer_waits_out_a_long_hold_spinning_then_asleep() {
+        let (e, _) = fake(|| Ok(Probe::Absent), Reads::Locked);
+        for hold in ["write", "read"] {
+            let (wg, rg) = match hold {
+                "write" => (Some(e.inner.write()), None),
+                _ => (None, Some(e.inner.read())),
+            };
+            std::thread::scope(|sc| {
+                let t = sc.spawn(|| e.put(b"k", hold.as_bytes(), PutMode::Upsert).unwrap());
+                std::thread::sleep(WRITE_SPIN * 50);
+                assert!(!t.is_finished(), "a put entered past a {hold} hold");
+                drop(wg);
+                drop(rg);
+                assert_eq!(t.join().unwrap(), PutOutcome::Replaced);
+            });
+            assert_eq!(e.inner.read().value, hold.as_bytes());
+        }
+    }
+
+    /// Writers of several threads still run one at a time: each put reads
+    /// the value, and stores it plus one; none is lost.
+    #[test]
+    fn spinning_writers_exclude_each_other() {
+        struct Counter(u64);
+        impl SerialEngine for Counter {
+            fn name(&self) -> &'static str {
+                "counter"
+            }
+            fn capabilities(&self) -> Capabilities {
+                Capabilities {
+                    ordered_scan: false,
+                    concurrent: false,
+                    max_key_len: 8,
+                    max_value_len: 8,
+                }
+            }
+            fn get_with(&self, _: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+                f(&self.0.to_le_bytes());
+                Ok(true)
+            }
+            fn put(&mut self, _: &[u8], _: &[u8], _: PutMode) -> Result<PutOutcome> {
+                let v = self.0;
+                std::hint::black_box(&mut *self);
+                self.0 = v + 1;
+                Ok(PutOutcome::Replaced)
+            }
+            fn delete(&mut self, _: &[u8]) -> Result<bool> {
+                Ok(false)
+            }
+            fn scan(&self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: &mut ScanFn<'_>) -> Result<()> {
+                Ok(())
+            }
+            fn len(&self) -> u64 {
+                1
+            }
+            fn check(&self) -> Result<CheckReport> {
+                Ok(CheckReport::default())
+            }
+            fn dram_bytes(&self) -> u64 {
+                0
+            }
+        }
+        let pool = Arc::new(Pool::create_anonymous(8 << 20, "fake", &Default::default()).unwrap());
+        let e = Locked::new(pool, Counter(0));
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    for _ in 0..20_000 {
+                        e.put(b"k", b"", PutMode::Upsert).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(e.inner.read().0, 80_000);
     }
 
     #[test]
