@@ -272,6 +272,11 @@ impl<E: SerialEngine> Locked<E> {
     /// into a wake-up latency for the sleeper: on the 16-core device two
     /// writing threads inserted at 0.67x one thread's rate and four at 0.41x
     /// (docs/design.md §11, "Writers spin before they sleep").
+    ///
+    /// A lock that reads free but refuses `try_write` has threads asleep in
+    /// its queue (`parking_lot` keeps a parked bit in the lock word, which
+    /// `is_locked` ignores): spinning cannot take it then, and `write`
+    /// takes it at once without sleeping, so the spinner goes there.
     fn write(&self) -> RwLockWriteGuard<'_, E> {
         if let Some(g) = self.inner.try_write() {
             return g;
@@ -284,8 +289,13 @@ impl<E: SerialEngine> Locked<E> {
                     break;
                 }
             }
-            if let Some(g) = self.inner.try_write() {
-                return g;
+            if !self.inner.is_locked() {
+                return match self.inner.try_write() {
+                    Some(g) => g,
+                    // Sleepers queued, or another spinner won: the lock's
+                    // own path decides.
+                    None => self.inner.write(),
+                };
             }
             if start.elapsed() > WRITE_SPIN {
                 return self.inner.write();
@@ -600,14 +610,18 @@ mod tests {
                 "write" => (Some(e.inner.write()), None),
                 _ => (None, Some(e.inner.read())),
             };
-            std::thread::scope(|sc| {
+            let entered_early = std::thread::scope(|sc| {
                 let t = sc.spawn(|| e.put(b"k", hold.as_bytes(), PutMode::Upsert).unwrap());
                 std::thread::sleep(WRITE_SPIN * 50);
-                assert!(!t.is_finished(), "a put entered past a {hold} hold");
+                let early = t.is_finished();
+                // Dropped before any assertion, so that a failure cannot
+                // leave the put waiting for ever.
                 drop(wg);
                 drop(rg);
                 assert_eq!(t.join().unwrap(), PutOutcome::Replaced);
+                early
             });
+            assert!(!entered_early, "a put entered past a {hold} hold");
             assert_eq!(e.inner.read().value, hold.as_bytes());
         }
     }
@@ -634,9 +648,13 @@ mod tests {
                 Ok(true)
             }
             fn put(&mut self, _: &[u8], _: &[u8], _: PutMode) -> Result<PutOutcome> {
+                // Read, wait a little (a hold long enough for the others
+                // to find the lock taken), write.
                 let v = self.0;
-                std::hint::black_box(&mut *self);
-                self.0 = v + 1;
+                for _ in 0..200 {
+                    std::hint::spin_loop();
+                }
+                std::hint::black_box(&mut *self).0 = v + 1;
                 Ok(PutOutcome::Replaced)
             }
             fn delete(&mut self, _: &[u8]) -> Result<bool> {
@@ -657,9 +675,11 @@ mod tests {
         }
         let pool = Arc::new(Pool::create_anonymous(8 << 20, "fake", &Default::default()).unwrap());
         let e = Locked::new(pool, Counter(0));
+        let start = std::sync::Barrier::new(4);
         std::thread::scope(|sc| {
             for _ in 0..4 {
                 sc.spawn(|| {
+                    start.wait();
                     for _ in 0..20_000 {
                         e.put(b"k", b"", PutMode::Upsert).unwrap();
                     }

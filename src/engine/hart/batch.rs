@@ -266,25 +266,23 @@ impl Hart {
     ) -> Result<()> {
         let n = batch.len();
         // The searches, side by side: `found[i]` is the leaf that holds
-        // key `i`, if it is present.
-        let mut found = [None; BATCH];
+        // key `i`, if it is present (the probe's leaf, if it holds the key;
+        // then its stripe is where the new value object comes from).
+        let mut found_ref = [None; BATCH];
         self.probe_side_by_side(
             n,
             |i| {
                 let t = guards[guard_of[i]?].as_deref()?;
                 Some((&t.art, self.split(batch[i].0).1))
             },
-            &mut found,
+            &mut found_ref,
         );
-        let mut found: [Option<u64>; BATCH] = std::array::from_fn(|i| {
-            let l = found[i]?;
-            stripe[i] = l.stripe();
-            Some(l.off())
-        });
+        let mut found: [Option<u64>; BATCH] = [None; BATCH];
         for (i, (key, _)) in batch.iter().enumerate() {
-            if let Some(l) = found[i] {
-                if !self.holds_key(l, key)? {
-                    found[i] = None;
+            if let Some(l) = found_ref[i] {
+                if self.holds_key(l.off(), key)? {
+                    found[i] = Some(l.off());
+                    stripe[i] = l.stripe();
                 }
             }
         }

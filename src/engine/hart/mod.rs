@@ -101,17 +101,32 @@ const _: () = assert!(
 );
 
 fn create(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
-    let Settings { k_h, order, .. } = parse_config(config)?;
-    let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
-    h.set_order(order);
-    Ok(Box::new(h))
+    Ok(Box::new(create_hart(pool, config)?))
 }
 
 fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+    Ok(Box::new(open_hart(pool, config)?))
+}
+
+fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
+    let Settings {
+        k_h,
+        order,
+        stripes,
+        ..
+    } = parse_config(config)?;
+    let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
+    h.set_order(order);
+    h.set_stripes(stripes)?;
+    Ok(h)
+}
+
+fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     let Settings {
         k_h,
         order,
         recovery_threads,
+        stripes,
     } = parse_config(config)?;
     let mut h = recovery::open(pool, recovery_threads, k_h)?;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
@@ -121,7 +136,18 @@ fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
         )));
     }
     h.set_order(order);
-    Ok(Box::new(h))
+    h.set_stripes(stripes)?;
+    Ok(h)
+}
+
+/// Where new leaves come from (`hart.stripes`; see [`superblock`],
+/// "Stripes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StripeChoice {
+    /// The inserting thread's stripe (format 5 only).
+    Thread,
+    /// The stripe the hash key's hash selects (as formats 3 and 4 must).
+    HashKey,
 }
 
 /// The order in which HART makes its PM writes durable
@@ -149,18 +175,37 @@ struct Settings {
     /// `hart.recovery_threads`: threads that rebuild the index at open
     /// (default: every core).
     recovery_threads: Option<usize>,
+    /// `hart.stripes` (default: by thread where the format allows it).
+    stripes: Option<StripeChoice>,
 }
 
 fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut k_h = None;
     let mut order = PersistOrder::Tight;
     let mut recovery_threads = None;
+    let mut stripes = None;
     for (k, v) in super::settings(
         config,
         INFO.name,
-        &["persist_order", "hash_key_len", "recovery_threads"],
+        &[
+            "persist_order",
+            "hash_key_len",
+            "recovery_threads",
+            "stripes",
+        ],
     )? {
         match k {
+            "stripes" => {
+                stripes = Some(match v {
+                    "thread" => StripeChoice::Thread,
+                    "hash_key" => StripeChoice::HashKey,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "hart.stripes `{v}`: expected thread or hash_key"
+                        )))
+                    }
+                })
+            }
             "persist_order" => {
                 order = match v {
                     "tight" => PersistOrder::Tight,
@@ -191,6 +236,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         k_h,
         order,
         recovery_threads,
+        stripes,
     })
 }
 
@@ -298,14 +344,19 @@ pub struct Hart {
     order: PersistOrder,
     /// The slots' checksum (by the superblock's format).
     checksum: Checksum,
-    /// Whether new leaves come from the inserting thread's stripe (format
-    /// 5) rather than the hash key's (formats 3 and 4).
+    /// Whether a leaf may be in any stripe (format 5) rather than only its
+    /// hash key's (formats 3 and 4).
     any_stripe: bool,
+    /// Whether new leaves come from the inserting thread's stripe (else
+    /// from the hash key's): `hart.stripes`.
+    by_thread: bool,
 }
 
-/// One allocation stripe (see [`superblock`]): the chunk lists of the hash
-/// keys routed to it, and how many keys they hold. Aligned so that two
-/// stripes' counters never share a cache line.
+/// One allocation stripe (see [`superblock`]): its chunk lists (of the
+/// leaves its threads inserted in format 5, of the hash keys routed to it
+/// in formats 3 and 4, or with `hart.stripes=hash_key`), and how many
+/// leaves they hold. Aligned so that two stripes' counters never share a
+/// cache line.
 #[repr(align(128))]
 struct Stripe {
     /// One list per [`leaf::LEAF_SIZES`] entry.
@@ -383,14 +434,31 @@ impl Hart {
             order: PersistOrder::Tight,
             checksum: Checksum::Crc32c,
             any_stripe: true,
+            by_thread: true,
         }
+    }
+
+    /// Applies `hart.stripes` (`None`: by thread where the format allows).
+    /// By thread, up to 16 inserting threads never share a stripe; by hash
+    /// key, the frees of later deleters spread over the stripes whatever
+    /// thread inserted (docs/design.md §7, "Stripes by thread").
+    fn set_stripes(&mut self, choice: Option<StripeChoice>) -> Result<()> {
+        if choice == Some(StripeChoice::Thread) && !self.any_stripe {
+            return Err(Error::InvalidArgument(
+                "hart.stripes=thread: this pool's format (3 or 4) keeps every leaf in its \
+                 hash key's stripe; use hash_key, or a new pool"
+                    .into(),
+            ));
+        }
+        self.by_thread = self.any_stripe && choice != Some(StripeChoice::HashKey);
+        Ok(())
     }
 
     /// The stripe a new leaf of a hash key routed by `r` (and its value
     /// object) comes from: the thread's in format 5, the hash key's before.
     #[inline]
     fn insert_stripe(&self, r: trees::Route) -> usize {
-        if self.any_stripe {
+        if self.by_thread {
             thread_stripe()
         } else {
             r.stripe
@@ -514,8 +582,8 @@ impl Hart {
     /// useless prefetch.
     #[inline(always)]
     fn prefetch_root(&self, hk: &[u8], ak: &[u8]) {
-        if let Some(leaf) = art::Art::<u64>::prefetch_hinted(self.trees.root_hint(hk), ak) {
-            self.pool.words().prefetch(leaf);
+        if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(self.trees.root_hint(hk), ak) {
+            self.pool.words().prefetch(leaf.off());
         }
     }
 
@@ -1378,9 +1446,9 @@ mod tests {
     fn recovery_refuses_a_chunk_on_two_lists() {
         let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
         let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
-        // Leaves by hash key (as formats 3 and 4 keep them), so that one
-        // thread fills several stripes' lists.
-        h.any_stripe = false;
+        // Leaves by hash key (`hart.stripes=hash_key`), so that one thread
+        // fills several stripes' lists.
+        h.set_stripes(Some(StripeChoice::HashKey)).unwrap();
         for i in 0..400u32 {
             let key = format!("{:02x}-key-{i}", i % 97);
             h.put(key.as_bytes(), b"v", PutMode::Upsert).unwrap();
@@ -1605,6 +1673,72 @@ mod tests {
         h.check().unwrap();
     }
 
+    /// `hart.stripes`: by thread by default in a new pool, by hash key on
+    /// request (every leaf in its hash key's stripe, whatever thread
+    /// inserts, in a format 5 pool too); by thread is refused in a pool of
+    /// format 4, where it would write leaves that pool's format forbids;
+    /// a bad value is refused.
+    #[test]
+    fn the_stripes_setting_chooses_where_new_leaves_come_from() {
+        let cfg = |v: Option<&str>| {
+            let mut c = EngineConfig::default();
+            if let Some(v) = v {
+                c.insert("hart.stripes".into(), v.into());
+            }
+            c
+        };
+        let key = |t: u32, i: u32| format!("{}{t}{i:03}", (b'a' + (i % 16) as u8) as char);
+        let fill = |e: &Hart| {
+            std::thread::scope(|sc| {
+                for t in 0..4 {
+                    sc.spawn(move || {
+                        for i in 0..64 {
+                            e.put(key(t, i).as_bytes(), b"v", PutMode::Upsert).unwrap();
+                        }
+                    });
+                }
+            });
+        };
+        let stripes_of = |h: &Hart| {
+            entries(h)
+                .into_iter()
+                .map(|(k, st)| (st, HashKey::new(h.split(&k).0).route().stripe))
+                .collect::<Vec<_>>()
+        };
+        for v in [None, Some("thread"), Some("hash_key")] {
+            let pool =
+                Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+            let e = create_hart(Arc::clone(&pool), &cfg(v)).unwrap();
+            fill(&e);
+            e.check().unwrap();
+            let found = stripes_of(&e);
+            let by_route = found.iter().all(|(st, route)| st == route);
+            assert_eq!(by_route, v == Some("hash_key"), "hart.stripes={v:?}");
+            drop(e);
+            let e = open_hart(Arc::clone(&pool), &cfg(v)).unwrap();
+            assert_eq!(stripes_of(&e), found, "reopened");
+        }
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        pool.store_u64(h.sb, superblock::MAGIC_4).unwrap();
+        drop(h);
+        let err = open_hart(Arc::clone(&pool), &cfg(Some("thread")))
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("hart.stripes=thread"), "{err}");
+        let e = open_hart(Arc::clone(&pool), &cfg(Some("hash_key"))).unwrap();
+        fill(&e);
+        e.check().unwrap();
+        assert!(stripes_of(&e).iter().all(|(st, route)| st == route));
+        let err = create_hart(pool, &cfg(Some("both")))
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string().contains("expected thread or hash_key"),
+            "{err}"
+        );
+    }
+
     /// Pools of format 3 (slots with CRC-32) open, stay format 3 and keep
     /// writing CRC-32; new pools are format 5 (CRC-32C, as format 4). Read as the other
     /// format, every slot fails its checksum: the checksum is really
@@ -1620,6 +1754,7 @@ mod tests {
         pool.store_u64(h.sb, superblock::MAGIC_3).unwrap();
         h.checksum = Checksum::Crc32;
         h.any_stripe = false;
+        h.by_thread = false;
         for i in 0..120 {
             h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
                 .unwrap();

@@ -65,8 +65,9 @@ impl HashKey {
         &self.bytes[..usize::from(self.len)]
     }
 
-    /// The hash. It must be stable across builds and machines, because the
-    /// stripe a key's leaves are in is persistent (so not `DefaultHasher`,
+    /// The hash. It must be stable across builds and machines, because in
+    /// formats 3 and 4 (and with `hart.stripes=hash_key`) the stripe a key's
+    /// leaves are in follows from it and is persistent (so not `DefaultHasher`,
     /// whose algorithm may change): the padded bytes and the length, mixed
     /// by splitmix64's finalizer.
     fn mixed(&self) -> u64 {
@@ -115,7 +116,9 @@ impl std::hash::Hasher for WordHasher {
 }
 
 /// Where a hash key's state lives: its hash-table shard (hashed form) and
-/// its allocation stripe (persistent: see [`super::superblock`]).
+/// its stripe: the allocation stripe of its leaves in formats 3 and 4 (and
+/// with `hart.stripes=hash_key`; persistent, see [`super::superblock`]), and
+/// in every format the recovery worker that rebuilds its ART.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Route {
     shard: usize,
@@ -714,8 +717,9 @@ mod tests {
         assert!(reports.load(Ordering::Relaxed) > 0 && cycles.load(Ordering::Relaxed) > 0);
     }
 
-    /// The stripe of a hash key is persistent (a leaf must be found in its
-    /// key's stripe at recovery), so the routing hash must never change.
+    /// The stripe of a hash key is persistent in formats 3 and 4 (a leaf
+    /// must be found in its key's stripe at recovery), so the routing hash
+    /// must never change.
     #[test]
     fn routing_is_stable() {
         let got: Vec<usize> = [&b""[..], b"a", b"ab", b"\x00\x00", b"\xff\xff", b"abcdefgh"]
