@@ -478,6 +478,9 @@ mod tests {
         value: Vec<u8>,
         probe: fn() -> Result<Probe>,
         locked_gets: Arc<AtomicUsize>,
+        /// Puts so far, counted by a read, a short wait and a write (lost
+        /// counts if two puts ever ran at once).
+        puts: u64,
     }
 
     struct FakeReader(fn() -> Result<Probe>);
@@ -509,6 +512,11 @@ mod tests {
         }
         fn put(&mut self, _key: &[u8], value: &[u8], _mode: PutMode) -> Result<PutOutcome> {
             self.value = value.to_vec();
+            let n = self.puts;
+            for _ in 0..200 {
+                std::hint::spin_loop();
+            }
+            std::hint::black_box(&mut *self).puts = n + 1;
             Ok(PutOutcome::Replaced)
         }
         fn delete(&mut self, _key: &[u8]) -> Result<bool> {
@@ -547,6 +555,7 @@ mod tests {
             value: b"locked".to_vec(),
             probe,
             locked_gets: Arc::clone(&locked_gets),
+            puts: 0,
         };
         (Locked::with_reads(pool, fake, reads), locked_gets)
     }
@@ -627,66 +636,23 @@ mod tests {
     }
 
     /// Writers of several threads still run one at a time: each put reads
-    /// the value, and stores it plus one; none is lost.
+    /// the count, waits, and stores it plus one; none is lost. The threads
+    /// start together, so that they find the lock taken and spin.
     #[test]
     fn spinning_writers_exclude_each_other() {
-        struct Counter(u64);
-        impl SerialEngine for Counter {
-            fn name(&self) -> &'static str {
-                "counter"
-            }
-            fn capabilities(&self) -> Capabilities {
-                Capabilities {
-                    ordered_scan: false,
-                    concurrent: false,
-                    max_key_len: 8,
-                    max_value_len: 8,
-                }
-            }
-            fn get_with(&self, _: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
-                f(&self.0.to_le_bytes());
-                Ok(true)
-            }
-            fn put(&mut self, _: &[u8], _: &[u8], _: PutMode) -> Result<PutOutcome> {
-                // Read, wait a little (a hold long enough for the others
-                // to find the lock taken), write.
-                let v = self.0;
-                for _ in 0..200 {
-                    std::hint::spin_loop();
-                }
-                std::hint::black_box(&mut *self).0 = v + 1;
-                Ok(PutOutcome::Replaced)
-            }
-            fn delete(&mut self, _: &[u8]) -> Result<bool> {
-                Ok(false)
-            }
-            fn scan(&self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: &mut ScanFn<'_>) -> Result<()> {
-                Ok(())
-            }
-            fn len(&self) -> u64 {
-                1
-            }
-            fn check(&self) -> Result<CheckReport> {
-                Ok(CheckReport::default())
-            }
-            fn dram_bytes(&self) -> u64 {
-                0
-            }
-        }
-        let pool = Arc::new(Pool::create_anonymous(8 << 20, "fake", &Default::default()).unwrap());
-        let e = Locked::new(pool, Counter(0));
+        let (e, _) = fake(|| Ok(Probe::Absent), Reads::Optimistic);
         let start = std::sync::Barrier::new(4);
         std::thread::scope(|sc| {
             for _ in 0..4 {
                 sc.spawn(|| {
                     start.wait();
                     for _ in 0..20_000 {
-                        e.put(b"k", b"", PutMode::Upsert).unwrap();
+                        e.put(b"k", b"v", PutMode::Upsert).unwrap();
                     }
                 });
             }
         });
-        assert_eq!(e.inner.read().0, 80_000);
+        assert_eq!(e.inner.read().puts, 80_000);
     }
 
     #[test]
@@ -719,6 +685,7 @@ mod tests {
             value: Vec::new(),
             probe: || Ok(Probe::Absent),
             locked_gets: Arc::default(),
+            puts: 0,
         };
         let e = Locked::new(pool, fake);
         e.put(b"k", b"v", PutMode::Upsert).unwrap();

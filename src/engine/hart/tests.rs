@@ -1,0 +1,554 @@
+//! Unit tests of the HART engine (`super`).
+
+use super::*;
+use crate::pm::counters;
+
+/// The PM leaf that holds `key` (present).
+fn leaf_of(h: &Hart, key: &[u8]) -> u64 {
+    let (hk, ak) = h.split(key);
+    let tree = h.trees.find_bytes(hk).expect("the key's ART");
+    let leaf = tree.read().art.probe(ak).expect("the key's leaf");
+    leaf.off()
+}
+
+/// The stripe that holds the leaf of `key` (present).
+fn stripe_of(h: &Hart, key: &[u8]) -> usize {
+    let (hk, ak) = h.split(key);
+    let tree = h.trees.find_bytes(hk).expect("the key's ART");
+    let leaf = tree.read().art.probe(ak).expect("the key's leaf");
+    leaf.stripe()
+}
+
+/// A delete whose value cannot be freed once the leaf's commit word is
+/// cleared and persisted (a damaged value pointer, not an object of its
+/// list): the key is deleted in PM, so the ART, the count and `check`
+/// must say so too, and the error is still returned. Before, the leaf
+/// went back into the ART uncommitted: `get` failed with "indexed leaf
+/// is not committed", `len` counted it, and `check` failed.
+#[test]
+fn a_delete_that_fails_after_its_commit_stands() {
+    for k_h in [2, 8] {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), k_h).unwrap();
+        h.put(b"abcdefgh-object", &[7; 100], PutMode::Upsert)
+            .unwrap();
+        h.put(b"zzzzzzzz-other", b"kept", PutMode::Upsert).unwrap();
+        let leaf = leaf_of(&h, b"abcdefgh-object");
+        let so = leaf::slot_off(leaf, h.live_commit(leaf).unwrap().active);
+        pool.store_u64(so, leaf).unwrap();
+        assert!(h.delete(b"abcdefgh-object").is_err(), "k_h {k_h}");
+        assert_eq!(pool.load_u64(leaf).unwrap(), 0, "k_h {k_h}: durable in PM");
+        let got = h.get_with(b"abcdefgh-object", &mut |_| {});
+        assert!(matches!(got, Ok(false)), "k_h {k_h}: {got:?}");
+        assert_eq!(h.len(), 1, "k_h {k_h}");
+        h.check().unwrap();
+        assert_eq!(
+            h.put(b"abcdefgh-object", b"new", PutMode::Upsert).unwrap(),
+            PutOutcome::Inserted
+        );
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.len(), 2, "k_h {k_h}: reopened");
+        h.check().unwrap();
+    }
+}
+
+/// PM lines a `get_with` of `key` reports, and whether it found it.
+fn lines_of_get(h: &Hart, key: &[u8]) -> (bool, u64) {
+    let before = counters::this_thread().lines_read;
+    let found = h.get_with(key, &mut |_| {}).unwrap();
+    (found, counters::this_thread().lines_read - before)
+}
+
+#[test]
+fn a_search_reads_the_leaf_line_and_the_value_lines() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(pool, 2).unwrap();
+    h.put(b"ab-inline", b"8 bytes!", PutMode::Upsert).unwrap();
+    h.put(b"ab-object", &[7; 100], PutMode::Upsert).unwrap();
+    h.put(b"ab-long", &[9; 5000], PutMode::Upsert).unwrap();
+    h.put(b"ab-empty", b"", PutMode::Upsert).unwrap();
+    let long_key = [b'x'; 200];
+    h.put(&long_key, b"v", PutMode::Upsert).unwrap();
+    // An inline value is in the leaf's first line, with the key.
+    assert_eq!(lines_of_get(&h, b"ab-inline"), (true, 1));
+    assert_eq!(lines_of_get(&h, b"ab-empty"), (true, 1));
+    // A value object: its own lines (100 bytes: 2 or 3 lines).
+    let (found, n) = lines_of_get(&h, b"ab-object");
+    assert!(found && (3..=4).contains(&n), "{n} lines");
+    // A large value: ceil(5000 / 64) = 79 lines, or one more.
+    let (found, n) = lines_of_get(&h, b"ab-long");
+    assert!(found && (80..=81).contains(&n), "{n} lines");
+    // A 200-byte key: the leaf to the end of its key (40 + 200 bytes
+    // from a line-aligned leaf: 4 lines).
+    assert_eq!(lines_of_get(&h, &long_key), (true, 4));
+    // The ART's one candidate for an absent key: its key line is read
+    // and compared, and nothing is found.
+    assert_eq!(lines_of_get(&h, b"ab-inlinf"), (false, 1));
+    // No ART for the hash key: nothing read in PM.
+    assert_eq!(lines_of_get(&h, b"zz"), (false, 0));
+    // Values are what was stored.
+    let mut got = Vec::new();
+    assert!(h.get_with(b"ab-long", &mut |v| got = v.to_vec()).unwrap());
+    assert_eq!(got, vec![9; 5000]);
+}
+
+/// The root hint of an ART's slot follows its root through every
+/// change that moves it: a first key (a leaf root), growth through
+/// every node kind by single and batched puts, shrinking by deletes,
+/// emptying, and recovery. `check` compares the hints with the roots,
+/// so the conformance suite checks this too; a missing update fails it.
+#[test]
+fn the_root_hint_follows_the_root() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    let hint = |h: &Hart| h.trees.root_hint(b"rh");
+    let root = |h: &Hart| {
+        h.trees
+            .find_bytes(b"rh")
+            .map_or(0, |t| t.read().art.root_hint())
+    };
+    let key = |i: u32| vec![b'r', b'h', i as u8, (i >> 8) as u8];
+    assert_eq!(hint(&h), 0);
+    let mut roots = std::collections::HashSet::new();
+    for i in 0..300u32 {
+        if i % 2 == 0 {
+            h.put(&key(i), b"v", PutMode::Upsert).unwrap();
+        } else {
+            let (k, v) = (key(i), b"w");
+            h.put_many(&[(&k[..], &v[..])]).unwrap();
+        }
+        assert_eq!(hint(&h), root(&h), "after insert {i}");
+        roots.insert(hint(&h));
+    }
+    // A leaf, then a Node4, a Node16, a Node48 and a Node256 at the
+    // root (the ART key's first byte takes 256 values).
+    assert_eq!(roots.len(), 5, "{} roots", roots.len());
+    h.check().unwrap();
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert_eq!(hint(&h), root(&h), "after recovery");
+    assert_ne!(hint(&h), 0);
+    for i in 0..300u32 {
+        assert!(h.delete(&key(i)).unwrap());
+        assert_eq!(hint(&h), root(&h), "after delete {i}");
+    }
+    assert_eq!(hint(&h), 0);
+    h.check().unwrap();
+}
+
+/// Recovery frees the large block an inactive slot names (an update
+/// that crashed between the new value's `activate` and its commit)
+/// only if it is a block of its own. A damaged slot naming the
+/// superblock, a leaf chunk or another key's value made open free it,
+/// and the pool could not be opened again (found by a helper's fuzzing
+/// of damaged pools through the CLI). Now open refuses it, having
+/// freed nothing, and opens once the slot is cleared.
+#[test]
+fn recovery_frees_no_block_that_a_damaged_slot_names() {
+    for target in ["superblock", "chunk", "value"] {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        h.put(b"key-one", b"small", PutMode::Upsert).unwrap();
+        h.put(b"key-two", &[7; 5000], PutMode::Upsert).unwrap();
+        let leaf = leaf_of(&h, b"key-one");
+        let p = match target {
+            "superblock" => h.sb,
+            "chunk" => {
+                let st = stripe_of(&h, b"key-one");
+                let lc = leaf::class_for_key(7);
+                let chunk = h.stripes[st].leaves[lc].lock().locate(leaf).unwrap().0;
+                chunk
+            }
+            _ => {
+                let other = leaf_of(&h, b"key-two");
+                read_slot(&pool, other, h.live_commit(other).unwrap().active)
+                    .unwrap()
+                    .p
+            }
+        };
+        let size = pool.block_size(p).unwrap();
+        let so = leaf::slot_off(leaf, 1 - h.live_commit(leaf).unwrap().active);
+        drop(h);
+        let meta = Meta {
+            crc: 0,
+            value_len: 5000,
+            large: true,
+        };
+        pool.store_u64(so, p).unwrap();
+        pool.store_u64(so + 8, meta.encode()).unwrap();
+        let e = Hart::open(Arc::clone(&pool)).err().expect("refused");
+        assert!(
+            e.to_string().contains("large value's block"),
+            "{target}: {e}"
+        );
+        assert_eq!(
+            pool.block_size(p).unwrap(),
+            size,
+            "{target}: still allocated"
+        );
+        pool.store_u64(so + 8, 0).unwrap();
+        pool.store_u64(so, 0).unwrap();
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(h.len(), 2, "{target}");
+        let mut v = Vec::new();
+        assert!(h.get_with(b"key-two", &mut |x| v = x.to_vec()).unwrap());
+        assert_eq!(v, [7; 5000], "{target}");
+        h.check().unwrap();
+    }
+}
+
+/// A chunk on two chunk lists (damage: one chunk's `PNext` rewritten
+/// to a chunk of another list) is refused on open. Before, recovery
+/// recycled it as empty in the list where it held nothing, while the
+/// other list still used it (found by the same fuzzing).
+#[test]
+fn recovery_refuses_a_chunk_on_two_lists() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    // Leaves by hash key (`hart.stripes=hash_key`), so that one thread
+    // fills several stripes' lists.
+    h.set_stripes(Some(StripeChoice::HashKey)).unwrap();
+    for i in 0..400u32 {
+        let key = format!("{:02x}-key-{i}", i % 97);
+        h.put(key.as_bytes(), b"v", PutMode::Upsert).unwrap();
+    }
+    let lc = leaf::class_for_key(11);
+    let heads: Vec<u64> = (0..STRIPES)
+        .map(|s| pool.load_u64(h.sb + superblock::leaf_head(s, lc)).unwrap())
+        .filter(|&c| c != 0)
+        .collect();
+    assert!(heads.len() >= 2, "keys in two stripes at least");
+    drop(h);
+    let pnext = heads[0] + 8;
+    let old = pool.load_u64(pnext).unwrap();
+    pool.store_u64(pnext, heads[1]).unwrap();
+    let e = Hart::open(Arc::clone(&pool)).err().expect("refused");
+    assert!(e.to_string().contains("two chunk lists"), "{e}");
+    pool.store_u64(pnext, old).unwrap();
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert_eq!(h.len(), 400);
+    h.check().unwrap();
+}
+
+/// Regression (tests/damaged_engine_pools.rs): a slot whose length
+/// field was damaged to more than the largest value object, without
+/// the large flag, made recovery panic in `value_class`. It is an
+/// invalid slot: the leaf is torn and its key gone, the rest stays.
+#[test]
+fn a_small_slot_longer_than_any_object_is_damage_not_a_panic() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    h.put(b"ab-object", &[7; 100], PutMode::Upsert).unwrap();
+    h.put(b"ab-other", b"kept", PutMode::Upsert).unwrap();
+    let leaf = leaf_of(&h, b"ab-object");
+    let meta_at = leaf::slot_off(leaf, h.live_commit(leaf).unwrap().active) + 8;
+    let mut meta = Meta::decode(pool.load_u64(meta_at).unwrap()).unwrap();
+    assert!(!meta.large && !meta.inline());
+    meta.value_len = leaf::MAX_OBJECT + 904;
+    pool.store_u64(meta_at, meta.encode()).unwrap();
+    drop(h);
+    let h = recovery::open(pool, Some(1), None).unwrap();
+    assert!(!h.get_with(b"ab-object", &mut |_| {}).unwrap());
+    let mut got = Vec::new();
+    assert!(h.get_with(b"ab-other", &mut |v| got = v.to_vec()).unwrap());
+    assert_eq!(got, b"kept");
+    h.check().unwrap();
+}
+
+/// A value of a length that depends on `i`: empty, inline, a value
+/// object, or a large block.
+fn value_of(i: u32) -> Vec<u8> {
+    let len = [0, 3, 8, 9, 100, 5000][i as usize % 6];
+    (0..len).map(|j| (i as usize + j) as u8).collect()
+}
+
+fn all_there(h: &Hart, n: u32) {
+    for i in 0..n {
+        let mut got = None;
+        let found = h
+            .get_with(format!("key{i}").as_bytes(), &mut |v| {
+                got = Some(v.to_vec())
+            })
+            .unwrap();
+        assert!(found, "key{i}");
+        assert_eq!(got, Some(value_of(i)), "key{i}");
+    }
+    assert_eq!(h.len(), u64::from(n));
+}
+
+/// Every leaf's ART entry: key, stripe.
+fn entries(h: &Hart) -> Vec<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    h.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, _| {
+        out.push(k.to_vec());
+        true
+    })
+    .unwrap();
+    out.into_iter()
+        .map(|k| {
+            let st = stripe_of(h, &k);
+            (k, st)
+        })
+        .collect()
+}
+
+/// How many leaves each stripe's count says it holds.
+fn lens(h: &Hart) -> Vec<u64> {
+    h.stripes
+        .iter()
+        .map(|s| s.len.load(Ordering::Relaxed))
+        .collect()
+}
+
+/// Format 5: threads that insert keys of one hash key take their leaves
+/// from their own stripes, and the value objects of a leaf come from
+/// its stripe through updates by another thread. `check` (each leaf in
+/// the list of the stripe its ART entry names, each value object in
+/// that stripe's lists), the stripes' counts, deletes and recovery
+/// agree. With the hash key's stripe for every leaf (formats 3 and 4,
+/// and this version before), all leaves are in one stripe.
+#[test]
+fn leaves_of_one_hash_key_come_from_the_inserting_threads_stripes() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    assert!(h.any_stripe);
+    let key = |t: u32, i: u32| format!("hk{t}-{i:03}").into_bytes();
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let h = &h;
+            sc.spawn(move || {
+                for i in 0..150 {
+                    h.put(&key(t, i), &value_of(i), PutMode::Upsert).unwrap();
+                }
+            });
+        }
+    });
+    h.check().unwrap();
+    let before = entries(&h);
+    assert_eq!(before.len(), 600);
+    let mut used: Vec<usize> = before.iter().map(|e| e.1).collect();
+    used.sort_unstable();
+    used.dedup();
+    assert!(used.len() >= 2, "one hash key, leaves of stripes {used:?}");
+    for (k, st) in &before {
+        let t = (k[2] - b'0') as usize;
+        assert_eq!(*st, before[t * 150].1, "a thread's leaves share its stripe");
+    }
+    // Another thread updates every key (value objects from the leaf's
+    // stripe, the old ones freed into it) and deletes a third.
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for t in 0..4 {
+                for i in 0..150 {
+                    h.put(&key(t, i), &value_of(i + 1), PutMode::Upsert)
+                        .unwrap();
+                    if i % 3 == 0 {
+                        assert!(h.delete(&key(t, i)).unwrap());
+                    }
+                }
+            }
+        });
+    });
+    h.check().unwrap();
+    let kept = entries(&h);
+    assert_eq!(kept.len(), 400);
+    let mut per = vec![0u64; STRIPES];
+    for (k, st) in &kept {
+        assert!(
+            before.contains(&(k.clone(), *st)),
+            "an update keeps the leaf"
+        );
+        per[*st] += 1;
+    }
+    assert_eq!(lens(&h), per, "each stripe counts its own leaves");
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    h.check().unwrap();
+    assert_eq!(entries(&h), kept, "recovery puts each leaf in its stripe");
+    assert_eq!(lens(&h), per);
+    for t in 0..4 {
+        for i in (0..150).filter(|i| i % 3 != 0) {
+            let mut got = None;
+            assert!(h
+                .get_with(&key(t, i), &mut |v| got = Some(v.to_vec()))
+                .unwrap());
+            assert_eq!(got, Some(value_of(i + 1)));
+        }
+    }
+}
+
+/// Formats 3 and 4 keep every leaf in its hash key's stripe, also when
+/// several threads insert, so that the versions that wrote them can
+/// still open them; and their recovery refuses a leaf in another
+/// stripe, which format 5 accepts.
+#[test]
+fn a_format_4_pool_keeps_each_hash_key_in_its_stripe() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    pool.store_u64(h.sb, superblock::MAGIC_4).unwrap();
+    let sb = h.sb;
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert!(!h.any_stripe);
+    std::thread::scope(|sc| {
+        for t in 0..4u32 {
+            let h = &h;
+            sc.spawn(move || {
+                for i in 0..100u32 {
+                    let k = format!("{}{t}-{i}", (b'a' + (i % 20) as u8) as char);
+                    h.put(k.as_bytes(), &value_of(i), PutMode::Upsert).unwrap();
+                }
+            });
+        }
+    });
+    h.check().unwrap();
+    for (k, st) in entries(&h) {
+        assert_eq!(st, HashKey::new(h.split(&k).0).route().stripe);
+    }
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert_eq!(h.len(), 400);
+    drop(h);
+
+    // A leaf outside its hash key's stripe: written as format 5 by a
+    // thread whose stripe is not the hash key's.
+    pool.store_u64(sb, superblock::MAGIC).unwrap();
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    let mine = thread_stripe();
+    let k = (0u8..=255)
+        .map(|b| vec![b'~', b, b'!'])
+        .find(|k| HashKey::new(&k[..2]).route().stripe != mine)
+        .expect("a hash key of another stripe");
+    h.put(&k, b"elsewhere", PutMode::Upsert).unwrap();
+    assert_eq!(stripe_of(&h, &k), mine);
+    h.check().unwrap();
+    drop(h);
+    pool.store_u64(sb, superblock::MAGIC_4).unwrap();
+    let e = Hart::open(Arc::clone(&pool)).err().expect("refused");
+    assert!(e.to_string().contains("another allocation stripe"), "{e}");
+    pool.store_u64(sb, superblock::MAGIC).unwrap();
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert_eq!(h.len(), 401);
+    h.check().unwrap();
+}
+
+/// `hart.stripes`: by thread by default in a new pool, by hash key on
+/// request (every leaf in its hash key's stripe, whatever thread
+/// inserts, in a format 5 pool too); by thread is refused in a pool of
+/// format 4, where it would write leaves that pool's format forbids;
+/// a bad value is refused.
+#[test]
+fn the_stripes_setting_chooses_where_new_leaves_come_from() {
+    let cfg = |v: Option<&str>| {
+        let mut c = EngineConfig::default();
+        if let Some(v) = v {
+            c.insert("hart.stripes".into(), v.into());
+        }
+        c
+    };
+    let key = |t: u32, i: u32| format!("{}{t}{i:03}", (b'a' + (i % 16) as u8) as char);
+    let fill = |e: &Hart| {
+        std::thread::scope(|sc| {
+            for t in 0..4 {
+                sc.spawn(move || {
+                    for i in 0..64 {
+                        e.put(key(t, i).as_bytes(), b"v", PutMode::Upsert).unwrap();
+                    }
+                });
+            }
+        });
+    };
+    let stripes_of = |h: &Hart| {
+        entries(h)
+            .into_iter()
+            .map(|(k, st)| (st, HashKey::new(h.split(&k).0).route().stripe))
+            .collect::<Vec<_>>()
+    };
+    for v in [None, Some("thread"), Some("hash_key")] {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let e = create_hart(Arc::clone(&pool), &cfg(v)).unwrap();
+        fill(&e);
+        e.check().unwrap();
+        let found = stripes_of(&e);
+        let by_route = found.iter().all(|(st, route)| st == route);
+        assert_eq!(by_route, v == Some("hash_key"), "hart.stripes={v:?}");
+        drop(e);
+        let e = open_hart(Arc::clone(&pool), &cfg(v)).unwrap();
+        assert_eq!(stripes_of(&e), found, "reopened");
+    }
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    pool.store_u64(h.sb, superblock::MAGIC_4).unwrap();
+    drop(h);
+    let err = open_hart(Arc::clone(&pool), &cfg(Some("thread")))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("hart.stripes=thread"), "{err}");
+    let e = open_hart(Arc::clone(&pool), &cfg(Some("hash_key"))).unwrap();
+    fill(&e);
+    e.check().unwrap();
+    assert!(stripes_of(&e).iter().all(|(st, route)| st == route));
+    let err = create_hart(pool, &cfg(Some("both")))
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string().contains("expected thread or hash_key"),
+        "{err}"
+    );
+}
+
+/// Pools of format 3 (slots with CRC-32) open, stay format 3 and keep
+/// writing CRC-32; new pools are format 5 (CRC-32C, as format 4). Read as the other
+/// format, every slot fails its checksum: the checksum is really
+/// checked at recovery.
+#[test]
+fn a_format_3_pool_opens_and_keeps_its_crc32_slots() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    assert_eq!(pool.load_u64(h.sb).unwrap(), superblock::MAGIC);
+    assert_eq!(h.checksum, Checksum::Crc32c);
+    // What the previous version wrote: its magic and CRC-32 slots, each
+    // leaf in its hash key's stripe.
+    pool.store_u64(h.sb, superblock::MAGIC_3).unwrap();
+    h.checksum = Checksum::Crc32;
+    h.any_stripe = false;
+    h.by_thread = false;
+    for i in 0..120 {
+        h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
+            .unwrap();
+    }
+    let sb = h.sb;
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert_eq!(h.checksum, Checksum::Crc32);
+    assert!(!h.any_stripe, "format 3 keeps each hash key in one stripe");
+    all_there(&h, 120);
+    for i in 120..200 {
+        h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
+            .unwrap();
+    }
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    all_there(&h, 200);
+    assert_eq!(pool.load_u64(sb).unwrap(), superblock::MAGIC_3);
+    drop(h);
+    pool.store_u64(sb, superblock::MAGIC).unwrap();
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert_eq!(h.len(), 0, "CRC-32 slots read as CRC-32C are all torn");
+}
+
+#[test]
+fn older_formats_are_refused_by_name() {
+    for (magic, format) in superblock::OLD_MAGICS
+        .into_iter()
+        .zip(["format 1", "format 2"])
+    {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        pool.store_u64(h.sb, magic).unwrap();
+        drop(h);
+        let e = Hart::open(pool).err().expect("refused").to_string();
+        assert!(e.contains(format), "{e}");
+    }
+}
