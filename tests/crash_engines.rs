@@ -81,6 +81,16 @@ fn hart_paper_order() {
     crash_test_with("hart", false, &[("hart.persist_order", "paper")]);
 }
 
+/// HART with each new leaf from the next stripe in turn
+/// (`hart.stripes=round_robin`): the leaves of one hash key spread over
+/// every stripe, as when many threads insert into it (the simulator runs
+/// one thread, whose own stripe would hold them all), so recovery meets
+/// one ART's leaves in many stripes in every image.
+#[test]
+fn hart_round_robin_stripes() {
+    crash_test_with("hart", false, &[("hart.stripes", "round_robin")]);
+}
+
 /// HART with 3-byte hash keys: the hashed index of ARTs (ARTs created and
 /// retired in a hash table) instead of the direct array.
 #[test]

@@ -65,7 +65,7 @@ mod superblock;
 mod trees;
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -148,6 +148,11 @@ pub enum StripeChoice {
     Thread,
     /// The stripe the hash key's hash selects (as formats 3 and 4 must).
     HashKey,
+    /// The next stripe in turn, whatever thread inserts (format 5 only):
+    /// one thread spreads the leaves of each hash key over every stripe, as
+    /// many threads inserting into it would. For the crash simulator, which
+    /// runs one thread.
+    RoundRobin,
 }
 
 /// The order in which HART makes its PM writes durable
@@ -199,9 +204,10 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
                 stripes = Some(match v {
                     "thread" => StripeChoice::Thread,
                     "hash_key" => StripeChoice::HashKey,
+                    "round_robin" => StripeChoice::RoundRobin,
                     _ => {
                         return Err(Error::InvalidArgument(format!(
-                            "hart.stripes `{v}`: expected thread or hash_key"
+                            "hart.stripes `{v}`: expected thread, hash_key or round_robin"
                         )))
                     }
                 })
@@ -292,7 +298,6 @@ impl art::LeafValue for LeafRef {
 /// first insert, so up to [`STRIPES`] threads never share one.
 fn thread_stripe() -> usize {
     use std::cell::Cell;
-    use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
@@ -347,9 +352,10 @@ pub struct Hart {
     /// Whether a leaf may be in any stripe (format 5) rather than only its
     /// hash key's (formats 3 and 4).
     any_stripe: bool,
-    /// Whether new leaves come from the inserting thread's stripe (else
-    /// from the hash key's): `hart.stripes`.
-    by_thread: bool,
+    /// Where new leaves come from: `hart.stripes`.
+    stripe_choice: StripeChoice,
+    /// The last stripe taken, for [`StripeChoice::RoundRobin`].
+    turn: AtomicUsize,
 }
 
 /// One allocation stripe (see [`superblock`]): its chunk lists (of the
@@ -434,7 +440,8 @@ impl Hart {
             order: PersistOrder::Tight,
             checksum: Checksum::Crc32c,
             any_stripe: true,
-            by_thread: true,
+            stripe_choice: StripeChoice::Thread,
+            turn: AtomicUsize::new(0),
         }
     }
 
@@ -443,14 +450,22 @@ impl Hart {
     /// key, the frees of later deleters spread over the stripes whatever
     /// thread inserted (docs/design.md §7, "Stripes by thread").
     fn set_stripes(&mut self, choice: Option<StripeChoice>) -> Result<()> {
-        if choice == Some(StripeChoice::Thread) && !self.any_stripe {
-            return Err(Error::InvalidArgument(
-                "hart.stripes=thread: this pool's format (3 or 4) keeps every leaf in its \
-                 hash key's stripe; use hash_key, or a new pool"
-                    .into(),
-            ));
-        }
-        self.by_thread = self.any_stripe && choice != Some(StripeChoice::HashKey);
+        self.stripe_choice = match choice {
+            None if self.any_stripe => StripeChoice::Thread,
+            None | Some(StripeChoice::HashKey) => StripeChoice::HashKey,
+            Some(c) if self.any_stripe => c,
+            Some(c) => {
+                return Err(Error::InvalidArgument(format!(
+                    "hart.stripes={}: this pool's format (3 or 4) keeps every leaf in its \
+                     hash key's stripe; use hash_key, or a new pool",
+                    if c == StripeChoice::Thread {
+                        "thread"
+                    } else {
+                        "round_robin"
+                    }
+                )))
+            }
+        };
         Ok(())
     }
 
@@ -458,10 +473,10 @@ impl Hart {
     /// object) comes from: the thread's in format 5, the hash key's before.
     #[inline]
     fn insert_stripe(&self, r: trees::Route) -> usize {
-        if self.by_thread {
-            thread_stripe()
-        } else {
-            r.stripe
+        match self.stripe_choice {
+            StripeChoice::Thread => thread_stripe(),
+            StripeChoice::HashKey => r.stripe,
+            StripeChoice::RoundRobin => self.turn.fetch_add(1, Ordering::Relaxed) % STRIPES,
         }
     }
 

@@ -515,7 +515,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     let mut h = Hart::with_stripes(pool, sb, k_h, stripes);
     h.checksum = format.checksum;
     h.any_stripe = format.any_stripe;
-    h.by_thread = format.any_stripe;
+    h.set_stripes(None)?;
     for trees in all_trees {
         for (hk, art) in trees {
             h.trees.install(hk, art);

@@ -465,7 +465,7 @@ fn the_stripes_setting_chooses_where_new_leaves_come_from() {
             .map(|(k, st)| (st, HashKey::new(h.split(&k).0).route().stripe))
             .collect::<Vec<_>>()
     };
-    for v in [None, Some("thread"), Some("hash_key")] {
+    for v in [None, Some("thread"), Some("hash_key"), Some("round_robin")] {
         let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
         let e = create_hart(Arc::clone(&pool), &cfg(v)).unwrap();
         fill(&e);
@@ -481,10 +481,15 @@ fn the_stripes_setting_chooses_where_new_leaves_come_from() {
     let h = Hart::create(Arc::clone(&pool), 2).unwrap();
     pool.store_u64(h.sb, superblock::MAGIC_4).unwrap();
     drop(h);
-    let err = open_hart(Arc::clone(&pool), &cfg(Some("thread")))
-        .err()
-        .expect("refused");
-    assert!(err.to_string().contains("hart.stripes=thread"), "{err}");
+    for v in ["thread", "round_robin"] {
+        let err = open_hart(Arc::clone(&pool), &cfg(Some(v)))
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string().contains(&format!("hart.stripes={v}:")),
+            "{err}"
+        );
+    }
     let e = open_hart(Arc::clone(&pool), &cfg(Some("hash_key"))).unwrap();
     fill(&e);
     e.check().unwrap();
@@ -493,9 +498,23 @@ fn the_stripes_setting_chooses_where_new_leaves_come_from() {
         .err()
         .expect("refused");
     assert!(
-        err.to_string().contains("expected thread or hash_key"),
+        err.to_string()
+            .contains("expected thread, hash_key or round_robin"),
         "{err}"
     );
+    // Round robin: one thread spreads one hash key's leaves over every
+    // stripe.
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = create_hart(Arc::clone(&pool), &cfg(Some("round_robin"))).unwrap();
+    for i in 0..32 {
+        h.put(format!("rr{i:02}").as_bytes(), b"v", PutMode::Upsert)
+            .unwrap();
+    }
+    h.check().unwrap();
+    let mut used: Vec<usize> = entries(&h).into_iter().map(|e| e.1).collect();
+    used.sort_unstable();
+    used.dedup();
+    assert_eq!(used.len(), STRIPES, "one hash key over every stripe");
 }
 
 /// Pools of format 3 (slots with CRC-32) open, stay format 3 and keep
@@ -513,7 +532,7 @@ fn a_format_3_pool_opens_and_keeps_its_crc32_slots() {
     pool.store_u64(h.sb, superblock::MAGIC_3).unwrap();
     h.checksum = Checksum::Crc32;
     h.any_stripe = false;
-    h.by_thread = false;
+    h.stripe_choice = StripeChoice::HashKey;
     for i in 0..120 {
         h.put(format!("key{i}").as_bytes(), &value_of(i), PutMode::Upsert)
             .unwrap();
