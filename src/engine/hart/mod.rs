@@ -155,6 +155,23 @@ pub enum StripeChoice {
     RoundRobin,
 }
 
+impl StripeChoice {
+    const ALL: [StripeChoice; 3] = [
+        StripeChoice::Thread,
+        StripeChoice::HashKey,
+        StripeChoice::RoundRobin,
+    ];
+
+    /// The setting's value for this choice.
+    fn name(self) -> &'static str {
+        match self {
+            StripeChoice::Thread => "thread",
+            StripeChoice::HashKey => "hash_key",
+            StripeChoice::RoundRobin => "round_robin",
+        }
+    }
+}
+
 /// The order in which HART makes its PM writes durable
 /// (`hart.persist_order`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,16 +218,16 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     )? {
         match k {
             "stripes" => {
-                stripes = Some(match v {
-                    "thread" => StripeChoice::Thread,
-                    "hash_key" => StripeChoice::HashKey,
-                    "round_robin" => StripeChoice::RoundRobin,
-                    _ => {
-                        return Err(Error::InvalidArgument(format!(
-                            "hart.stripes `{v}`: expected thread, hash_key or round_robin"
-                        )))
-                    }
-                })
+                stripes = Some(
+                    StripeChoice::ALL
+                        .into_iter()
+                        .find(|c| c.name() == v)
+                        .ok_or_else(|| {
+                            Error::InvalidArgument(format!(
+                                "hart.stripes `{v}`: expected thread, hash_key or round_robin"
+                            ))
+                        })?,
+                )
             }
             "persist_order" => {
                 order = match v {
@@ -257,10 +274,13 @@ pub(crate) struct LeafRef(u64);
 const STRIPE_BITS: u64 = 63;
 const _: () = assert!(STRIPES as u64 <= STRIPE_BITS + 1);
 const _: () = assert!(chunk::CHUNK_HEADER.is_multiple_of(STRIPE_BITS + 1));
-const _: () = assert!(leaf::LEAF_SIZES[0].is_multiple_of(STRIPE_BITS + 1));
-const _: () = assert!(leaf::LEAF_SIZES[1].is_multiple_of(STRIPE_BITS + 1));
-const _: () = assert!(leaf::LEAF_SIZES[2].is_multiple_of(STRIPE_BITS + 1));
-const _: () = assert!(leaf::LEAF_SIZES[3].is_multiple_of(STRIPE_BITS + 1));
+const _: () = {
+    let mut i = 0;
+    while i < leaf::LEAF_SIZES.len() {
+        assert!(leaf::LEAF_SIZES[i].is_multiple_of(STRIPE_BITS + 1));
+        i += 1;
+    }
+};
 
 impl LeafRef {
     /// The leaf at `off` (a cache-line offset) of stripe `stripe`.
@@ -458,11 +478,7 @@ impl Hart {
                 return Err(Error::InvalidArgument(format!(
                     "hart.stripes={}: this pool's format (3 or 4) keeps every leaf in its \
                      hash key's stripe; use hash_key, or a new pool",
-                    if c == StripeChoice::Thread {
-                        "thread"
-                    } else {
-                        "round_robin"
-                    }
+                    c.name()
                 )))
             }
         };
