@@ -56,6 +56,12 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         ),
         (&["bench", "--engines", "nope"], 1, "unknown engine"),
         (
+            &["bench", "--engines", "hart,hart:bogus=1"],
+            1,
+            "unknown setting `hart.bogus`",
+        ),
+        (&["bench", "--engines", "wort:reads"], 1, "is not KEY=VALUE"),
+        (
             &["bench", "--baseline", "nope", "--records", "10"],
             1,
             "unknown engine",
@@ -158,6 +164,40 @@ fn csv_and_json_come_out_whole() {
     assert_eq!(v["dram_measured"], true);
     let mem = &v["experiments"][0]["engines"][0]["memory"];
     assert!(mem["dram_bytes_per_record"].as_f64().unwrap() > 0.0);
+
+    // An engine beside itself with other settings keeps the CSV whole
+    // (the label has no comma) and names both in the JSON.
+    let base = [
+        "bench",
+        "--records",
+        "500",
+        "--rounds",
+        "1",
+        "--mix",
+        "basic",
+        "--engines",
+        "pmlog,wort,wort:reads=locked",
+    ];
+    let o = pmindex(&[&base[..], &["--csv"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8(o.stdout).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3 * 6, "{csv}");
+    assert!(rows.iter().all(|r| r.split(',').count() == header.len()));
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.contains(",wort:reads=locked,"))
+            .count(),
+        6,
+        "{csv}"
+    );
+    let o = pmindex(&[&["--json"][..], &base[..]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["engines"],
+        serde_json::json!(["pmlog", "wort", "wort:reads=locked"])
+    );
 }
 
 #[test]

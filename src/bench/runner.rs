@@ -84,6 +84,7 @@ use super::temp_pool::TempPool;
 use super::workload::{mix64, pool_size_for, shuffled_order, value_matches, ValueGen};
 use super::{BenchError, BenchResult, Progress, PROGRESS_BATCH};
 use crate::db::{Db, Options};
+use crate::engine::EngineConfig;
 use crate::error::{Error, Result};
 use crate::pm::{self, FlushKind, PersistConfig};
 
@@ -92,13 +93,102 @@ const HIST_BOUNDS: (u64, u64) = (1, 100_000_000_000);
 /// Significant digits of the histograms.
 const HIST_DIGITS: u8 = 3;
 
+/// An engine as the bench runs it: an engine of this build, with settings
+/// (`--engines hart:persist_order=paper`), so that one engine can run
+/// beside itself with other settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSpec {
+    /// How reports name it: the engine's name, then `:key=value` for each
+    /// setting, in the order given (`hart:persist_order=paper`).
+    pub label: String,
+    /// The engine ([`crate::engine::ENGINES`]).
+    pub name: &'static str,
+    /// Its settings, keys with the engine's prefix (`hart.persist_order`).
+    pub config: EngineConfig,
+}
+
+impl EngineSpec {
+    /// Parses `NAME[:KEY=VALUE]...`: an engine of this build, and settings
+    /// of it, each KEY with or without the engine's prefix (`hart:stripes=
+    /// hash_key` or `hart:hart.stripes=hash_key`). Whether the engine knows
+    /// the settings is checked when a pool is made ([`Self::check`]).
+    pub fn parse(s: &str) -> Result<EngineSpec> {
+        let mut parts = s.split(':').map(str::trim);
+        let name = parts.next().unwrap_or("");
+        let info = crate::engine::find(name)?;
+        let mut label = info.name.to_string();
+        let mut config = EngineConfig::new();
+        for kv in parts {
+            let Some((k, v)) = kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) else {
+                return Err(Error::InvalidArgument(format!(
+                    "engine `{s}`: setting `{kv}` is not KEY=VALUE (as in `{}:KEY=VALUE`)",
+                    info.name
+                )));
+            };
+            let prefix = format!("{}.", info.name);
+            let k = k.strip_prefix(&prefix).unwrap_or(k);
+            if k.is_empty() || v.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "engine `{s}`: setting `{kv}` needs a key and a value"
+                )));
+            }
+            if config
+                .insert(format!("{prefix}{k}"), v.to_string())
+                .is_some()
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "engine `{s}`: setting `{k}` is given twice"
+                )));
+            }
+            label.push_str(&format!(":{k}={v}"));
+        }
+        Ok(EngineSpec {
+            label,
+            name: info.name,
+            config,
+        })
+    }
+
+    /// The engine with no settings.
+    pub fn plain(name: &'static str) -> EngineSpec {
+        EngineSpec {
+            label: name.to_string(),
+            name,
+            config: EngineConfig::new(),
+        }
+    }
+
+    /// Makes an empty index with these settings in anonymous memory, so
+    /// that a setting the engine does not know, or a value it refuses,
+    /// fails before any experiment runs.
+    pub fn check(&self) -> Result<()> {
+        if self.config.is_empty() {
+            return Ok(());
+        }
+        Db::create_anonymous(&Options {
+            engine: Some(self.name.to_string()),
+            engine_config: self.config.clone(),
+            pool_size: 64 << 20,
+            ..Options::default()
+        })
+        .map(drop)
+        .map_err(|e| {
+            let why = match e {
+                Error::InvalidArgument(m) => m,
+                e => e.to_string(),
+            };
+            Error::InvalidArgument(format!("engine `{}`: {why}", self.label))
+        })
+    }
+}
+
 /// How to run experiments (what is the same for all of them).
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The engines, in the order of even rounds.
-    pub engines: Vec<&'static str>,
-    /// The engine ratios are taken against (one of `engines`).
-    pub baseline: &'static str,
+    pub engines: Vec<EngineSpec>,
+    /// The label of the engine ratios are taken against (one of `engines`).
+    pub baseline: String,
     /// Rounds per experiment.
     pub rounds: u32,
     /// Seed of key sets, values and operation streams.
@@ -147,24 +237,27 @@ pub fn prepare(cfg: &RunConfig, exp: &Experiment) -> BenchResult<Prepared> {
     })
 }
 
-/// Runs every phase of `exp` on `engine` in a fresh temporary pool.
+/// Runs every phase of `exp` on the engine `which` in a fresh temporary
+/// pool.
 pub fn run_engine(
     cfg: &RunConfig,
     exp: &Experiment,
     prep: &Prepared,
-    engine: &str,
+    which: &EngineSpec,
     round: u32,
     progress: &mut dyn Progress,
 ) -> BenchResult<EngineRun> {
     let started = Instant::now();
     let dram_before = dram_in_use();
+    let engine = which.label.as_str();
     let opts = Options {
-        engine: Some(engine.to_string()),
+        engine: Some(which.name.to_string()),
+        engine_config: which.config.clone(),
         pool_size: prep.pool_size,
         persist: prep.persist,
         ..Options::default()
     };
-    let mut pool = TempPool::create(&cfg.dir, engine, &opts)?;
+    let mut pool = TempPool::create(&cfg.dir, which.name, &opts)?;
     let mapping = pool.db().pool().mapping_mode();
     let mut count = 0u64; // keys 0..count have been inserted
     let mut deleted = false; // some key may have been deleted
@@ -226,7 +319,8 @@ pub fn run_engine(
                 progress.start(engine, "recovery", keys_before);
                 let before = pm::counters();
                 let open = Options {
-                    engine: Some(engine.to_string()),
+                    engine: Some(which.name.to_string()),
+                    engine_config: which.config.clone(),
                     persist: prep.persist,
                     ..Options::default()
                 };
@@ -1065,8 +1159,8 @@ mod tests {
 
     fn cfg(dir: &std::path::Path) -> RunConfig {
         RunConfig {
-            engines: vec!["pmlog"],
-            baseline: "pmlog",
+            engines: vec![EngineSpec::plain("pmlog")],
+            baseline: "pmlog".into(),
             rounds: 1,
             seed: 7,
             dir: dir.to_path_buf(),
@@ -1121,7 +1215,15 @@ mod tests {
             );
             let c = cfg(&dir);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap();
+            let run = run_engine(
+                &c,
+                &e,
+                &prep,
+                &EngineSpec::plain("pmlog"),
+                0,
+                &mut NoProgress,
+            )
+            .unwrap();
             let names: Vec<_> = run.phases.iter().map(|p| p.phase.as_str()).collect();
             assert_eq!(
                 names,
@@ -1181,7 +1283,15 @@ mod tests {
             let phases = vec![PhaseSpec::Load, PhaseSpec::Search, read_only.clone()];
             let e = exp(threads, phases);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(&c, &e, &prep, "wort", 0, &mut NoProgress).unwrap();
+            let run = run_engine(
+                &c,
+                &e,
+                &prep,
+                &EngineSpec::plain("wort"),
+                0,
+                &mut NoProgress,
+            )
+            .unwrap();
             // Each thread times its operations 0, 7, 14, ... of its share,
             // across the runs between its checkpoints.
             let timed = |ops: u64| threads as u64 * (ops / threads as u64).div_ceil(7);
@@ -1197,7 +1307,15 @@ mod tests {
                 vec![PhaseSpec::Load, PhaseSpec::Delete, PhaseSpec::Search],
             );
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(&c, &e, &prep, "woart", 0, &mut NoProgress).unwrap();
+            let run = run_engine(
+                &c,
+                &e,
+                &prep,
+                &EngineSpec::plain("woart"),
+                0,
+                &mut NoProgress,
+            )
+            .unwrap();
             let p = &run.phases[2];
             assert_eq!((p.ops, p.misses, p.errors), (3000, 3000, 0));
             assert_eq!(p.latency.unwrap().samples, timed(3000));
@@ -1226,7 +1344,15 @@ mod tests {
             let many = PhaseSpec::SearchMany { batch: 7 };
             let e = exp(threads, vec![PhaseSpec::Load, many.clone()]);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(&c, &e, &prep, "wort", 0, &mut NoProgress).unwrap();
+            let run = run_engine(
+                &c,
+                &e,
+                &prep,
+                &EngineSpec::plain("wort"),
+                0,
+                &mut NoProgress,
+            )
+            .unwrap();
             let p = &run.phases[1];
             assert_eq!(p.phase, "search-many");
             assert_eq!((p.ops, p.misses, p.errors), (3000, 0, 0));
@@ -1241,7 +1367,15 @@ mod tests {
             // After every key is deleted, each read is a miss, not an error.
             let e = exp(threads, vec![PhaseSpec::Load, PhaseSpec::Delete, many]);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap();
+            let run = run_engine(
+                &c,
+                &e,
+                &prep,
+                &EngineSpec::plain("pmlog"),
+                0,
+                &mut NoProgress,
+            )
+            .unwrap();
             let p = &run.phases[2];
             assert_eq!((p.ops, p.misses, p.errors), (3000, 3000, 0));
         }
@@ -1252,7 +1386,15 @@ mod tests {
         c.sample_every = 8;
         let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::SearchMany { batch: 3 }]);
         let prep = prepare(&c, &e).unwrap();
-        let run = run_engine(&c, &e, &prep, "woart", 0, &mut NoProgress).unwrap();
+        let run = run_engine(
+            &c,
+            &e,
+            &prep,
+            &EngineSpec::plain("woart"),
+            0,
+            &mut NoProgress,
+        )
+        .unwrap();
         let timed = (0..3000u64)
             .step_by(3)
             .filter(|&i| (i..i + 3).any(|j| j % 8 == 0))
@@ -1279,7 +1421,15 @@ mod tests {
                 ],
             );
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(&c, &e, &prep, engine, 0, &mut NoProgress).unwrap();
+            let run = run_engine(
+                &c,
+                &e,
+                &prep,
+                &EngineSpec::plain(engine),
+                0,
+                &mut NoProgress,
+            )
+            .unwrap();
             let p = &run.phases[2];
             assert_eq!(p.phase, "insert-many");
             assert_eq!((p.ops, p.misses, p.errors), (3000, 0, 0));
@@ -1337,7 +1487,15 @@ mod tests {
             ],
         );
         let prep = prepare(&c, &e).unwrap();
-        let run = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap();
+        let run = run_engine(
+            &c,
+            &e,
+            &prep,
+            &EngineSpec::plain("pmlog"),
+            0,
+            &mut NoProgress,
+        )
+        .unwrap();
         let scan = &run.phases[1];
         assert!(scan.stopped_early);
         assert!(scan.ops < 10_000_000 && scan.ops > 0);
@@ -1355,7 +1513,15 @@ mod tests {
         e.records = 100_000;
         e.value_size = 100;
         let prep = prepare(&c, &e).unwrap();
-        let err = run_engine(&c, &e, &prep, "pmlog", 0, &mut NoProgress).unwrap_err();
+        let err = run_engine(
+            &c,
+            &e,
+            &prep,
+            &EngineSpec::plain("pmlog"),
+            0,
+            &mut NoProgress,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("phase `insert`"), "{err}");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         std::fs::remove_dir(&dir).unwrap();

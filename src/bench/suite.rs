@@ -16,7 +16,7 @@ use super::experiment::{Experiment, PhaseSpec};
 use super::keys::{self, KeyKind};
 use super::mix::Mix;
 use super::plot::Figure;
-use super::runner::{self, RunConfig};
+use super::runner::{self, EngineSpec, RunConfig};
 use super::summary::{ExperimentReport, MachineInfo, SuiteReport};
 use super::verdict::{Case, Claim, Metric};
 use super::{BenchError, BenchResult, Progress};
@@ -369,7 +369,7 @@ pub fn run(
 ) -> BenchResult<SuiteReport> {
     let started = Instant::now();
     let mut notes = suite.notes.clone();
-    let engines: Vec<&'static str> = if opts.engines.is_empty() {
+    let specs: Vec<EngineSpec> = if opts.engines.is_empty() {
         let (have, missing): (Vec<&String>, Vec<&String>) =
             suite.engines.iter().partition(|e| engine::find(e).is_ok());
         if !missing.is_empty() {
@@ -388,32 +388,34 @@ pub fn run(
             ));
         }
         have.iter()
-            .map(|e| engine::find(e).map(|i| i.name))
+            .map(|e| engine::find(e).map(|i| EngineSpec::plain(i.name)))
             .collect::<crate::Result<_>>()
             .map_err(|e| BenchError::Config(e.to_string()))?
     } else {
-        let mut v: Vec<&'static str> = Vec::new();
+        let mut v: Vec<EngineSpec> = Vec::new();
         for name in &opts.engines {
-            let e = engine::find(name).map_err(|e| BenchError::Config(e.to_string()))?;
-            if !v.contains(&e.name) {
-                v.push(e.name);
+            let e = EngineSpec::parse(name).map_err(|e| BenchError::Config(e.to_string()))?;
+            if !v.iter().any(|s| s.label == e.label) {
+                e.check().map_err(|e| BenchError::Config(e.to_string()))?;
+                v.push(e);
             }
         }
         v
     };
-    if engines.is_empty() {
+    if specs.is_empty() {
         return Err(BenchError::Config("no engine to run".into()));
     }
-    let baseline: &'static str = match &opts.baseline {
+    let engines: Vec<&str> = specs.iter().map(|s| s.label.as_str()).collect();
+    let baseline: &str = match &opts.baseline {
         Some(b) => {
-            let e = engine::find(b).map_err(|e| BenchError::Config(e.to_string()))?;
-            if !engines.contains(&e.name) {
+            let e = EngineSpec::parse(b).map_err(|e| BenchError::Config(e.to_string()))?;
+            if !engines.contains(&e.label.as_str()) {
                 return Err(BenchError::Config(format!(
                     "--baseline {b} is not among the engines that run ({})",
                     engines.join(", ")
                 )));
             }
-            e.name
+            engines.iter().find(|l| **l == e.label).expect("just found")
         }
         None if engines.contains(&REFERENCE_ENGINE) => REFERENCE_ENGINE,
         None => engines[0],
@@ -456,8 +458,8 @@ pub fn run(
     }
     let dir = opts.dir.clone().unwrap_or_else(default_pool_dir);
     let cfg = RunConfig {
-        engines: engines.clone(),
-        baseline,
+        engines: specs.clone(),
+        baseline: baseline.to_string(),
         rounds,
         seed: opts.seed,
         dir: dir.clone(),
@@ -484,17 +486,17 @@ pub fn run(
         let prep = runner::prepare(&cfg, exp)?;
         let mut runs = Vec::new();
         for round in 0..rounds {
-            let order: Vec<&str> = if round % 2 == 0 {
-                engines.clone()
+            let order: Vec<&EngineSpec> = if round % 2 == 0 {
+                specs.iter().collect()
             } else {
-                engines.iter().rev().copied().collect()
+                specs.iter().rev().collect()
             };
             for e in order {
                 step += 1;
                 progress.begin(
                     step,
                     steps,
-                    &format!("{} · round {}/{rounds} · {e}", exp.id, round + 1),
+                    &format!("{} · round {}/{rounds} · {}", exp.id, round + 1, e.label),
                 );
                 runs.push(runner::run_engine(&cfg, exp, &prep, e, round, progress)?);
             }
@@ -735,5 +737,65 @@ mod tests {
         let r = run_with(vec!["pmlog", "pmlog"], None).unwrap();
         assert_eq!(r.engines, ["pmlog"]);
         assert_eq!(r.baseline, "pmlog");
+    }
+
+    /// `--engines hart,hart:persist_order=paper`: one engine beside itself
+    /// with other settings, each run with its own (the paper order's
+    /// inserts fence more), named by its label in the report and usable as
+    /// the baseline; a setting the engine does not know, or one that is
+    /// not KEY=VALUE, fails before anything runs.
+    #[test]
+    fn an_engine_runs_beside_itself_with_other_settings() {
+        let suite = custom(&CustomSpec {
+            records: 300,
+            workloads: vec![Workload::Basic],
+            ..CustomSpec::default()
+        })
+        .unwrap();
+        let run_with = |engines: &[&str], baseline: Option<&str>| {
+            run(
+                &suite,
+                &RunOptions {
+                    engines: engines.iter().map(|e| e.to_string()).collect(),
+                    baseline: baseline.map(String::from),
+                    rounds: Some(1),
+                    ..RunOptions::default()
+                },
+                &mut super::super::NoProgress,
+            )
+        };
+        let r = run_with(
+            &[
+                "hart",
+                " hart : hart.persist_order = paper ",
+                "hart:persist_order=paper",
+            ],
+            Some("hart:persist_order=paper"),
+        )
+        .unwrap();
+        assert_eq!(r.engines, ["hart", "hart:persist_order=paper"]);
+        assert_eq!(r.baseline, "hart:persist_order=paper");
+        let id = &r.experiments[0].experiment.id;
+        let fences = |e: &str| r.phase(id, e, "insert").unwrap().fences_per_op;
+        assert!(
+            fences("hart:persist_order=paper") > fences("hart") + 1.0,
+            "paper {} tight {}",
+            fences("hart:persist_order=paper"),
+            fences("hart")
+        );
+        assert_eq!(r.errors(), 0);
+        for (bad, says) in [
+            ("hart:no_such_setting=1", "no_such_setting"),
+            ("hart:persist_order=sloppy", "sloppy"),
+            ("hart:persist_order", "KEY=VALUE"),
+            ("hart:persist_order=", "a key and a value"),
+            ("hart:stripes=thread:stripes=hash_key", "twice"),
+            ("nope:reads=locked", "unknown engine"),
+        ] {
+            let e = run_with(&["hart", bad], None).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = run_with(&["hart"], Some("hart:persist_order=paper")).unwrap_err();
+        assert!(e.to_string().contains("not among"), "{e}");
     }
 }

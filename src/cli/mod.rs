@@ -301,6 +301,7 @@ Examples:
   pmindex bench --keys dense,clustered --mix ycsb-a,ycsb-e --threads 1,2 --csv
   pmindex bench --mix read=90,update=10 --dist zipfian:0.8 --value-size 8,256,4096
   pmindex bench --pm-latencies none,300/100,600/300 --flush eadr --json
+  pmindex bench --engines hart,hart:persist_order=paper --baseline hart --mix basic
 
 Key sets: dictionary, seq-string, rand-string, dense, sparse, clustered, random-u64.
 Mixes: basic (load, recovery, search, update, scan, delete), hart-read-intensive,
@@ -327,10 +328,17 @@ struct BenchArgs {
     full: bool,
 
     /// Engines to run, comma separated, or `all`.
+    ///
+    /// An engine may carry settings, `ENGINE:KEY=VALUE[:KEY=VALUE...]`, to
+    /// run beside itself with other settings: `--engines
+    /// hart,hart:persist_order=paper` shows what HART's tight persist order
+    /// buys, op by op; `wort,wort:reads=locked` what lock-free reads do.
+    /// Reports name such an engine by the whole entry.
     #[arg(long, value_name = "LIST", default_value = "all")]
     engines: String,
 
-    /// The engine the others are compared with [default: pmlog].
+    /// The engine the others are compared with, as named in --engines
+    /// (settings included) [default: pmlog].
     #[arg(long, value_name = "ENGINE")]
     baseline: Option<String>,
 
