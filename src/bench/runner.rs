@@ -1157,6 +1157,16 @@ mod tests {
     use crate::bench::mix::Mix;
     use crate::bench::NoProgress;
 
+    /// [`run_engine`], round 0, on `engine` without settings.
+    fn run_plain(
+        c: &RunConfig,
+        e: &Experiment,
+        prep: &Prepared,
+        engine: &'static str,
+    ) -> EngineRun {
+        run_engine(c, e, prep, &EngineSpec::plain(engine), 0, &mut NoProgress).unwrap()
+    }
+
     fn cfg(dir: &std::path::Path) -> RunConfig {
         RunConfig {
             engines: vec![EngineSpec::plain("pmlog")],
@@ -1215,15 +1225,7 @@ mod tests {
             );
             let c = cfg(&dir);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(
-                &c,
-                &e,
-                &prep,
-                &EngineSpec::plain("pmlog"),
-                0,
-                &mut NoProgress,
-            )
-            .unwrap();
+            let run = run_plain(&c, &e, &prep, "pmlog");
             let names: Vec<_> = run.phases.iter().map(|p| p.phase.as_str()).collect();
             assert_eq!(
                 names,
@@ -1283,15 +1285,7 @@ mod tests {
             let phases = vec![PhaseSpec::Load, PhaseSpec::Search, read_only.clone()];
             let e = exp(threads, phases);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(
-                &c,
-                &e,
-                &prep,
-                &EngineSpec::plain("wort"),
-                0,
-                &mut NoProgress,
-            )
-            .unwrap();
+            let run = run_plain(&c, &e, &prep, "wort");
             // Each thread times its operations 0, 7, 14, ... of its share,
             // across the runs between its checkpoints.
             let timed = |ops: u64| threads as u64 * (ops / threads as u64).div_ceil(7);
@@ -1307,15 +1301,7 @@ mod tests {
                 vec![PhaseSpec::Load, PhaseSpec::Delete, PhaseSpec::Search],
             );
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(
-                &c,
-                &e,
-                &prep,
-                &EngineSpec::plain("woart"),
-                0,
-                &mut NoProgress,
-            )
-            .unwrap();
+            let run = run_plain(&c, &e, &prep, "woart");
             let p = &run.phases[2];
             assert_eq!((p.ops, p.misses, p.errors), (3000, 3000, 0));
             assert_eq!(p.latency.unwrap().samples, timed(3000));
@@ -1344,15 +1330,7 @@ mod tests {
             let many = PhaseSpec::SearchMany { batch: 7 };
             let e = exp(threads, vec![PhaseSpec::Load, many.clone()]);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(
-                &c,
-                &e,
-                &prep,
-                &EngineSpec::plain("wort"),
-                0,
-                &mut NoProgress,
-            )
-            .unwrap();
+            let run = run_plain(&c, &e, &prep, "wort");
             let p = &run.phases[1];
             assert_eq!(p.phase, "search-many");
             assert_eq!((p.ops, p.misses, p.errors), (3000, 0, 0));
@@ -1367,15 +1345,7 @@ mod tests {
             // After every key is deleted, each read is a miss, not an error.
             let e = exp(threads, vec![PhaseSpec::Load, PhaseSpec::Delete, many]);
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(
-                &c,
-                &e,
-                &prep,
-                &EngineSpec::plain("pmlog"),
-                0,
-                &mut NoProgress,
-            )
-            .unwrap();
+            let run = run_plain(&c, &e, &prep, "pmlog");
             let p = &run.phases[2];
             assert_eq!((p.ops, p.misses, p.errors), (3000, 3000, 0));
         }
@@ -1386,15 +1356,7 @@ mod tests {
         c.sample_every = 8;
         let e = exp(1, vec![PhaseSpec::Load, PhaseSpec::SearchMany { batch: 3 }]);
         let prep = prepare(&c, &e).unwrap();
-        let run = run_engine(
-            &c,
-            &e,
-            &prep,
-            &EngineSpec::plain("woart"),
-            0,
-            &mut NoProgress,
-        )
-        .unwrap();
+        let run = run_plain(&c, &e, &prep, "woart");
         let timed = (0..3000u64)
             .step_by(3)
             .filter(|&i| (i..i + 3).any(|j| j % 8 == 0))
@@ -1421,15 +1383,7 @@ mod tests {
                 ],
             );
             let prep = prepare(&c, &e).unwrap();
-            let run = run_engine(
-                &c,
-                &e,
-                &prep,
-                &EngineSpec::plain(engine),
-                0,
-                &mut NoProgress,
-            )
-            .unwrap();
+            let run = run_plain(&c, &e, &prep, engine);
             let p = &run.phases[2];
             assert_eq!(p.phase, "insert-many");
             assert_eq!((p.ops, p.misses, p.errors), (3000, 0, 0));
@@ -1487,15 +1441,7 @@ mod tests {
             ],
         );
         let prep = prepare(&c, &e).unwrap();
-        let run = run_engine(
-            &c,
-            &e,
-            &prep,
-            &EngineSpec::plain("pmlog"),
-            0,
-            &mut NoProgress,
-        )
-        .unwrap();
+        let run = run_plain(&c, &e, &prep, "pmlog");
         let scan = &run.phases[1];
         assert!(scan.stopped_early);
         assert!(scan.ops < 10_000_000 && scan.ops > 0);
