@@ -1,8 +1,9 @@
 //! The radix trees' block heap (`engine/radix/chunks.rs`) seen from the
 //! API: space freed by deletes is reused, a tree emptied by deletes gives
 //! its chunks back to the pool at the next open, leaves too large for a
-//! carved block come and go, and a pool of the previous format is refused
-//! with a message instead of being misread.
+//! carved block come and go, a format 2 heap keeps to powers of two while a
+//! format 3 heap carves the sizes between, and a pool of format 1 is
+//! refused with a message instead of being misread.
 
 mod common;
 
@@ -97,7 +98,7 @@ fn a_format_1_radix_pool_is_refused_with_a_message() {
             let pool = pmindex::pm::Pool::open(&t.path, None, &PoolConfig::default()).unwrap();
             let sb = pool.load_u64(pool.root_slot(0).unwrap()).unwrap();
             let f = pool.load_u64(sb + 8).unwrap();
-            assert_eq!(f >> 8, 2, "{engine}: format version 2");
+            assert_eq!(f >> 8, 3, "{engine}: format version 3");
             pool.store_u64(sb + 8, (f & 0xFF) | 1 << 8).unwrap();
             pool.persist(sb + 8, 8);
             pool.sync().unwrap();
@@ -166,4 +167,100 @@ fn a_new_node_in_an_untouched_block_flushes_only_its_lines() {
     db.check().unwrap();
     assert_eq!(db.get(&[0x11]).unwrap().as_deref(), Some(&b"c"[..]));
     assert_eq!(db.get(&[0x2F]).unwrap().as_deref(), Some(&b"c"[..]));
+}
+
+/// The `class` words of the tree's chunks, in list order, and the format
+/// version, read from the pool file.
+fn chunk_classes(path: &std::path::Path) -> (u64, Vec<u64>) {
+    let pool = pmindex::pm::Pool::open(path, None, &PoolConfig::default()).unwrap();
+    let sb = pool.load_u64(pool.root_slot(0).unwrap()).unwrap();
+    let version = pool.load_u64(sb + 8).unwrap() >> 8;
+    let mut classes = Vec::new();
+    let mut at = pool.load_u64(sb + 24).unwrap();
+    while at != 0 {
+        classes.push(pool.load_u64(at + 8).unwrap());
+        at = pool.load_u64(at + 16).unwrap();
+    }
+    (version, classes)
+}
+
+/// Sets the format version in the superblock of the pool at `path`.
+fn set_version(path: &std::path::Path, version: u64) {
+    let pool = pmindex::pm::Pool::open(path, None, &PoolConfig::default()).unwrap();
+    let sb = pool.load_u64(pool.root_slot(0).unwrap()).unwrap();
+    let f = pool.load_u64(sb + 8).unwrap();
+    pool.store_u64(sb + 8, (f & 0xFF) | version << 8).unwrap();
+    pool.persist(sb + 8, 8);
+    pool.sync().unwrap();
+}
+
+/// A new pool (format 3) puts WORT nodes (144 bytes) and NODE16s (168) in
+/// 192-byte blocks and leaves of 300-byte values in 384-byte ones; a
+/// format 2 pool, which older builds read, keeps to powers of two (256,
+/// 512) and stays format 2; and a format 2 pool with a chunk of a size
+/// between two powers of two is refused, not misread.
+#[test]
+fn block_sizes_between_powers_of_two_only_in_format_3() {
+    for engine in ENGINES {
+        let fill = |path: &std::path::Path, model: &mut Model| {
+            let db = open_db(path);
+            for i in 0..3000 {
+                let k = format!("{:04}", i * 7919 % 10_000).into_bytes();
+                let v = vec![i as u8; if i % 10 == 0 { 300 } else { 8 }];
+                db.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+            assert_db_eq(&db, model, engine);
+            assert_check(&db, model.len(), engine);
+        };
+        // Format 3.
+        let t = TempPool::new();
+        drop(create_db(&t.path, engine, 32 << 20));
+        let mut model = Model::new();
+        fill(&t.path, &mut model);
+        let (version, classes) = chunk_classes(&t.path);
+        assert_eq!(version, 3, "{engine}");
+        assert!(classes.contains(&192), "{engine}: {classes:?}");
+        assert!(classes.contains(&384), "{engine}: {classes:?}");
+        assert!(!classes.contains(&8), "{engine}: {classes:?}");
+        let three = pmindex::Db::open(&t.path, &Default::default())
+            .unwrap()
+            .stats()
+            .pm_bytes;
+
+        // Format 2: the same keys in a pool marked format 2 while empty.
+        let t2 = TempPool::new();
+        drop(create_db(&t2.path, engine, 32 << 20));
+        set_version(&t2.path, 2);
+        let mut model2 = Model::new();
+        fill(&t2.path, &mut model2);
+        let (version, classes) = chunk_classes(&t2.path);
+        assert_eq!(version, 2, "{engine}");
+        assert!(
+            classes.iter().all(|&c| (6..=15).contains(&c)),
+            "{engine}: {classes:?}"
+        );
+        assert!(
+            classes.contains(&8) && classes.contains(&9),
+            "{engine}: {classes:?}"
+        );
+        let db = open_db(&t2.path);
+        assert_db_eq(&db, &model2, engine);
+        let two = db.stats().pm_bytes;
+        drop(db);
+        assert!(
+            three < two,
+            "{engine}: format 3 {three} bytes, format 2 {two}"
+        );
+
+        // A format 3 heap marked format 2: its 192-byte chunks are damage.
+        set_version(&t.path, 2);
+        let err = pmindex::Db::open(&t.path, &Default::default())
+            .err()
+            .unwrap_or_else(|| panic!("{engine}: misread a format 3 heap as format 2"));
+        assert!(
+            err.to_string().contains("bad chunk class"),
+            "{engine}: {err}"
+        );
+    }
 }

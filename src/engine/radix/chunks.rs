@@ -17,15 +17,23 @@
 //!
 //! # Layout
 //! A chunk is one substrate block: [`CHUNK_SIZE`] bytes (64 KiB) for blocks
-//! of 64 B to 4 KiB, 16 blocks' worth for 8 KiB to 32 KiB blocks (so that
-//! each chunk holds 15 of them), or whole 64 KiB multiples for one leaf over
-//! 32 KiB. Its first line:
+//! of 64 B to 4 KiB, 16 blocks' worth rounded up to 64 KiB for larger ones
+//! (so that each chunk holds at least 15 of them), or whole 64 KiB
+//! multiples for one leaf over 32 KiB. Its first line:
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | `magic`: [`MAGIC`] |
-//! | 8 | 8 | `class`: log2 of the block size (6 ..= 15: 64 B .. 32 KiB), or 0: one large block |
+//! | 8 | 8 | `class`: log2 of the block size (6 ..= 15: 64 B .. 32 KiB); or the block size in bytes for the sizes between two powers of two (192, 384, .. 24,576: three lines times a power of two; format 3 heaps only); or 0: one large block |
 //! | 16 | 8 | `next`: the next chunk, or null; an activation slot |
+//!
+//! **Block sizes** ([`SIZES`]). Format 2 heaps carve powers of two only, so
+//! a WORT node (144 bytes) took 256, a NODE16 (168) 256, a leaf of a
+//! 256-byte value (272) 512. Format 3 heaps also carve the sizes halfway
+//! between (192, 384, 768, ..): the most a block wastes falls from half to
+//! a third of it, and every size stays a multiple of the line, so blocks
+//! stay line-aligned (docs/design.md §11, "Block sizes between powers of
+//! two").
 //!
 //! Blocks start at offset [`FIRST`] (64): block `i` of a small chunk is at
 //! `64 + i * size` (line-aligned, not size-aligned), and a large chunk's one
@@ -75,28 +83,66 @@ pub const CLASS: u64 = 8;
 pub const NEXT: u64 = 16;
 /// Offset of the first block (the header takes one line).
 pub const FIRST: u64 = 64;
-/// Smallest block size (log2).
-pub const MIN_CLASS: u8 = 6;
-/// Largest carved block size (log2): larger leaves get a chunk each.
-pub const MAX_CLASS: u8 = 15;
-/// `class` of a chunk holding one large block.
-pub const LARGE: u8 = 0;
-/// Largest small block.
-pub const MAX_SMALL: u64 = 1 << MAX_CLASS;
-const CLASSES: usize = (MAX_CLASS - MIN_CLASS + 1) as usize;
+/// The small block sizes, smallest first: the powers of two from 64 B to
+/// 32 KiB and the sizes halfway between (3 × 2^k, from 192 B), which only
+/// format 3 heaps carve. A class is an index into this table.
+pub const SIZES: [u64; 18] = [
+    64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384,
+    24576, 32768,
+];
+/// The class of a chunk holding one large block (PM `class` 0).
+pub const LARGE: u8 = u8::MAX;
+/// Largest small block: larger leaves get a chunk each.
+pub const MAX_SMALL: u64 = SIZES[CLASSES - 1];
+const CLASSES: usize = SIZES.len();
 
 const _: () = assert!(NEXT + 8 <= FIRST);
-const _: () = assert!(chunk_len(MAX_CLASS).is_multiple_of(CHUNK_SIZE));
+const _: () = {
+    let mut i = 0;
+    while i < CLASSES {
+        assert!(SIZES[i].is_multiple_of(64), "blocks stay line-aligned");
+        assert!(i == 0 || SIZES[i] > SIZES[i - 1]);
+        i += 1;
+    }
+};
 
-/// Bytes of a chunk of small blocks of `class`: 64 KiB, or 16 blocks'
-/// worth when that is more (the header line takes one block's room).
-pub const fn chunk_len(class: u8) -> u64 {
-    let sixteen = 16 << class;
+/// Bytes of a chunk of small blocks of `size`: 64 KiB, or 16 blocks' worth
+/// rounded up to 64 KiB when that is more (the header line takes one
+/// block's room).
+pub const fn chunk_len(size: u64) -> u64 {
+    let sixteen = (16 * size).div_ceil(CHUNK_SIZE) * CHUNK_SIZE;
     if sixteen > CHUNK_SIZE {
         sixteen
     } else {
         CHUNK_SIZE
     }
+}
+
+/// The `class` word a chunk of `class` has in PM.
+fn encode(class: u8) -> u64 {
+    if class == LARGE {
+        return 0;
+    }
+    let size = SIZES[usize::from(class)];
+    if size.is_power_of_two() {
+        u64::from(size.trailing_zeros())
+    } else {
+        size
+    }
+}
+
+/// The class of a PM `class` word, if it is one a heap of this format
+/// (`between`: format 3) can hold.
+fn decode(word: u64, between: bool) -> Option<u8> {
+    if word == 0 {
+        return Some(LARGE);
+    }
+    let size = match word {
+        6..=15 => 1 << word,
+        w if between && !w.is_power_of_two() => w,
+        _ => return None,
+    };
+    SIZES.iter().position(|&s| s == size).map(|i| i as u8)
 }
 
 /// A block carved from a chunk and not yet published (DRAM only). Give it
@@ -125,7 +171,7 @@ impl Block {
 struct Chunk {
     /// Offset of the chunk (its substrate block).
     start: u64,
-    /// `class` field.
+    /// Index in [`SIZES`], or [`LARGE`].
     class: u8,
     /// Substrate block size.
     len: u64,
@@ -169,8 +215,13 @@ impl Chunk {
         if self.class == LARGE {
             1
         } else {
-            ((self.len - FIRST) >> self.class) as u32
+            ((self.len - FIRST) / self.size()) as u32
         }
+    }
+
+    /// Block size of a small chunk.
+    fn size(&self) -> u64 {
+        SIZES[usize::from(self.class)]
     }
 }
 
@@ -191,35 +242,40 @@ pub struct Chunks {
     /// Per small class, the chunks with a free block, as (offset, slab
     /// index): blocks are carved from the lowest offset first.
     partial: [BTreeSet<(u64, usize)>; CLASSES],
+    /// The heap carves the sizes between powers of two too (format 3).
+    between: bool,
 }
 
-/// The class (log2 block size) of a request, or [`LARGE`].
-pub fn class_of(size: u64) -> u8 {
+/// The class of a request of `size` bytes: the smallest block that holds
+/// it (a power of two unless `between`), or [`LARGE`].
+pub fn class_of(size: u64, between: bool) -> u8 {
     if size > MAX_SMALL {
-        LARGE
-    } else {
-        (size
-            .max(1 << MIN_CLASS)
-            .next_power_of_two()
-            .trailing_zeros()) as u8
+        return LARGE;
     }
+    SIZES
+        .iter()
+        .position(|&s| s >= size && (between || s.is_power_of_two()))
+        .expect("MAX_SMALL is a power of two") as u8
 }
 
 impl Chunks {
-    fn empty(head_slot: u64) -> Chunks {
+    fn empty(head_slot: u64, between: bool) -> Chunks {
         Chunks {
             head_slot,
             index: BTreeMap::new(),
             slab: Vec::new(),
             vacant: Vec::new(),
             partial: Default::default(),
+            between,
         }
     }
 
-    /// Reads the chunk list whose head is in `head_slot`. Every block starts
-    /// unused; the tree walk marks what it reaches, then call [`Chunks::settle`].
-    pub fn load(pool: &Pool, head_slot: u64) -> Result<Chunks> {
-        let mut c = Chunks::empty(head_slot);
+    /// Reads the chunk list whose head is in `head_slot`, of a heap that
+    /// carves the sizes between powers of two too if `between` (format 3).
+    /// Every block starts unused; the tree walk marks what it reaches, then
+    /// call [`Chunks::settle`].
+    pub fn load(pool: &Pool, head_slot: u64, between: bool) -> Result<Chunks> {
+        let mut c = Chunks::empty(head_slot, between);
         let mut prev = 0;
         let mut at = pool.load_u64(head_slot)?;
         while at != 0 {
@@ -232,15 +288,12 @@ impl Chunks {
                     "radix: chunk list names a block that is not a chunk",
                 ));
             }
-            let class = pool.load_u64(at + CLASS)?;
-            let class = match u8::try_from(class) {
-                Ok(k) if k == LARGE || (MIN_CLASS..=MAX_CLASS).contains(&k) => k,
-                _ => {
-                    return Err(Error::corrupt(
-                        at + CLASS,
-                        format!("radix: bad chunk class {class}"),
-                    ))
-                }
+            let word = pool.load_u64(at + CLASS)?;
+            let Some(class) = decode(word, between) else {
+                return Err(Error::corrupt(
+                    at + CLASS,
+                    format!("radix: bad chunk class {word}"),
+                ));
             };
             if c.index.contains_key(&at) {
                 return Err(Error::corrupt(at, "radix: chunk list has a cycle"));
@@ -296,8 +349,8 @@ impl Chunks {
         if ch.class == LARGE {
             return (rel == 0).then_some((c, 0));
         }
-        let i = rel >> ch.class;
-        (rel & ((1 << ch.class) - 1) == 0 && i < u64::from(ch.capacity())).then_some((c, i as u32))
+        let i = rel / ch.size();
+        (rel % ch.size() == 0 && i < u64::from(ch.capacity())).then_some((c, i as u32))
     }
 
     /// Usable bytes of the block at `off`; an error if `off` is not the
@@ -310,7 +363,7 @@ impl Chunks {
         Ok(if ch.class == LARGE {
             ch.len - FIRST
         } else {
-            1 << ch.class
+            ch.size()
         })
     }
 
@@ -349,7 +402,7 @@ impl Chunks {
             ch.free = ch.capacity() - used;
             ch.low = 0;
             if ch.class != LARGE && ch.free > 0 {
-                self.partial[usize::from(ch.class - MIN_CLASS)].insert((o, c));
+                self.partial[usize::from(ch.class)].insert((o, c));
             }
         }
         Ok(())
@@ -358,7 +411,7 @@ impl Chunks {
     /// Reserves a block of at least `size` bytes. Persist order when a new
     /// chunk is needed: see the module doc (one substrate `activate`).
     pub fn reserve(&mut self, pool: &Pool, size: u64) -> Result<Block> {
-        let class = class_of(size);
+        let class = class_of(size, self.between);
         if class == LARGE {
             let len = (FIRST + size).div_ceil(CHUNK_SIZE) * CHUNK_SIZE;
             let c = self.new_chunk_or_reclaim(pool, LARGE, len)?;
@@ -374,11 +427,11 @@ impl Chunks {
                 zeroed,
             });
         }
-        let k = usize::from(class - MIN_CLASS);
+        let k = usize::from(class);
         let (start, c) = match self.partial[k].first() {
             Some(&s) => s,
             None => {
-                let c = self.new_chunk_or_reclaim(pool, class, chunk_len(class))?;
+                let c = self.new_chunk_or_reclaim(pool, class, chunk_len(SIZES[k]))?;
                 let s = (self.chunk(c).start, c);
                 self.partial[k].insert(s);
                 s
@@ -403,7 +456,7 @@ impl Chunks {
             self.partial[k].remove(&(start, c));
         }
         Ok(Block {
-            off: start + FIRST + (u64::from(i) << class),
+            off: start + FIRST + u64::from(i) * SIZES[k],
             zeroed,
         })
     }
@@ -431,7 +484,7 @@ impl Chunks {
         if class == LARGE {
             return self.unlink(pool, start);
         }
-        self.partial[usize::from(class - MIN_CLASS)].insert((start, c));
+        self.partial[usize::from(class)].insert((start, c));
         Ok(())
     }
 
@@ -471,7 +524,7 @@ impl Chunks {
         let head = pool.load_u64(self.head_slot)?;
         let mut hdr = [0u8; 24];
         hdr[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-        hdr[8..16].copy_from_slice(&u64::from(class).to_le_bytes());
+        hdr[8..16].copy_from_slice(&encode(class).to_le_bytes());
         hdr[16..24].copy_from_slice(&head.to_le_bytes());
         // SAFETY: the block is reserved by us and not yet published; no
         // other thread can reach it.
@@ -534,7 +587,7 @@ impl Chunks {
         if let Some(ch) = self.slab[c].take() {
             self.vacant.push(c);
             if ch.class != LARGE {
-                self.partial[usize::from(ch.class - MIN_CLASS)].remove(&(start, c));
+                self.partial[usize::from(ch.class)].remove(&(start, c));
             }
         }
         if let Some(&n) = self.index.get(&next) {
@@ -558,7 +611,7 @@ impl Chunks {
 
     /// A copy with every block unused (for `check`'s marking walk).
     pub fn unmarked(&self) -> Chunks {
-        let mut c = Chunks::empty(self.head_slot);
+        let mut c = Chunks::empty(self.head_slot, self.between);
         for ch in self.all() {
             c.add(Chunk::new(ch.start, ch.class, ch.len, ch.prev, ch.next));
         }
@@ -585,22 +638,52 @@ mod tests {
 
     #[test]
     fn classes() {
-        assert_eq!(class_of(1), 6);
-        assert_eq!(class_of(64), 6);
-        assert_eq!(class_of(65), 7);
-        assert_eq!(class_of(4096), 12);
-        assert_eq!(class_of(4097), 13);
-        assert_eq!(class_of(32768), 15);
-        assert_eq!(class_of(32769), LARGE);
-        assert_eq!(chunk_len(6), CHUNK_SIZE);
-        assert_eq!(chunk_len(12), CHUNK_SIZE);
-        assert_eq!(chunk_len(15), 8 * CHUNK_SIZE);
+        let size = |n: u64, between: bool| SIZES[usize::from(class_of(n, between))];
+        for between in [false, true] {
+            assert_eq!(size(1, between), 64);
+            assert_eq!(size(64, between), 64);
+            assert_eq!(size(65, between), 128);
+            assert_eq!(size(4096, between), 4096);
+            assert_eq!(size(32768, between), 32768);
+            assert_eq!(class_of(32769, between), LARGE);
+        }
+        // Powers of two only in a format 2 heap; the sizes between in a
+        // format 3 one.
+        assert_eq!(size(144, false), 256);
+        assert_eq!(size(144, true), 192);
+        assert_eq!(size(193, true), 256);
+        assert_eq!(size(272, false), 512);
+        assert_eq!(size(272, true), 384);
+        assert_eq!(size(4097, false), 8192);
+        assert_eq!(size(4097, true), 6144);
+        assert_eq!(size(24577, true), 32768);
+        assert_eq!(chunk_len(64), CHUNK_SIZE);
+        assert_eq!(chunk_len(4096), CHUNK_SIZE);
+        assert_eq!(chunk_len(6144), 2 * CHUNK_SIZE);
+        assert_eq!(chunk_len(32768), 8 * CHUNK_SIZE);
+        // Every class's chunk holds at least 15 blocks.
+        for s in SIZES {
+            assert!((chunk_len(s) - FIRST) / s >= 15, "{s}");
+        }
+        // The PM word of each class, and back; a format 2 heap refuses the
+        // sizes between.
+        for (i, s) in SIZES.iter().enumerate() {
+            let c = i as u8;
+            let w = encode(c);
+            assert_eq!(decode(w, true), Some(c));
+            assert_eq!(decode(w, false), s.is_power_of_two().then_some(c));
+            assert_eq!(w < 16, s.is_power_of_two());
+        }
+        assert_eq!((encode(LARGE), decode(0, false)), (0, Some(LARGE)));
+        for w in [1, 5, 16, 64, 200, 4096, 1 << 20] {
+            assert_eq!(decode(w, true), None, "{w}");
+        }
     }
 
     fn fresh() -> (Pool, Chunks) {
         let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
         let head = pool.root_slot(1).unwrap();
-        let c = Chunks::load(&pool, head).unwrap();
+        let c = Chunks::load(&pool, head, true).unwrap();
         (pool, c)
     }
 
@@ -634,7 +717,7 @@ mod tests {
         c.cancel(&pool, b).unwrap();
         assert_eq!(c.offsets().count(), 1);
         // The list in PM is the list in DRAM: a reload sees the one chunk.
-        let mut again = Chunks::load(&pool, c.head_slot).unwrap();
+        let mut again = Chunks::load(&pool, c.head_slot, true).unwrap();
         assert_eq!(
             again.offsets().collect::<Vec<_>>(),
             c.offsets().collect::<Vec<_>>()
@@ -647,7 +730,7 @@ mod tests {
         again.settle(&pool).unwrap();
         assert_eq!(again.offsets().count(), 1);
         // Nothing marked: the chunk goes back to the substrate.
-        let mut empty = Chunks::load(&pool, c.head_slot).unwrap();
+        let mut empty = Chunks::load(&pool, c.head_slot, true).unwrap();
         empty.settle(&pool).unwrap();
         assert_eq!(empty.offsets().count(), 0);
         assert_eq!(pool.load_u64(c.head_slot).unwrap(), 0);

@@ -186,21 +186,22 @@ impl RadixTree {
     /// Makes an empty tree in a new pool.
     pub fn create(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
         let sb = superblock::create(&pool, flavor as u8)?;
-        RadixTree::at(pool, flavor, sb)
+        RadixTree::at(pool, flavor, sb, superblock::VERSION)
     }
 
     /// Opens the tree and runs recovery (see the module doc).
     pub fn open(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
-        let sb = superblock::open(&pool, flavor as u8, flavor.name())?;
-        let mut t = RadixTree::at(pool, flavor, sb)?;
+        let (sb, version) = superblock::open(&pool, flavor as u8, flavor.name())?;
+        let mut t = RadixTree::at(pool, flavor, sb, version)?;
         t.recover()?;
         Ok(t)
     }
 
-    /// The tree whose superblock is `sb`, with its chunk list loaded and no
-    /// block marked in use yet (recovery marks them).
-    fn at(pool: Arc<Pool>, flavor: Flavor, sb: u64) -> Result<RadixTree> {
-        let heap = Chunks::load(&pool, sb + superblock::CHUNKS)?;
+    /// The tree whose superblock, of format `version`, is `sb`, with its
+    /// chunk list loaded and no block marked in use yet (recovery marks
+    /// them).
+    fn at(pool: Arc<Pool>, flavor: Flavor, sb: u64, version: u64) -> Result<RadixTree> {
+        let heap = Chunks::load(&pool, sb + superblock::CHUNKS, version >= 3)?;
         Ok(RadixTree {
             span: flavor.span(),
             pool,

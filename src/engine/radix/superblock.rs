@@ -15,10 +15,16 @@ use crate::pm::Pool;
 
 /// `"PMRADIX\0"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMRADIX\0");
-/// Format version of the radix trees' layout: 2 since blocks are carved
-/// from chunks ([`super::chunks`]); version 1 published every block through
-/// the substrate allocator and is not read.
-pub const VERSION: u64 = 2;
+/// Format version of the radix trees' layout that new pools get: 3 since
+/// the heap carves block sizes between powers of two too
+/// ([`super::chunks::SIZES`]). Version 2 (blocks carved from chunks,
+/// [`super::chunks`], in powers of two only) is read and written as it
+/// is, its heap keeping to powers of two, so that older builds still open
+/// it; version 1 published every block through the substrate allocator and
+/// is not read.
+pub const VERSION: u64 = 3;
+/// The oldest version read.
+pub const OLDEST: u64 = 2;
 /// Block size.
 pub const SIZE: u64 = 64;
 /// Offset of the root slot.
@@ -45,13 +51,13 @@ pub fn create(pool: &Pool, flavor: u8) -> Result<u64> {
 }
 
 /// Finds the superblock (making it if creation crashed before publishing
-/// it) and checks it.
-pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<u64> {
+/// it) and checks it; returns it and its format version.
+pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<(u64, u64)> {
     let slot = pool.root_slot(0)?;
     let sb = pool.load_u64(slot)?;
     if sb == 0 {
         pool.check_unpublished_root(slot, name)?;
-        return create(pool, flavor);
+        return Ok((create(pool, flavor)?, VERSION));
     }
     if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
         return Err(Error::corrupt(
@@ -60,15 +66,15 @@ pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<u64> {
         ));
     }
     let f = pool.load_u64(sb + 8)?;
-    if f & 0xFF != u64::from(flavor) || f >> 8 != VERSION {
+    if f & 0xFF != u64::from(flavor) || !(OLDEST..=VERSION).contains(&(f >> 8)) {
         return Err(Error::corrupt(
             sb + 8,
             format!(
-                "{name}: superblock says flavor {} version {}, expected {flavor} version {VERSION}",
+                "{name}: superblock says flavor {} version {}, expected {flavor} version {OLDEST} to {VERSION}",
                 f & 0xFF,
                 f >> 8
             ),
         ));
     }
-    Ok(sb)
+    Ok((sb, f >> 8))
 }
