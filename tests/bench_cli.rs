@@ -62,6 +62,11 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         ),
         (&["bench", "--engines", "wort:reads"], 1, "is not KEY=VALUE"),
         (
+            &["bench", "--engines", "all,hart:persist_order=paper"],
+            2,
+            "`all` stands alone",
+        ),
+        (
             &["bench", "--baseline", "nope", "--records", "10"],
             1,
             "unknown engine",

@@ -99,7 +99,9 @@ const HIST_DIGITS: u8 = 3;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineSpec {
     /// How reports name it: the engine's name, then `:key=value` for each
-    /// setting, in the order given (`hart:persist_order=paper`).
+    /// setting, keys without the engine's prefix, in the order first given
+    /// (`hart:persist_order=paper`). Two entries with the same engine and
+    /// settings are one engine, whatever their order ([`Self::same`]).
     pub label: String,
     /// The engine ([`crate::engine::ENGINES`]).
     pub name: &'static str,
@@ -132,6 +134,12 @@ impl EngineSpec {
                     "engine `{s}`: setting `{kv}` needs a key and a value"
                 )));
             }
+            if let Some((other, _)) = k.split_once('.') {
+                return Err(Error::InvalidArgument(format!(
+                    "engine `{s}`: setting `{k}` is for engine `{other}`, not {}",
+                    info.name
+                )));
+            }
             if config
                 .insert(format!("{prefix}{k}"), v.to_string())
                 .is_some()
@@ -147,6 +155,12 @@ impl EngineSpec {
             name: info.name,
             config,
         })
+    }
+
+    /// The same engine with the same settings (labels may differ in the
+    /// order of the settings, or in prefixes and spaces).
+    pub fn same(&self, other: &EngineSpec) -> bool {
+        self.name == other.name && self.config == other.config
     }
 
     /// The engine with no settings.

@@ -395,7 +395,7 @@ pub fn run(
         let mut v: Vec<EngineSpec> = Vec::new();
         for name in &opts.engines {
             let e = EngineSpec::parse(name).map_err(|e| BenchError::Config(e.to_string()))?;
-            if !v.iter().any(|s| s.label == e.label) {
+            if !v.iter().any(|s| s.same(&e)) {
                 e.check().map_err(|e| BenchError::Config(e.to_string()))?;
                 v.push(e);
             }
@@ -409,13 +409,15 @@ pub fn run(
     let baseline: &str = match &opts.baseline {
         Some(b) => {
             let e = EngineSpec::parse(b).map_err(|e| BenchError::Config(e.to_string()))?;
-            if !engines.contains(&e.label.as_str()) {
-                return Err(BenchError::Config(format!(
-                    "--baseline {b} is not among the engines that run ({})",
-                    engines.join(", ")
-                )));
+            match specs.iter().find(|s| s.same(&e)) {
+                Some(s) => s.label.as_str(),
+                None => {
+                    return Err(BenchError::Config(format!(
+                        "--baseline {b} is not among the engines that run ({})",
+                        engines.join(", ")
+                    )))
+                }
             }
-            engines.iter().find(|l| **l == e.label).expect("just found")
         }
         None if engines.contains(&REFERENCE_ENGINE) => REFERENCE_ENGINE,
         None => engines[0],
@@ -770,7 +772,7 @@ mod tests {
                 " hart : hart.persist_order = paper ",
                 "hart:persist_order=paper",
             ],
-            Some("hart:persist_order=paper"),
+            Some("hart:hart.persist_order=paper"),
         )
         .unwrap();
         assert_eq!(r.engines, ["hart", "hart:persist_order=paper"]);
@@ -791,11 +793,25 @@ mod tests {
             ("hart:persist_order=", "a key and a value"),
             ("hart:stripes=thread:stripes=hash_key", "twice"),
             ("nope:reads=locked", "unknown engine"),
+            ("wort:woart.reads=locked", "is for engine `woart`"),
+            ("pmlog:x=1", "engine pmlog has no settings"),
         ] {
             let e = run_with(&["hart", bad], None).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
         let e = run_with(&["hart"], Some("hart:persist_order=paper")).unwrap_err();
         assert!(e.to_string().contains("not among"), "{e}");
+        // Settings in another order are the same engine, under the label
+        // first given, and the baseline names it either way.
+        let r = run_with(
+            &[
+                "hart:persist_order=paper:stripes=hash_key",
+                "hart:stripes=hash_key:persist_order=paper",
+            ],
+            Some("hart:stripes=hash_key:persist_order=paper"),
+        )
+        .unwrap();
+        assert_eq!(r.engines, ["hart:persist_order=paper:stripes=hash_key"]);
+        assert_eq!(r.baseline, "hart:persist_order=paper:stripes=hash_key");
     }
 }

@@ -60,6 +60,11 @@ fn engine_list(s: &str) -> Result<Vec<String>, CliError> {
             "--engines `{s}`: name at least one engine, or `all`"
         )));
     }
+    if list.iter().any(|e| e == "all") {
+        return Err(CliError::Usage(format!(
+            "--engines `{s}`: `all` stands alone; list the engines to add settings to one"
+        )));
+    }
     Ok(list)
 }
 

@@ -187,14 +187,18 @@ pub fn settings<'c>(
             continue;
         };
         if !known.contains(&rest) {
-            return Err(crate::Error::InvalidArgument(format!(
-                "unknown setting `{k}` for engine {name} (known: {})",
-                known
-                    .iter()
-                    .map(|s| format!("{name}.{s}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+            return Err(crate::Error::InvalidArgument(if known.is_empty() {
+                format!("unknown setting `{k}`: engine {name} has no settings")
+            } else {
+                format!(
+                    "unknown setting `{k}` for engine {name} (known: {})",
+                    known
+                        .iter()
+                        .map(|s| format!("{name}.{s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }));
         }
         out.push((rest, v.as_str()));
     }
