@@ -91,6 +91,16 @@ fn hart_round_robin_stripes() {
     crash_test_with("hart", false, &[("hart.stripes", "round_robin")]);
 }
 
+/// The radix trees in format 2 (`<engine>.format=2`: block sizes powers
+/// of two only), which older builds still read and this build still
+/// writes into such pools.
+#[test]
+fn radix_format_2() {
+    for engine in ["wort", "woart", "art-cow"] {
+        crash_test_with(engine, false, &[(&format!("{engine}.format"), "2")]);
+    }
+}
+
 /// HART with 3-byte hash keys: the hashed index of ARTs (ARTs created and
 /// retired in a hash table) instead of the direct array.
 #[test]

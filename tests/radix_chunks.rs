@@ -196,9 +196,9 @@ fn set_version(path: &std::path::Path, version: u64) {
 
 /// A new pool (format 3) puts WORT nodes (144 bytes) and NODE16s (168) in
 /// 192-byte blocks and leaves of 300-byte values in 384-byte ones; a
-/// format 2 pool, which older builds read, keeps to powers of two (256,
-/// 512) and stays format 2; and a format 2 pool with a chunk of a size
-/// between two powers of two is refused, not misread.
+/// format 2 pool (`<engine>.format=2`), which older builds read, keeps to
+/// powers of two (256, 512) and stays format 2; and a format 2 pool with a
+/// chunk of a size between two powers of two is refused, not misread.
 #[test]
 fn block_sizes_between_powers_of_two_only_in_format_3() {
     for engine in ENGINES {
@@ -228,10 +228,19 @@ fn block_sizes_between_powers_of_two_only_in_format_3() {
             .stats()
             .pm_bytes;
 
-        // Format 2: the same keys in a pool marked format 2 while empty.
+        // Format 2 (`<engine>.format=2`, as older builds made it): the same
+        // keys.
         let t2 = TempPool::new();
-        drop(create_db(&t2.path, engine, 32 << 20));
-        set_version(&t2.path, 2);
+        let mut opts = common::options(engine, 32 << 20);
+        opts.engine_config
+            .insert(format!("{engine}.format"), "2".into());
+        drop(pmindex::Db::create(&t2.path, &opts).unwrap());
+        opts.engine_config
+            .insert(format!("{engine}.format"), "4".into());
+        let e = pmindex::Db::create(&TempPool::new().path, &opts)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("expected 2"), "{engine}: {e}");
         let mut model2 = Model::new();
         fill(&t2.path, &mut model2);
         let (version, classes) = chunk_classes(&t2.path);

@@ -134,13 +134,27 @@ fn make(
     create: bool,
 ) -> Result<Box<dyn Engine>> {
     let mut reads = Reads::Optimistic;
-    for (k, v) in super::settings(config, flavor.name(), &["reads"])? {
+    let mut version = superblock::VERSION;
+    for (k, v) in super::settings(config, flavor.name(), &["reads", "format"])? {
         if k == "reads" {
             reads = Reads::parse(&format!("{}.reads", flavor.name()), v)?;
+        } else {
+            version = match v {
+                "2" => 2,
+                "3" => 3,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}.format `{v}`: expected 2 (block sizes powers of two, read by \
+                         older builds) or 3",
+                        flavor.name()
+                    )))
+                }
+            };
         }
     }
+    // `format` applies when the pool is made; an existing pool keeps its own.
     let tree = if create {
-        RadixTree::create(Arc::clone(&pool), flavor)?
+        RadixTree::create_format(Arc::clone(&pool), flavor, version)?
     } else {
         RadixTree::open(Arc::clone(&pool), flavor)?
     };
@@ -185,8 +199,14 @@ pub(crate) fn count_step() {
 impl RadixTree {
     /// Makes an empty tree in a new pool.
     pub fn create(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
-        let sb = superblock::create(&pool, flavor as u8)?;
-        RadixTree::at(pool, flavor, sb, superblock::VERSION)
+        RadixTree::create_format(pool, flavor, superblock::VERSION)
+    }
+
+    /// Makes an empty tree of format `version` (2: block sizes powers of
+    /// two only, which older builds read; 3) in a new pool.
+    pub fn create_format(pool: Arc<Pool>, flavor: Flavor, version: u64) -> Result<RadixTree> {
+        let sb = superblock::create(&pool, flavor as u8, version)?;
+        RadixTree::at(pool, flavor, sb, version)
     }
 
     /// Opens the tree and runs recovery (see the module doc).

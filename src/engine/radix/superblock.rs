@@ -34,15 +34,17 @@ pub const CHUNKS: u64 = 24;
 
 const _: () = assert!(CHUNKS + 8 <= SIZE);
 
-/// Makes the superblock and publishes it in root slot 0. Persist order:
-/// write magic, flavor, null root and chunk list; flush; `activate` into root
-/// slot 0 (its first fence orders the flush).
-pub fn create(pool: &Pool, flavor: u8) -> Result<u64> {
+/// Makes the superblock, of format `version` ([`OLDEST`]..=[`VERSION`]),
+/// and publishes it in root slot 0. Persist order: write magic, flavor,
+/// null root and chunk list; flush; `activate` into root slot 0 (its first
+/// fence orders the flush).
+pub fn create(pool: &Pool, flavor: u8, version: u64) -> Result<u64> {
+    debug_assert!((OLDEST..=VERSION).contains(&version));
     let r = pool.reserve(SIZE)?;
     let sb = r.offset();
     let mut buf = [0u8; SIZE as usize];
     buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    buf[8..16].copy_from_slice(&(u64::from(flavor) | VERSION << 8).to_le_bytes());
+    buf[8..16].copy_from_slice(&(u64::from(flavor) | version << 8).to_le_bytes());
     // SAFETY: reserved by us and not yet published.
     unsafe { pool.write_bytes(sb, &buf)? };
     pool.flush(sb, SIZE);
@@ -57,7 +59,7 @@ pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<(u64, u64)> {
     let sb = pool.load_u64(slot)?;
     if sb == 0 {
         pool.check_unpublished_root(slot, name)?;
-        return Ok((create(pool, flavor)?, VERSION));
+        return Ok((create(pool, flavor, VERSION)?, VERSION));
     }
     if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
         return Err(Error::corrupt(
