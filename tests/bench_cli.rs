@@ -136,10 +136,28 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     }
 }
 
+/// `pmindex bench ARGS --csv` and `pmindex --json bench ARGS`: the CSV's
+/// header and rows (each checked to have the header's columns), and the
+/// JSON.
+fn csv_and_json(args: &[&str]) -> (Vec<String>, Vec<String>, serde_json::Value) {
+    let o = pmindex(&[&["bench"][..], args, &["--csv"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8(o.stdout).unwrap();
+    let mut lines = csv.lines().map(String::from);
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    let rows: Vec<String> = lines.collect();
+    assert!(
+        rows.iter().all(|r| r.split(',').count() == header.len()),
+        "{csv}"
+    );
+    let o = pmindex(&[&["--json", "bench"][..], args].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    (header, rows, serde_json::from_slice(&o.stdout).unwrap())
+}
+
 #[test]
 fn csv_and_json_come_out_whole() {
-    let base = [
-        "bench",
+    let (header, rows, v) = csv_and_json(&[
         "--records",
         "500",
         "--rounds",
@@ -148,21 +166,10 @@ fn csv_and_json_come_out_whole() {
         "eadr",
         "--engines",
         "pmlog",
-    ];
-    let o = pmindex(&[&base[..], &["--csv"]].concat());
-    assert!(o.status.success(), "{}", stderr(&o));
-    let csv = String::from_utf8(o.stdout).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    ]);
     assert_eq!(header[0], "experiment");
-    let rows: Vec<&str> = lines.collect();
     // basic: 6 phases; ycsb-a: insert, the mix, and its read and update rows.
-    assert_eq!(rows.len(), 6 + 4, "{csv}");
-    assert!(rows.iter().all(|r| r.split(',').count() == header.len()));
-
-    let o = pmindex(&[&["--json"][..], &base[..]].concat());
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.len(), 6 + 4, "{rows:?}");
     assert_eq!(v["engines"], serde_json::json!(["pmlog"]));
     assert_eq!(v["experiments"].as_array().unwrap().len(), 2);
     // The binary installs the counting allocator.
@@ -172,8 +179,7 @@ fn csv_and_json_come_out_whole() {
 
     // An engine beside itself with other settings keeps the CSV whole
     // (the label has no comma) and names both in the JSON.
-    let base = [
-        "bench",
+    let (_, rows, v) = csv_and_json(&[
         "--records",
         "500",
         "--rounds",
@@ -182,23 +188,10 @@ fn csv_and_json_come_out_whole() {
         "basic",
         "--engines",
         "pmlog,wort,wort:reads=locked",
-    ];
-    let o = pmindex(&[&base[..], &["--csv"]].concat());
-    assert!(o.status.success(), "{}", stderr(&o));
-    let csv = String::from_utf8(o.stdout).unwrap();
-    let rows: Vec<&str> = csv.lines().skip(1).collect();
-    assert_eq!(rows.len(), 3 * 6, "{csv}");
-    assert!(rows.iter().all(|r| r.split(',').count() == header.len()));
-    assert_eq!(
-        rows.iter()
-            .filter(|r| r.contains(",wort:reads=locked,"))
-            .count(),
-        6,
-        "{csv}"
-    );
-    let o = pmindex(&[&["--json"][..], &base[..]].concat());
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    ]);
+    assert_eq!(rows.len(), 3 * 6, "{rows:?}");
+    let locked = rows.iter().filter(|r| r.contains(",wort:reads=locked,"));
+    assert_eq!(locked.count(), 6, "{rows:?}");
     assert_eq!(
         v["engines"],
         serde_json::json!(["pmlog", "wort", "wort:reads=locked"])
