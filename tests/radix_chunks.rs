@@ -108,6 +108,16 @@ fn a_format_1_radix_pool_is_refused_with_a_message() {
             .unwrap_or_else(|| panic!("{engine}: a format-1 pool opened"));
         let msg = err.to_string();
         assert!(msg.contains("version 1"), "{engine}: {msg}");
+        // A format newer than this build reads is named as such.
+        set_version(&t.path, 4);
+        let err = pmindex::Db::open(&t.path, &Default::default())
+            .err()
+            .unwrap_or_else(|| panic!("{engine}: a format-4 pool opened"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("format 4, newer than this build reads"),
+            "{engine}: {msg}"
+        );
     }
 }
 

@@ -321,12 +321,23 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     } else {
         0
     };
+    let newest = superblock::MAGIC >> 56;
     if superblock::OLD_MAGICS.contains(&magic) {
         return Err(Error::corrupt(
             sb,
             format!(
-                "hart: this pool has HART format {}, which this version (format 5) \
-                 no longer reads (it reads formats 3 to 5); re-create it",
+                "hart: this pool has HART format {}, which this version (format {newest}) \
+                 no longer reads (it reads formats 3 to {newest}); re-create it",
+                magic >> 56
+            ),
+        ));
+    }
+    if magic & !(0xFF << 56) == superblock::MAGIC & !(0xFF << 56) && magic >> 56 > newest {
+        return Err(Error::corrupt(
+            sb,
+            format!(
+                "hart: this pool has HART format {}, newer than this version reads \
+                 (formats 3 to {newest}); open it with a newer pmindex",
                 magic >> 56
             ),
         ));

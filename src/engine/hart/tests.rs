@@ -558,7 +558,7 @@ fn a_format_3_pool_opens_and_keeps_its_crc32_slots() {
 }
 
 #[test]
-fn older_formats_are_refused_by_name() {
+fn older_and_newer_formats_are_refused_by_name() {
     for (magic, format) in superblock::OLD_MAGICS
         .into_iter()
         .zip(["format 1", "format 2"])
@@ -570,4 +570,16 @@ fn older_formats_are_refused_by_name() {
         let e = Hart::open(pool).err().expect("refused").to_string();
         assert!(e.contains(format), "{e}");
     }
+    // A format newer than this version reads is named as such, not as a
+    // missing superblock.
+    let newer = superblock::MAGIC + (1 << 56);
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    pool.store_u64(h.sb, newer).unwrap();
+    drop(h);
+    let e = Hart::open(pool).err().expect("refused").to_string();
+    assert!(
+        e.contains(&format!("HART format {}, newer than", newer >> 56)),
+        "{e}"
+    );
 }

@@ -68,6 +68,16 @@ pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<(u64, u64)> {
         ));
     }
     let f = pool.load_u64(sb + 8)?;
+    if f & 0xFF == u64::from(flavor) && f >> 8 > VERSION && f >> 8 < 256 {
+        return Err(Error::corrupt(
+            sb + 8,
+            format!(
+                "{name}: this pool has format {}, newer than this build reads (formats \
+                 {OLDEST} to {VERSION}); open it with a newer pmindex",
+                f >> 8
+            ),
+        ));
+    }
     if f & 0xFF != u64::from(flavor) || !(OLDEST..=VERSION).contains(&(f >> 8)) {
         return Err(Error::corrupt(
             sb + 8,
