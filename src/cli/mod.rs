@@ -333,7 +333,8 @@ struct BenchArgs {
     /// run beside itself with other settings: `--engines
     /// hart,hart:persist_order=paper` shows what HART's tight persist order
     /// buys, op by op; `wort,wort:reads=locked` what lock-free reads do.
-    /// Reports name such an engine by the whole entry.
+    /// Reports name such an engine by its entry (keys without the engine's
+    /// prefix); the same settings in another order are the same engine.
     #[arg(long, value_name = "LIST", default_value = "all")]
     engines: String,
 
