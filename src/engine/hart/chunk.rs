@@ -577,9 +577,9 @@ mod tests {
         pool.flush(used, size);
         pool.cancel(r).unwrap();
         let mut list = ChunkList::new(CACHE_LINE, pool.root_slot(0).unwrap(), 40);
-        let c0 = crate::pm::counters();
+        let c0 = crate::pm::thread_counters();
         list.add_chunk(&pool).unwrap();
-        let reused = crate::pm::counters() - c0;
+        let reused = crate::pm::thread_counters() - c0;
         assert_eq!(list.head, used, "the used block is taken again");
         for i in 0..OBJECTS {
             let o = used + CHUNK_HEADER + i * CACHE_LINE;
@@ -587,9 +587,9 @@ mod tests {
                 assert_eq!(pool.load_u64(o + 8 * w).unwrap(), 0, "object {i}");
             }
         }
-        let c1 = crate::pm::counters();
+        let c1 = crate::pm::thread_counters();
         list.add_chunk(&pool).unwrap();
-        let fresh = crate::pm::counters() - c1;
+        let fresh = crate::pm::thread_counters() - c1;
         assert_ne!(list.head, used);
         // The same activate in both; the 56 objects' lines are the difference.
         assert_eq!(reused.flushes - fresh.flushes, OBJECTS);
