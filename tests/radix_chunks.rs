@@ -283,3 +283,45 @@ fn block_sizes_between_powers_of_two_only_in_format_3() {
         );
     }
 }
+
+/// A creation that crashed before its superblock was published is made
+/// again at open in the format the settings ask for (`<engine>.format=2`),
+/// not in this build's newest; a published tree keeps its own format
+/// whatever the settings say.
+#[test]
+fn a_crashed_creation_is_made_again_in_the_format_asked() {
+    for engine in ENGINES {
+        let version = |db: &pmindex::Db| {
+            let pool = db.pool();
+            let sb = pool.load_u64(pool.root_slot(0).unwrap()).unwrap();
+            pool.load_u64(sb + 8).unwrap() >> 8
+        };
+        let mut opts = common::options(engine, 32 << 20);
+        opts.engine_config
+            .insert(format!("{engine}.format"), "2".into());
+        // Nothing published: the pool as a crash right after its header.
+        let fresh = pmindex::pm::Pool::create_anonymous(32 << 20, engine, &Default::default())
+            .unwrap()
+            .image();
+        let db = pmindex::Db::open_image(&fresh, &opts).unwrap();
+        assert_eq!(version(&db), 2, "{engine}");
+        db.put(b"k", &[7; 300]).unwrap();
+        let image = db.pool().image();
+        drop(db);
+        // Published: format 2 stays 2 with the default settings, and a
+        // format 3 tree stays 3 with `format=2`.
+        let db = pmindex::Db::open_image(&image, &common::options(engine, 32 << 20)).unwrap();
+        assert_eq!(version(&db), 2, "{engine}");
+        assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&[7; 300][..]));
+        drop(db);
+        let three = pmindex::Db::open_image(&fresh, &common::options(engine, 32 << 20)).unwrap();
+        assert_eq!(version(&three), 3, "{engine}");
+        let image = three.pool().image();
+        drop(three);
+        assert_eq!(
+            version(&pmindex::Db::open_image(&image, &opts).unwrap()),
+            3,
+            "{engine}"
+        );
+    }
+}

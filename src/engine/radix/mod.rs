@@ -152,11 +152,13 @@ fn make(
             };
         }
     }
-    // `format` applies when the pool is made; an existing pool keeps its own.
+    // `format` applies when the pool is made (also again, at open, after a
+    // creation that crashed before its superblock was published); an
+    // existing tree keeps its own.
     let tree = if create {
         RadixTree::create_format(Arc::clone(&pool), flavor, version)?
     } else {
-        RadixTree::open(Arc::clone(&pool), flavor)?
+        RadixTree::open_format(Arc::clone(&pool), flavor, version)?
     };
     Ok(Box::new(Locked::with_reads(pool, tree, reads)))
 }
@@ -211,7 +213,13 @@ impl RadixTree {
 
     /// Opens the tree and runs recovery (see the module doc).
     pub fn open(pool: Arc<Pool>, flavor: Flavor) -> Result<RadixTree> {
-        let (sb, version) = superblock::open(&pool, flavor as u8, flavor.name())?;
+        RadixTree::open_format(pool, flavor, superblock::VERSION)
+    }
+
+    /// [`RadixTree::open`], making an empty tree of format `remake` if the
+    /// pool's creation crashed before its superblock was published.
+    pub fn open_format(pool: Arc<Pool>, flavor: Flavor, remake: u64) -> Result<RadixTree> {
+        let (sb, version) = superblock::open(&pool, flavor as u8, flavor.name(), remake)?;
         let mut t = RadixTree::at(pool, flavor, sb, version)?;
         t.recover()?;
         Ok(t)

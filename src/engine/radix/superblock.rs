@@ -52,14 +52,15 @@ pub fn create(pool: &Pool, flavor: u8, version: u64) -> Result<u64> {
     Ok(sb)
 }
 
-/// Finds the superblock (making it if creation crashed before publishing
-/// it) and checks it; returns it and its format version.
-pub fn open(pool: &Pool, flavor: u8, name: &str) -> Result<(u64, u64)> {
+/// Finds the superblock and checks it; returns it and its format version.
+/// If creation crashed before publishing it, makes it again, of format
+/// `remake` (the format the creation asked for, when the caller knows it).
+pub fn open(pool: &Pool, flavor: u8, name: &str, remake: u64) -> Result<(u64, u64)> {
     let slot = pool.root_slot(0)?;
     let sb = pool.load_u64(slot)?;
     if sb == 0 {
         pool.check_unpublished_root(slot, name)?;
-        return Ok((create(pool, flavor, VERSION)?, VERSION));
+        return Ok((create(pool, flavor, remake)?, remake));
     }
     if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
         return Err(Error::corrupt(
