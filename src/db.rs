@@ -134,6 +134,9 @@ pub struct PoolInfo {
     pub usage: Usage,
     /// Number of keys.
     pub keys: u64,
+    /// The engine's settings: fixed at creation, or chosen for this open
+    /// ([`Engine::settings`]).
+    pub settings: EngineConfig,
 }
 
 /// An open key-value database on one engine.
@@ -178,16 +181,22 @@ pub(crate) fn check_value_len(value: &[u8], max: usize) -> Result<()> {
 }
 
 impl Db {
-    /// Creates a pool file at `path` and an empty index in it.
+    /// Creates a pool file at `path` and an empty index in it. If the
+    /// engine refuses (a bad setting, for one), the file this call made is
+    /// removed again.
     pub fn create(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        let path = path.as_ref();
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
-        let pool = Pool::create(
-            path.as_ref(),
-            opts.pool_size,
-            info.name,
-            &opts.pool_config(),
-        )?;
-        Self::wrap((info.create)(Arc::new(pool), &opts.engine_config)?)
+        let pool = Pool::create(path, opts.pool_size, info.name, &opts.pool_config())?;
+        match (info.create)(Arc::new(pool), &opts.engine_config) {
+            Ok(engine) => Self::wrap(engine),
+            Err(e) => {
+                // `Pool::create` made the file (it refuses an existing
+                // one), so nothing else is removed; the pool is dropped.
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
     }
 
     /// Opens the pool at `path` and recovers its index.
@@ -479,6 +488,7 @@ impl Db {
             heap_offset: h.heap_offset,
             usage: pool.usage(),
             keys: self.engine.len(),
+            settings: self.engine.settings(),
         }
     }
 

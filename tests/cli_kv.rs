@@ -161,3 +161,120 @@ fn info_on_a_format_1_pool_shows_no_frontier() {
     let o = pmindex(&["get", s, "b"]);
     assert_eq!(o.stdout, b"two words");
 }
+
+/// `--engine-opt` reaches the engine: at create (HART's hash key length
+/// and a radix tree's format, fixed for the pool's life, which `info`
+/// shows) and at open (settings of one command); a key with another
+/// engine's prefix, a key the engine does not know and a setting that
+/// contradicts the pool are errors, with nothing changed.
+#[test]
+fn engine_settings_reach_the_engine_at_create_and_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = |s: &str, extra: &[&str]| {
+        let mut args = vec!["info", "--json", s];
+        args.extend_from_slice(extra);
+        let o = pmindex(&args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["settings"].clone()
+    };
+
+    let h = dir.path().join("h.pool");
+    let h = h.to_str().unwrap();
+    let o = pmindex(&[
+        "create",
+        h,
+        "--engine",
+        "hart",
+        "--size",
+        "16M",
+        "--engine-opt",
+        "hash_key_len=3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        settings(h, &[]),
+        serde_json::json!({"hart.hash_key_len": "3", "hart.persist_order": "tight",
+                           "hart.stripes": "thread"})
+    );
+    // A setting for this command only, with or without the prefix.
+    let s = settings(h, &["--engine-opt", "hart.persist_order=paper"]);
+    assert_eq!(s["hart.persist_order"], "paper");
+    let s = settings(h, &["--engine-opt", "stripes=hash_key"]);
+    assert_eq!(s["hart.stripes"], "hash_key");
+    let o = pmindex(&["put", h, "abcd", "v", "--engine-opt", "persist_order=paper"]);
+    assert_eq!(text(&o.stdout), "inserted\n", "{}", text(&o.stderr));
+    let text_info = text(&pmindex(&["info", h]).stdout);
+    assert!(
+        text_info.contains("settings    hart.hash_key_len=3 hart.persist_order=tight"),
+        "{text_info}"
+    );
+
+    // Errors: another engine's key, an unknown key, not KEY=VALUE, a
+    // creation-only setting that differs from the pool's.
+    for (opt, code, message) in [
+        (
+            "wort.reads=locked",
+            2,
+            "a setting for engine `wort`, but the index is hart",
+        ),
+        (
+            "bogus=1",
+            1,
+            "unknown setting `hart.bogus` for engine hart (known:",
+        ),
+        ("persist_order", 2, "expected KEY=VALUE"),
+        ("hash_key_len=2", 1, "this pool was created with 3"),
+    ] {
+        let o = pmindex(&["get", h, "abcd", "--engine-opt", opt]);
+        assert_eq!(o.status.code(), Some(code), "{opt}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(message),
+            "{opt}: {}",
+            text(&o.stderr)
+        );
+        assert!(o.stdout.is_empty(), "{opt}");
+    }
+    assert_eq!(pmindex(&["get", h, "abcd"]).stdout, b"v");
+
+    // A radix tree of format 2, which stays 2; reads for one command.
+    let w = dir.path().join("w.pool");
+    let w = w.to_str().unwrap();
+    let o = pmindex(&[
+        "create",
+        w,
+        "--engine",
+        "wort",
+        "--size",
+        "16M",
+        "--engine-opt",
+        "wort.format=2",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&pmindex(&["put", w, "k", "v"]).stdout), "inserted\n");
+    assert_eq!(
+        settings(w, &["--engine-opt", "reads=locked"]),
+        serde_json::json!({"wort.format": "2", "wort.reads": "locked"})
+    );
+    assert_eq!(
+        settings(w, &[]),
+        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic"})
+    );
+    // A refused setting at create leaves no pool behind.
+    let bad = dir.path().join("bad.pool");
+    let o = pmindex(&[
+        "create",
+        bad.to_str().unwrap(),
+        "--engine",
+        "woart",
+        "--engine-opt",
+        "format=9",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("expected 2"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!bad.exists(), "a refused create left its file");
+}

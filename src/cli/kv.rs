@@ -5,6 +5,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use pmindex::bench::report::{fmt_bytes, Align, Table};
+use pmindex::engine::EngineConfig;
 use pmindex::pm::PersistConfig;
 use pmindex::{Db, Options};
 use serde_json::{json, Map, Value};
@@ -13,12 +14,20 @@ use super::error::CliError;
 use super::output::{fmt_unix_ns, print_json, print_text, Output};
 use super::parse::{parse_hex, to_hex};
 
-/// Opens the pool at `path` with the command line's persistence settings.
-fn open(path: &Path, persist: PersistConfig) -> Result<Db, CliError> {
+/// How a command makes or opens its pool: the command line's persistence
+/// settings and engine settings (`--engine-opt`, resolved for the engine).
+pub struct How {
+    pub persist: PersistConfig,
+    pub config: EngineConfig,
+}
+
+/// Opens the pool at `path` as `how` says.
+fn open(path: &Path, how: &How) -> Result<Db, CliError> {
     Ok(Db::open(
         path,
         &Options {
-            persist,
+            persist: how.persist,
+            engine_config: how.config.clone(),
             ..Options::default()
         },
     )?)
@@ -36,7 +45,7 @@ fn arg_bytes(out: Output, arg: &str, what: &str) -> Result<Vec<u8>, CliError> {
 /// `pmindex create`.
 pub fn create(
     out: Output,
-    persist: PersistConfig,
+    how: &How,
     path: &Path,
     engine: &str,
     size: u64,
@@ -46,7 +55,8 @@ pub fn create(
         &Options {
             engine: Some(engine.to_string()),
             pool_size: size,
-            persist,
+            persist: how.persist,
+            engine_config: how.config.clone(),
             ..Options::default()
         },
     )?;
@@ -65,16 +75,10 @@ pub fn create(
 }
 
 /// `pmindex put`.
-pub fn put(
-    out: Output,
-    persist: PersistConfig,
-    path: &Path,
-    key: &str,
-    value: &str,
-) -> Result<(), CliError> {
+pub fn put(out: Output, how: &How, path: &Path, key: &str, value: &str) -> Result<(), CliError> {
     let k = arg_bytes(out, key, "KEY")?;
     let v = arg_bytes(out, value, "VALUE")?;
-    let db = open(path, persist)?;
+    let db = open(path, how)?;
     let replaced = db.put(&k, &v)?;
     if out.json {
         let mut obj = Map::new();
@@ -86,17 +90,12 @@ pub fn put(
 }
 
 /// `pmindex get`.
-pub fn get(
-    out: Output,
-    persist: PersistConfig,
-    path: &Path,
-    keys: &[String],
-) -> Result<(), CliError> {
+pub fn get(out: Output, how: &How, path: &Path, keys: &[String]) -> Result<(), CliError> {
     let keys = keys
         .iter()
         .map(|k| arg_bytes(out, k, "KEY"))
         .collect::<Result<Vec<_>, _>>()?;
-    let db = open(path, persist)?;
+    let db = open(path, how)?;
     if let [k] = keys.as_slice() {
         let Some(v) = db.get(k)? else {
             return Err(CliError::KeyNotFound(out.text(k)));
@@ -148,9 +147,9 @@ pub fn get(
 }
 
 /// `pmindex delete`.
-pub fn delete(out: Output, persist: PersistConfig, path: &Path, key: &str) -> Result<(), CliError> {
+pub fn delete(out: Output, how: &How, path: &Path, key: &str) -> Result<(), CliError> {
     let k = arg_bytes(out, key, "KEY")?;
-    let db = open(path, persist)?;
+    let db = open(path, how)?;
     if !db.delete(&k)? {
         return Err(CliError::KeyNotFound(out.text(&k)));
     }
@@ -174,12 +173,7 @@ pub struct ScanRange<'a> {
 }
 
 /// `pmindex scan`. Text is written as the pairs arrive; JSON is one array.
-pub fn scan(
-    out: Output,
-    persist: PersistConfig,
-    path: &Path,
-    range: &ScanRange<'_>,
-) -> Result<(), CliError> {
+pub fn scan(out: Output, how: &How, path: &Path, range: &ScanRange<'_>) -> Result<(), CliError> {
     let from = range
         .from
         .map(|s| arg_bytes(out, s, "--from"))
@@ -196,7 +190,7 @@ pub fn scan(
         Some(k) => Bound::Excluded(k.as_slice()),
     };
     let limit = range.limit.unwrap_or(usize::MAX);
-    let db = open(path, persist)?;
+    let db = open(path, how)?;
     if limit == 0 {
         return if out.json {
             print_json(&Value::Array(Vec::new()))
@@ -231,8 +225,8 @@ pub fn scan(
 }
 
 /// `pmindex info`.
-pub fn info(out: Output, persist: PersistConfig, path: &Path) -> Result<(), CliError> {
-    let db = open(path, persist)?;
+pub fn info(out: Output, how: &How, path: &Path) -> Result<(), CliError> {
+    let db = open(path, how)?;
     let info = db.info();
     let h = *db.pool().header();
     let description = pmindex::engine::find(&info.engine)
@@ -292,6 +286,16 @@ pub fn info(out: Output, persist: PersistConfig, path: &Path) -> Result<(), CliE
             format!("{} ({description})", info.engine)
         },
     );
+    if !info.settings.is_empty() {
+        line(
+            "settings",
+            info.settings
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
     line("uuid", info.uuid.clone());
     line(
         "created",
@@ -396,8 +400,8 @@ fn percent(part: u64, whole: u64) -> String {
 }
 
 /// `pmindex check`.
-pub fn check(out: Output, persist: PersistConfig, path: &Path) -> Result<(), CliError> {
-    let db = open(path, persist)?;
+pub fn check(out: Output, how: &How, path: &Path) -> Result<(), CliError> {
+    let db = open(path, how)?;
     let report = db.check()?;
     let blocks = report.referenced_blocks.len();
     if out.json {

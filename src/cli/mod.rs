@@ -14,12 +14,13 @@ mod output;
 mod parse;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
 use pmindex::db::DEFAULT_ENGINE;
+use pmindex::engine::EngineConfig;
 use pmindex::pm::{FlushKind, PersistConfig, PmLatency};
 
 use error::CliError;
@@ -78,12 +79,60 @@ struct Global {
     pm_latency: Option<PmLatency>,
 }
 
+impl EngineOpts {
+    /// The settings for an index of `engine`: a key without a prefix gets
+    /// the engine's (`hash_key_len=3` is `hart.hash_key_len=3`); a key with
+    /// another prefix is refused here, since the engine would ignore it
+    /// (`EngineConfig`: keys of other engines are ignored). Keys the engine
+    /// does not know are refused by the engine, with its list.
+    fn config(&self, engine: &str) -> Result<EngineConfig, CliError> {
+        let mut config = EngineConfig::new();
+        for kv in &self.engine_opt {
+            let Some((k, v)) = kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) else {
+                return Err(CliError::Usage(format!(
+                    "--engine-opt `{kv}`: expected KEY=VALUE, e.g. {engine}.KEY=VALUE"
+                )));
+            };
+            let key = match k.split_once('.') {
+                None => format!("{engine}.{k}"),
+                Some((prefix, _)) if prefix == engine => k.to_string(),
+                Some((prefix, _)) => {
+                    return Err(CliError::Usage(format!(
+                        "--engine-opt `{kv}`: a setting for engine `{prefix}`, but the \
+                         index is {engine}"
+                    )))
+                }
+            };
+            config.insert(key, v.to_string());
+        }
+        Ok(config)
+    }
+
+    /// [`Self::config`] for the pool file at `path`, whose engine is read
+    /// from its header (only when there are settings to resolve).
+    fn config_for_pool(&self, path: &Path) -> Result<EngineConfig, CliError> {
+        if self.engine_opt.is_empty() {
+            return Ok(EngineConfig::new());
+        }
+        self.config(&pmindex::pm::Pool::engine_of(path)?)
+    }
+}
+
 impl Global {
     fn output(&self) -> Output {
         Output {
             json: self.json,
             hex: self.hex,
         }
+    }
+
+    /// How a command opens the pool at `path`: the persistence settings
+    /// and `settings` resolved for the pool's engine.
+    fn how(&self, settings: &EngineOpts, path: &Path) -> Result<kv::How, CliError> {
+        Ok(kv::How {
+            persist: self.persist()?,
+            config: settings.config_for_pool(path)?,
+        })
     }
 
     /// The persistence settings from `--flush` and `--pm-latency`.
@@ -206,9 +255,8 @@ struct CrashtestArgs {
     /// Verification threads (default: the number of cores, at most 4).
     #[arg(long)]
     threads: Option<usize>,
-    /// An engine setting, KEY=VALUE (repeatable), e.g. hart.persist_order=paper.
-    #[arg(long = "engine-opt", value_name = "KEY=VALUE")]
-    engine_opt: Vec<String>,
+    #[command(flatten)]
+    settings: EngineOpts,
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +264,21 @@ struct PoolArg {
     /// The pool file.
     #[arg(value_name = "POOL")]
     pool: PathBuf,
+    #[command(flatten)]
+    settings: EngineOpts,
+}
+
+/// Engine settings for this command (`--engine-opt`, repeatable).
+#[derive(Debug, Args, Default)]
+struct EngineOpts {
+    /// An engine setting, KEY=VALUE (repeatable); the key with or without
+    /// the engine's prefix. At create: hart.hash_key_len=3 (1 to 8, fixed
+    /// for the pool's life), wort.format=2 (a pool older builds read). At
+    /// create or open, for this command only: hart.persist_order=paper,
+    /// hart.recovery_threads=N, hart.stripes=hash_key, wort.reads=locked.
+    /// An unknown key is refused with the engine's list of settings.
+    #[arg(long = "engine-opt", value_name = "KEY=VALUE")]
+    engine_opt: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -233,6 +296,9 @@ struct CreateArgs {
     /// a multiple of 4K. The file is sparse.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse::parse_size)]
     size: u64,
+
+    #[command(flatten)]
+    settings: EngineOpts,
 }
 
 #[derive(Debug, Args)]
@@ -247,6 +313,8 @@ struct PutArgs {
     /// The value: up to 1 MiB (hex with --hex).
     #[arg(value_name = "VALUE")]
     value: String,
+    #[command(flatten)]
+    settings: EngineOpts,
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +326,8 @@ struct KeyArgs {
     /// The key (hex with --hex).
     #[arg(value_name = "KEY")]
     key: String,
+    #[command(flatten)]
+    settings: EngineOpts,
 }
 
 #[derive(Debug, Args)]
@@ -269,6 +339,8 @@ struct GetArgs {
     /// The keys (hex with --hex).
     #[arg(value_name = "KEY", required = true, num_args = 1..)]
     keys: Vec<String>,
+    #[command(flatten)]
+    settings: EngineOpts,
 }
 
 #[derive(Debug, Args)]
@@ -291,6 +363,8 @@ struct ScanArgs {
     /// Print at most N pairs.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    #[command(flatten)]
+    settings: EngineOpts,
 }
 
 const BENCH_AFTER_HELP: &str = "\
@@ -510,13 +584,25 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let g = &cli.global;
     let out = g.output();
     match cli.command {
-        Command::Create(a) => kv::create(out, g.persist()?, &a.pool, &a.engine, a.size),
-        Command::Put(a) => kv::put(out, g.persist()?, &a.pool, &a.key, &a.value),
-        Command::Get(a) => kv::get(out, g.persist()?, &a.pool, &a.keys),
-        Command::Delete(a) => kv::delete(out, g.persist()?, &a.pool, &a.key),
+        Command::Create(a) => {
+            let how = kv::How {
+                persist: g.persist()?,
+                config: a.settings.config(&a.engine)?,
+            };
+            kv::create(out, &how, &a.pool, &a.engine, a.size)
+        }
+        Command::Put(a) => kv::put(
+            out,
+            &g.how(&a.settings, &a.pool)?,
+            &a.pool,
+            &a.key,
+            &a.value,
+        ),
+        Command::Get(a) => kv::get(out, &g.how(&a.settings, &a.pool)?, &a.pool, &a.keys),
+        Command::Delete(a) => kv::delete(out, &g.how(&a.settings, &a.pool)?, &a.pool, &a.key),
         Command::Scan(a) => kv::scan(
             out,
-            g.persist()?,
+            &g.how(&a.settings, &a.pool)?,
             &a.pool,
             &kv::ScanRange {
                 from: a.from.as_deref(),
@@ -526,8 +612,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 limit: a.limit,
             },
         ),
-        Command::Info(a) => kv::info(out, g.persist()?, &a.pool),
-        Command::Check(a) => kv::check(out, g.persist()?, &a.pool),
+        Command::Info(a) => kv::info(out, &g.how(&a.settings, &a.pool)?, &a.pool),
+        Command::Check(a) => kv::check(out, &g.how(&a.settings, &a.pool)?, &a.pool),
         Command::Bench(a) => {
             let a = *a;
             if a.store_api {
@@ -582,15 +668,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             if let Some(t) = a.threads {
                 cfg.threads = t.max(1);
             }
-            for kv in &a.engine_opt {
-                let Some((k, v)) = kv.split_once('=') else {
-                    return Err(CliError::Usage(format!(
-                        "--engine-opt `{kv}`: expected KEY=VALUE, e.g. hart.persist_order=paper"
-                    )));
-                };
-                cfg.engine_config
-                    .insert(k.trim().to_string(), v.trim().to_string());
-            }
+            cfg.engine_config = a.settings.config(&a.engine)?;
             if let Some(f) = &a.fault {
                 cfg.fault = Some(
                     f.parse()

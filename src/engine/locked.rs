@@ -411,6 +411,9 @@ impl<E: SerialEngine> Engine for Locked<E> {
     fn name(&self) -> &'static str {
         self.inner.read().name()
     }
+    fn settings(&self) -> super::EngineConfig {
+        self.inner.read().settings()
+    }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             concurrent: true,

@@ -128,6 +128,13 @@ pub trait Engine: Send + Sync {
     fn check(&self) -> Result<CheckReport>;
     /// DRAM bytes held by the index (estimate from its own structures).
     fn dram_bytes(&self) -> u64;
+    /// The settings this index runs with, keys with the engine's prefix as
+    /// [`EngineConfig`] takes them: those fixed when the pool was made and
+    /// those chosen for this run (`pmindex info` prints them). None by
+    /// default.
+    fn settings(&self) -> EngineConfig {
+        EngineConfig::new()
+    }
 }
 
 /// An engine without its own concurrency control.
@@ -162,6 +169,13 @@ pub trait SerialEngine: Send + Sync {
     fn check(&self) -> Result<CheckReport>;
     /// See [`Engine::dram_bytes`].
     fn dram_bytes(&self) -> u64;
+    /// The settings this index runs with, keys with the engine's prefix as
+    /// [`EngineConfig`] takes them: those fixed when the pool was made and
+    /// those chosen for this run (`pmindex info` prints them). None by
+    /// default.
+    fn settings(&self) -> EngineConfig {
+        EngineConfig::new()
+    }
     /// A point search that [`Locked`] may run without its lock (see
     /// [`OptimisticRead`] for what it must guarantee); none by default.
     fn optimistic_reader(&self) -> Option<Box<dyn OptimisticRead>> {

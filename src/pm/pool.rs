@@ -539,25 +539,7 @@ impl Pool {
             .open(path)
             .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
         lock_file(&file, path)?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
-            .len();
-        let mut first = [0u8; HEADER_BYTES];
-        {
-            use std::os::unix::fs::FileExt;
-            if file_len < first.len() as u64 {
-                return Err(Error::NotAPool {
-                    path: path.to_path_buf(),
-                    reason: format!(
-                        "the file is {file_len} bytes, too short to hold a pool header"
-                    ),
-                });
-            }
-            file.read_exact_at(&mut first, 0)
-                .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
-        }
-        let h = validate_header(path, &first, file_len, expected_engine)?;
+        let h = read_header(&file, path, expected_engine)?;
         let geometry = Geometry::for_size(h.pool_size)?;
         let map = Mapping::map_file(&file, h.pool_size as usize)?;
         let pool = Pool {
@@ -572,6 +554,16 @@ impl Pool {
         };
         pool.heap.recover(&pool)?;
         Ok(pool)
+    }
+
+    /// The engine the pool file at `path` was made for, from its header
+    /// alone (validated as [`Pool::open`] does; nothing is mapped, locked or
+    /// recovered): for a caller that must know it before opening, such as
+    /// the command line resolving engine settings given without a prefix.
+    pub fn engine_of(path: &Path) -> Result<String> {
+        let file =
+            File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        Ok(read_header(&file, path, None)?.engine_id())
     }
 
     /// Opens a pool from an in-memory image (a crash image, or a copy made by
@@ -948,6 +940,25 @@ impl Pool {
 }
 
 /// Checks a header read from a file or image of `file_len` bytes.
+/// Reads and validates the header of the pool file `file` (at `path`).
+fn read_header(file: &File, path: &Path, expected_engine: Option<&str>) -> Result<RawHeader> {
+    use std::os::unix::fs::FileExt;
+    let file_len = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
+        .len();
+    let mut first = [0u8; HEADER_BYTES];
+    if file_len < first.len() as u64 {
+        return Err(Error::NotAPool {
+            path: path.to_path_buf(),
+            reason: format!("the file is {file_len} bytes, too short to hold a pool header"),
+        });
+    }
+    file.read_exact_at(&mut first, 0)
+        .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+    validate_header(path, &first, file_len, expected_engine)
+}
+
 fn validate_header(
     path: &Path,
     first: &[u8; HEADER_BYTES],

@@ -975,6 +975,21 @@ impl Engine for Hart {
         INFO.name
     }
 
+    fn settings(&self) -> EngineConfig {
+        let order = match self.order {
+            PersistOrder::Tight => "tight",
+            PersistOrder::Paper => "paper",
+        };
+        [
+            ("hart.hash_key_len", self.k_h.to_string()),
+            ("hart.persist_order", order.to_string()),
+            ("hart.stripes", self.stripe_choice.name().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             ordered_scan: true,

@@ -155,11 +155,12 @@ fn make(
     // `format` applies when the pool is made (also again, at open, after a
     // creation that crashed before its superblock was published); an
     // existing tree keeps its own.
-    let tree = if create {
+    let mut tree = if create {
         RadixTree::create_format(Arc::clone(&pool), flavor, version)?
     } else {
         RadixTree::open_format(Arc::clone(&pool), flavor, version)?
     };
+    tree.reads = reads;
     Ok(Box::new(Locked::with_reads(pool, tree, reads)))
 }
 
@@ -178,6 +179,10 @@ pub struct RadixTree {
     heap: Mutex<Chunks>,
     /// The state of a batch of puts ([`RadixTree::put_many_impl`]).
     batch: Batch,
+    /// The superblock's format version (2 or 3).
+    version: u64,
+    /// How point reads run (`<engine>.reads`; kept here to report it).
+    reads: Reads,
     /// The first error of a block that a durable commit unlinked and that
     /// could not be given back ([`RadixTree::release_unlinked`]); the
     /// operation returns it once its DRAM state follows the commit.
@@ -238,6 +243,8 @@ impl RadixTree {
             count: 0,
             heap: Mutex::new(heap),
             batch: Batch::default(),
+            version,
+            reads: Reads::Optimistic,
             late: Mutex::new(None),
         })
     }
@@ -549,6 +556,18 @@ impl ScanBounds<'_> {
 impl SerialEngine for RadixTree {
     fn name(&self) -> &'static str {
         self.flavor.name()
+    }
+
+    fn settings(&self) -> EngineConfig {
+        let name = self.flavor.name();
+        let reads = match self.reads {
+            Reads::Optimistic => "optimistic",
+            Reads::Locked => "locked",
+        };
+        EngineConfig::from([
+            (format!("{name}.format"), self.version.to_string()),
+            (format!("{name}.reads"), reads.to_string()),
+        ])
     }
 
     fn capabilities(&self) -> Capabilities {
