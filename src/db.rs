@@ -187,13 +187,22 @@ impl Db {
     pub fn create(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
         let path = path.as_ref();
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
-        let pool = Pool::create(path, opts.pool_size, info.name, &opts.pool_config())?;
-        match (info.create)(Arc::new(pool), &opts.engine_config) {
+        let pool = Arc::new(Pool::create(
+            path,
+            opts.pool_size,
+            info.name,
+            &opts.pool_config(),
+        )?);
+        match (info.create)(Arc::clone(&pool), &opts.engine_config) {
             Ok(engine) => Self::wrap(engine),
             Err(e) => {
                 // `Pool::create` made the file (it refuses an existing
-                // one), so nothing else is removed; the pool is dropped.
+                // one). It is removed while `pool` still holds its lock:
+                // a process that opened it in between would find an
+                // unpublished root, make an empty index and lose its
+                // writes with the unlinked file.
                 let _ = std::fs::remove_file(path);
+                drop(pool);
                 Err(e)
             }
         }

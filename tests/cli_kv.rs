@@ -216,17 +216,27 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
         (
             "wort.reads=locked",
             2,
-            "a setting for engine `wort`, but the index is hart",
+            "`wort.reads` is for engine `wort`, not hart",
         ),
         (
             "bogus=1",
             1,
             "unknown setting `hart.bogus` for engine hart (known:",
         ),
-        ("persist_order", 2, "expected KEY=VALUE"),
+        ("persist_order", 2, "is not KEY=VALUE"),
+        ("hart.=1", 2, "needs a key and a value"),
+        ("stripes=thread", 2, "is given twice"),
         ("hash_key_len=2", 1, "this pool was created with 3"),
     ] {
-        let o = pmindex(&["get", h, "abcd", "--engine-opt", opt]);
+        let o = pmindex(&[
+            "get",
+            h,
+            "abcd",
+            "--engine-opt",
+            "hart.stripes=thread",
+            "--engine-opt",
+            opt,
+        ]);
         assert_eq!(o.status.code(), Some(code), "{opt}: {}", text(&o.stderr));
         assert!(
             text(&o.stderr).contains(message),
@@ -236,6 +246,18 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
         assert!(o.stdout.is_empty(), "{opt}");
     }
     assert_eq!(pmindex(&["get", h, "abcd"]).stdout, b"v");
+    // The allocator's crash test has no settings to give.
+    let o = pmindex(&[
+        "crashtest",
+        "--engine",
+        "alloc",
+        "--states",
+        "10",
+        "--engine-opt",
+        "x=1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("has no settings"));
 
     // A radix tree of format 2, which stays 2; reads for one command.
     let w = dir.path().join("w.pool");

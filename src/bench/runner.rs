@@ -121,34 +121,17 @@ impl EngineSpec {
         let mut label = info.name.to_string();
         let mut config = EngineConfig::new();
         for kv in parts {
-            let Some((k, v)) = kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) else {
-                return Err(Error::InvalidArgument(format!(
-                    "engine `{s}`: setting `{kv}` is not KEY=VALUE (as in `{}:KEY=VALUE`)",
-                    info.name
-                )));
-            };
-            let prefix = format!("{}.", info.name);
-            let k = k.strip_prefix(&prefix).unwrap_or(k);
-            if k.is_empty() || v.is_empty() {
-                return Err(Error::InvalidArgument(format!(
-                    "engine `{s}`: setting `{kv}` needs a key and a value"
-                )));
-            }
-            if let Some((other, _)) = k.split_once('.') {
-                return Err(Error::InvalidArgument(format!(
-                    "engine `{s}`: setting `{k}` is for engine `{other}`, not {}",
-                    info.name
-                )));
-            }
-            if config
-                .insert(format!("{prefix}{k}"), v.to_string())
-                .is_some()
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "engine `{s}`: setting `{k}` is given twice"
-                )));
-            }
-            label.push_str(&format!(":{k}={v}"));
+            let k =
+                crate::engine::add_setting(&mut config, info.name, kv).map_err(|e| match e {
+                    Error::InvalidArgument(m) if !kv.contains('=') => Error::InvalidArgument(
+                        format!("engine `{s}`: {m} (as in `{}:KEY=VALUE`)", info.name),
+                    ),
+                    Error::InvalidArgument(m) => {
+                        Error::InvalidArgument(format!("engine `{s}`: {m}"))
+                    }
+                    e => e,
+                })?;
+            label.push_str(&format!(":{k}={}", config[&format!("{}.{k}", info.name)]));
         }
         Ok(EngineSpec {
             label,

@@ -80,30 +80,22 @@ struct Global {
 }
 
 impl EngineOpts {
-    /// The settings for an index of `engine`: a key without a prefix gets
-    /// the engine's (`hash_key_len=3` is `hart.hash_key_len=3`); a key with
-    /// another prefix is refused here, since the engine would ignore it
-    /// (`EngineConfig`: keys of other engines are ignored). Keys the engine
-    /// does not know are refused by the engine, with its list.
+    /// The settings for an index of `engine` ([`pmindex::engine::add_setting`]:
+    /// a key without a prefix gets the engine's, and a key with another
+    /// engine's prefix, which the engine would ignore, is a usage error
+    /// here). Keys the engine does not know are refused by the engine, with
+    /// its list.
     fn config(&self, engine: &str) -> Result<EngineConfig, CliError> {
         let mut config = EngineConfig::new();
         for kv in &self.engine_opt {
-            let Some((k, v)) = kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) else {
-                return Err(CliError::Usage(format!(
-                    "--engine-opt `{kv}`: expected KEY=VALUE, e.g. {engine}.KEY=VALUE"
-                )));
-            };
-            let key = match k.split_once('.') {
-                None => format!("{engine}.{k}"),
-                Some((prefix, _)) if prefix == engine => k.to_string(),
-                Some((prefix, _)) => {
-                    return Err(CliError::Usage(format!(
-                        "--engine-opt `{kv}`: a setting for engine `{prefix}`, but the \
-                         index is {engine}"
-                    )))
-                }
-            };
-            config.insert(key, v.to_string());
+            pmindex::engine::add_setting(&mut config, engine, kv).map_err(|e| {
+                CliError::Usage(match e {
+                    pmindex::Error::InvalidArgument(m) => {
+                        format!("--engine-opt: {m} (this index is {engine})")
+                    }
+                    e => e.to_string(),
+                })
+            })?;
         }
         Ok(config)
     }
@@ -272,11 +264,12 @@ struct PoolArg {
 #[derive(Debug, Args, Default)]
 struct EngineOpts {
     /// An engine setting, KEY=VALUE (repeatable); the key with or without
-    /// the engine's prefix. At create: hart.hash_key_len=3 (1 to 8, fixed
-    /// for the pool's life), wort.format=2 (a pool older builds read). At
-    /// create or open, for this command only: hart.persist_order=paper,
-    /// hart.recovery_threads=N, hart.stripes=hash_key, wort.reads=locked.
-    /// An unknown key is refused with the engine's list of settings.
+    /// the engine's prefix. Fixed at create (at open, a value other than
+    /// the pool's is refused): hart.hash_key_len=3 (1 to 8), wort.format=2
+    /// (a radix pool older builds read; also woart, art-cow). For this
+    /// command only: hart.persist_order=paper, hart.stripes=hash_key,
+    /// wort.reads=locked; at open, hart.recovery_threads=N. An unknown key
+    /// is refused with the engine's list of settings.
     #[arg(long = "engine-opt", value_name = "KEY=VALUE")]
     engine_opt: Vec<String>,
 }
@@ -667,6 +660,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
             cfg.shrink = !a.no_shrink;
             if let Some(t) = a.threads {
                 cfg.threads = t.max(1);
+            }
+            if a.engine == pmindex::sim::ALLOC_SUBJECT && !a.settings.engine_opt.is_empty() {
+                return Err(CliError::Usage(
+                    "--engine-opt: the allocator (`--engine alloc`) has no settings".into(),
+                ));
             }
             cfg.engine_config = a.settings.config(&a.engine)?;
             if let Some(f) = &a.fault {

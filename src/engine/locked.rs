@@ -193,6 +193,9 @@ pub struct Locked<E> {
     inner: RwLock<E>,
     /// Even: no writer inside. Changed only by lock holders.
     version: AtomicU64,
+    /// The `<engine>.reads` setting, for an engine that offers an
+    /// optimistic reader (reported by `settings`); `None` for the others.
+    reads: Option<Reads>,
     reader: Option<Box<dyn OptimisticRead>>,
 }
 
@@ -252,10 +255,12 @@ impl<E: SerialEngine> Locked<E> {
 
     /// Wraps `engine`, which lives in `pool`, reading as `reads` says.
     pub fn with_reads(pool: Arc<Pool>, engine: E, reads: Reads) -> Self {
+        let reader = engine.optimistic_reader();
         Locked {
             pool,
+            reads: reader.is_some().then_some(reads),
             reader: match reads {
-                Reads::Optimistic => engine.optimistic_reader(),
+                Reads::Optimistic => reader,
                 Reads::Locked => None,
             },
             inner: RwLock::new(engine),
@@ -412,7 +417,16 @@ impl<E: SerialEngine> Engine for Locked<E> {
         self.inner.read().name()
     }
     fn settings(&self) -> super::EngineConfig {
-        self.inner.read().settings()
+        let inner = self.inner.read();
+        let mut settings = inner.settings();
+        if let Some(reads) = self.reads {
+            let value = match reads {
+                Reads::Optimistic => "optimistic",
+                Reads::Locked => "locked",
+            };
+            settings.insert(format!("{}.reads", inner.name()), value.into());
+        }
+        settings
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {

@@ -219,6 +219,41 @@ pub fn settings<'c>(
     Ok(out)
 }
 
+/// Adds one setting `KEY=VALUE` for `engine` to `config`, as the command
+/// line and the bench's `ENGINE:KEY=VALUE` entries give them: KEY with or
+/// without the engine's prefix (`stripes=hash_key` is `hart.stripes=
+/// hash_key` for `hart`), spaces around KEY and VALUE ignored, VALUE
+/// everything after the first `=`. Returns the key without its prefix.
+/// Refused, with `InvalidArgument`: no `=`, an empty key or value, a key
+/// with another engine's prefix (the engine would ignore it: see
+/// [`EngineConfig`]), and a key already in `config`. Whether the engine
+/// knows the key is its own check, when a pool is made or opened.
+pub fn add_setting(config: &mut EngineConfig, engine: &str, kv: &str) -> Result<String> {
+    let invalid = |m: String| Err(crate::Error::InvalidArgument(m));
+    let Some((k, v)) = kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) else {
+        return invalid(format!("setting `{kv}` is not KEY=VALUE"));
+    };
+    let k = k
+        .strip_prefix(engine)
+        .and_then(|r| r.strip_prefix('.'))
+        .unwrap_or(k);
+    if k.is_empty() || v.is_empty() {
+        return invalid(format!("setting `{kv}` needs a key and a value"));
+    }
+    if let Some((other, _)) = k.split_once('.') {
+        return invalid(format!(
+            "setting `{k}` is for engine `{other}`, not {engine}"
+        ));
+    }
+    if config
+        .insert(format!("{engine}.{k}"), v.to_string())
+        .is_some()
+    {
+        return invalid(format!("setting `{k}` is given twice"));
+    }
+    Ok(k.to_string())
+}
+
 /// Makes (or recovers) an engine in a pool, with its settings.
 pub type EngineCtor = fn(Arc<Pool>, &EngineConfig) -> Result<Box<dyn Engine>>;
 

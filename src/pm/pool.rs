@@ -939,7 +939,6 @@ impl Pool {
     }
 }
 
-/// Checks a header read from a file or image of `file_len` bytes.
 /// Reads and validates the header of the pool file `file` (at `path`).
 fn read_header(file: &File, path: &Path, expected_engine: Option<&str>) -> Result<RawHeader> {
     use std::os::unix::fs::FileExt;
@@ -959,6 +958,7 @@ fn read_header(file: &File, path: &Path, expected_engine: Option<&str>) -> Resul
     validate_header(path, &first, file_len, expected_engine)
 }
 
+/// Checks a header read from a file or image of `file_len` bytes.
 fn validate_header(
     path: &Path,
     first: &[u8; HEADER_BYTES],

@@ -134,14 +134,14 @@ fn make(
     create: bool,
 ) -> Result<Box<dyn Engine>> {
     let mut reads = Reads::Optimistic;
-    let mut version = superblock::VERSION;
+    let mut asked = None;
     for (k, v) in super::settings(config, flavor.name(), &["reads", "format"])? {
         if k == "reads" {
             reads = Reads::parse(&format!("{}.reads", flavor.name()), v)?;
         } else {
-            version = match v {
-                "2" => 2,
-                "3" => 3,
+            asked = match v {
+                "2" => Some(2),
+                "3" => Some(3),
                 _ => {
                     return Err(Error::InvalidArgument(format!(
                         "{}.format `{v}`: expected 2 (block sizes powers of two, read by \
@@ -153,14 +153,21 @@ fn make(
         }
     }
     // `format` applies when the pool is made (also again, at open, after a
-    // creation that crashed before its superblock was published); an
-    // existing tree keeps its own.
-    let mut tree = if create {
+    // creation that crashed before its superblock was published); at the
+    // open of a tree of another format it is refused, as `hart.hash_key_len`.
+    let version = asked.unwrap_or(superblock::VERSION);
+    let tree = if create {
         RadixTree::create_format(Arc::clone(&pool), flavor, version)?
     } else {
         RadixTree::open_format(Arc::clone(&pool), flavor, version)?
     };
-    tree.reads = reads;
+    if let Some(v) = asked.filter(|&v| v != tree.version) {
+        return Err(Error::InvalidArgument(format!(
+            "{}.format={v}, but this pool has format {}; it is fixed at creation",
+            flavor.name(),
+            tree.version
+        )));
+    }
     Ok(Box::new(Locked::with_reads(pool, tree, reads)))
 }
 
@@ -181,8 +188,6 @@ pub struct RadixTree {
     batch: Batch,
     /// The superblock's format version (2 or 3).
     version: u64,
-    /// How point reads run (`<engine>.reads`; kept here to report it).
-    reads: Reads,
     /// The first error of a block that a durable commit unlinked and that
     /// could not be given back ([`RadixTree::release_unlinked`]); the
     /// operation returns it once its DRAM state follows the commit.
@@ -244,7 +249,6 @@ impl RadixTree {
             heap: Mutex::new(heap),
             batch: Batch::default(),
             version,
-            reads: Reads::Optimistic,
             late: Mutex::new(None),
         })
     }
@@ -558,16 +562,12 @@ impl SerialEngine for RadixTree {
         self.flavor.name()
     }
 
+    /// The format (`<engine>.reads` is [`Locked`]'s).
     fn settings(&self) -> EngineConfig {
-        let name = self.flavor.name();
-        let reads = match self.reads {
-            Reads::Optimistic => "optimistic",
-            Reads::Locked => "locked",
-        };
-        EngineConfig::from([
-            (format!("{name}.format"), self.version.to_string()),
-            (format!("{name}.reads"), reads.to_string()),
-        ])
+        EngineConfig::from([(
+            format!("{}.format", self.flavor.name()),
+            self.version.to_string(),
+        )])
     }
 
     fn capabilities(&self) -> Capabilities {
