@@ -1,0 +1,282 @@
+//! A process killed (SIGKILL) while its threads write loses nothing it
+//! acknowledged, for every engine: the README's "killed process, ordinary
+//! file" durability claim, end to end through a real pool file, its lock
+//! and recovery.
+//!
+//! This test binary runs itself again as the writer: the child opens the
+//! pool, runs two threads of seeded puts, deletes and `put_many` calls on
+//! their own keys, and after each call returns writes `ACK <thread> <op>`
+//! to its standard output, one `write` per line. The parent kills it after
+//! a while, opens the pool (recovery), runs `check`, and compares every key
+//! with the model of the acknowledged operations. The one operation per
+//! thread that was running when the kill came (the one after its last
+//! acknowledgement) may be there or not; each key of an unfinished
+//! `put_many` holds its value from before the call or one the call gave
+//! it, as `Db::put_many` says. Three kills per engine
+//! (`PMINDEX_KILL_ROUNDS=N` for more), each round on top of the last one's
+//! pool.
+//!
+//! Unlike the crash simulator, which crashes one thread's operations at
+//! every fence but models a power failure, this is the page cache's view
+//! (every store made survives) with several operations stopped at once, in
+//! threads that were really running, at whatever instruction the signal
+//! found.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::ops::Bound;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{options, TempPool};
+use pmindex::Db;
+
+/// The child's entry: set in its environment, `pool:engine:seed`.
+const CHILD: &str = "PMINDEX_KILLED_PROCESS_CHILD";
+/// Writer threads in the child.
+const THREADS: u64 = 2;
+/// Keys per thread.
+const KEYS: u64 = 1500;
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Thread `t`'s key number `k`: its own range, lengths 4 to 43 bytes.
+fn key(t: u64, k: u64) -> Vec<u8> {
+    let mut s = format!("t{t}k{k:04}");
+    s.extend(std::iter::repeat_n('x', (k % 37) as usize));
+    s.into_bytes()
+}
+
+/// A put (`Some(value)`) or a delete (`None`) of one key.
+type Item = (Vec<u8>, Option<Vec<u8>>);
+
+/// Operation `i` of thread `t` in round `seed`: one put or delete of one
+/// of the thread's keys, or (one in 16) a `put_many` of 8 puts, a key
+/// possibly twice. Values of 0 to 299 bytes, and now and then 5,000 (a
+/// large value: its own allocator block in `hart`).
+fn op(seed: u64, t: u64, i: u64) -> (Vec<Item>, bool) {
+    let r = splitmix(seed ^ (t << 40) ^ i);
+    let item = |r: u64, put_only: bool| -> Item {
+        let k = key(t, r % KEYS);
+        if !put_only && (r >> 20) % 10 >= 7 {
+            return (k, None);
+        }
+        let len = if (r >> 30).is_multiple_of(64) {
+            5000
+        } else {
+            ((r >> 36) % 300) as usize
+        };
+        let fill = format!("{seed}.{t}.{i}.{r};");
+        (k, Some(fill.bytes().cycle().take(len).collect()))
+    };
+    if (r >> 56).is_multiple_of(16) {
+        let items = (0..8).map(|j| item(splitmix(r ^ j), true)).collect();
+        return (items, true);
+    }
+    (vec![item(r, false)], false)
+}
+
+/// The writer: never returns (the parent kills it).
+fn child(spec: &str) -> ! {
+    let mut parts = spec.rsplitn(3, ':');
+    let seed: u64 = parts.next().unwrap().parse().unwrap();
+    let engine = parts.next().unwrap();
+    let pool = parts.next().unwrap();
+    let db = Db::open(pool, &options(engine, 0)).expect("the child opens the pool");
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let db = &db;
+            s.spawn(move || {
+                for i in 0.. {
+                    match op(seed, t, i) {
+                        (items, true) => {
+                            let items: Vec<(&[u8], &[u8])> = items
+                                .iter()
+                                .map(|(k, v)| (&k[..], &v.as_ref().unwrap()[..]))
+                                .collect();
+                            db.put_many(&items).expect("put_many");
+                        }
+                        (items, false) => match &items[0] {
+                            (k, Some(v)) => {
+                                db.put(k, v).expect("put");
+                            }
+                            (k, None) => {
+                                db.delete(k).expect("delete");
+                            }
+                        },
+                    }
+                    let line = format!("ACK {t} {i}\n");
+                    // SAFETY: writes `line`'s bytes to fd 1; a pipe takes a
+                    // line this short in one piece.
+                    let n = unsafe { libc::write(1, line.as_ptr().cast(), line.len()) };
+                    assert_eq!(n, line.len() as isize, "ack written");
+                }
+            });
+        }
+    });
+    unreachable!("the writers never stop")
+}
+
+/// Runs as the child when the parent asked for it; otherwise does nothing.
+#[test]
+fn killed_process_child() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        child(&spec);
+    }
+}
+
+/// Starts the child on `pool`, lets it run for `run`, kills it; returns
+/// the last operation each thread acknowledged (`None`: none).
+fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Option<u64>> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "killed_process_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD, format!("{}:{engine}:{seed}", pool.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the child");
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut last = vec![None; THREADS as usize];
+        let mut acks = 0u64;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // The test harness's "test killed_process_child ... " has no
+            // line end: the first ack may follow it on its line.
+            let Some(rest) = line.find("ACK ").map(|at| &line[at + 4..]) else {
+                continue;
+            };
+            let mut w = rest.split(' ').map(|x| x.parse::<u64>());
+            if let (Some(Ok(t)), Some(Ok(i))) = (w.next(), w.next()) {
+                assert_eq!(
+                    last[t as usize].map_or(0, |l| l + 1),
+                    i,
+                    "thread {t}'s acks in order"
+                );
+                last[t as usize] = Some(i);
+                acks += 1;
+            }
+        }
+        (last, acks)
+    });
+    let start = Instant::now();
+    while start.elapsed() < run {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("{engine}: the child stopped by itself ({status}): {err}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let (last, acks) = reader.join().unwrap();
+    assert!(acks > 100, "{engine}: only {acks} operations acknowledged");
+    last
+}
+
+/// Every key of the pool against the model of the acknowledged operations;
+/// the operation in flight in each thread may be applied or not. Returns
+/// the pool's contents (the next round's model).
+fn verify(
+    db: &Db,
+    base: &BTreeMap<Vec<u8>, Vec<u8>>,
+    seed: u64,
+    last: &[Option<u64>],
+    engine: &str,
+) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = base.clone();
+    let mut in_flight = BTreeMap::new();
+    for t in 0..THREADS {
+        let acked = last[t as usize].map_or(0, |l| l + 1);
+        for i in 0..acked {
+            for (k, v) in op(seed, t, i).0 {
+                match v {
+                    Some(v) => model.insert(k, v),
+                    None => model.remove(&k),
+                };
+            }
+        }
+        // Each key of the call in flight: as before it, or as it set it
+        // (a `put_many` is not atomic as a whole).
+        for (k, v) in op(seed, t, acked).0 {
+            in_flight.entry(k).or_insert_with(Vec::new).push(v);
+        }
+    }
+    let found: BTreeMap<Vec<u8>, Vec<u8>> = db
+        .scan(Bound::Unbounded, Bound::Unbounded, None)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let keys: std::collections::BTreeSet<&Vec<u8>> = model.keys().chain(found.keys()).collect();
+    for k in keys {
+        let (want, got) = (model.get(k), found.get(k));
+        if want == got {
+            continue;
+        }
+        let flight = in_flight.get(k);
+        assert!(
+            flight.is_some_and(|f| f.iter().any(|v| v.as_ref() == got)),
+            "{engine}: key {:?}: found {:?} bytes, acknowledged {:?} bytes, in flight {:?}",
+            String::from_utf8_lossy(k),
+            got.map(Vec::len),
+            want.map(Vec::len),
+            flight.map(|f| f
+                .iter()
+                .map(|v| v.as_ref().map(Vec::len))
+                .collect::<Vec<_>>())
+        );
+    }
+    // Point reads agree with the scan.
+    for (k, v) in &found {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{engine}");
+    }
+    assert_eq!(db.len(), found.len() as u64, "{engine}");
+    found
+}
+
+#[test]
+fn a_killed_writer_loses_nothing_it_acknowledged() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let rounds: u64 = std::env::var("PMINDEX_KILL_ROUNDS")
+        .map(|r| r.parse().expect("PMINDEX_KILL_ROUNDS is a number"))
+        .unwrap_or(3);
+    for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
+        let t = TempPool::new();
+        drop(Db::create(&t.path, &options(engine, 64 << 20)).unwrap());
+        let mut base = BTreeMap::new();
+        for round in 0..rounds {
+            let seed = splitmix(round ^ 0xdead);
+            let run = Duration::from_millis(150 + 100 * (round % 4));
+            let last = run_and_kill(&t.path, engine, seed, run);
+            let db = Db::open(&t.path, &options(engine, 0))
+                .unwrap_or_else(|e| panic!("{engine}, round {round}: reopen: {e}"));
+            let report = db
+                .check()
+                .unwrap_or_else(|e| panic!("{engine}, round {round}: check: {e}"));
+            base = verify(&db, &base, seed, &last, engine);
+            assert_eq!(report.keys, base.len() as u64, "{engine}");
+            eprintln!(
+                "{engine}, round {round}: killed after {} acknowledged operations; {} keys",
+                last.iter().map(|l| l.map_or(0, |l| l + 1)).sum::<u64>(),
+                base.len()
+            );
+        }
+    }
+}
