@@ -13,8 +13,8 @@
 //! acknowledgement) may be there or not; each key of an unfinished
 //! `put_many` holds its value from before the call or one the call gave
 //! it, as `Db::put_many` says. Three kills per engine
-//! (`PMINDEX_KILL_ROUNDS=N` for more), each round on top of the last one's
-//! pool.
+//! (`PMINDEX_KILL_ROUNDS=N` for more, `PMINDEX_KILL_THREADS=N` for more
+//! writer threads), each round on top of the last one's pool.
 //!
 //! Unlike the crash simulator, which crashes one thread's operations at
 //! every fence but models a power failure, this is the page cache's view
@@ -29,6 +29,8 @@ use std::io::{BufRead, BufReader};
 use std::ops::Bound;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{options, TempPool};
@@ -36,8 +38,13 @@ use pmindex::Db;
 
 /// The child's entry: set in its environment, `pool:engine:seed`.
 const CHILD: &str = "PMINDEX_KILLED_PROCESS_CHILD";
-/// Writer threads in the child.
-const THREADS: u64 = 2;
+/// Writer threads in the child: 2, or `PMINDEX_KILL_THREADS`.
+fn threads() -> u64 {
+    std::env::var("PMINDEX_KILL_THREADS").map_or(2, |t| {
+        t.parse()
+            .expect("PMINDEX_KILL_THREADS is a number of threads")
+    })
+}
 /// Keys per thread.
 const KEYS: u64 = 1500;
 
@@ -48,9 +55,10 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Thread `t`'s key number `k`: its own range, lengths 4 to 43 bytes.
+/// Thread `t`'s key number `k`: its own keys, 6 to 42 bytes, whose first
+/// bytes the threads share (in `hart`, both threads write the same ARTs).
 fn key(t: u64, k: u64) -> Vec<u8> {
-    let mut s = format!("t{t}k{k:04}");
+    let mut s = format!("{k:04}t{t}");
     s.extend(std::iter::repeat_n('x', (k % 37) as usize));
     s.into_bytes()
 }
@@ -92,7 +100,7 @@ fn child(spec: &str) -> ! {
     let pool = parts.next().unwrap();
     let db = Db::open(pool, &options(engine, 0)).expect("the child opens the pool");
     std::thread::scope(|s| {
-        for t in 0..THREADS {
+        for t in 0..threads() {
             let db = &db;
             s.spawn(move || {
                 for i in 0.. {
@@ -150,8 +158,10 @@ fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Opti
         .spawn()
         .expect("start the child");
     let stdout = child.stdout.take().unwrap();
+    let acked = Arc::new(AtomicU64::new(0));
+    let count = Arc::clone(&acked);
     let reader = std::thread::spawn(move || {
-        let mut last = vec![None; THREADS as usize];
+        let mut last = vec![None; threads() as usize];
         let mut acks = 0u64;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -169,23 +179,34 @@ fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Opti
                 );
                 last[t as usize] = Some(i);
                 acks += 1;
+                count.store(acks, Ordering::Relaxed);
             }
         }
         (last, acks)
     });
+    // `run` counts from the 200th acknowledgement, so that a slow start
+    // (a loaded machine, the child's recovery) does not shorten it.
     let start = Instant::now();
-    while start.elapsed() < run {
+    let mut running = None;
+    while running.is_none_or(|r: Instant| r.elapsed() < run) {
         if let Some(status) = child.try_wait().unwrap() {
             let mut err = String::new();
             std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
             panic!("{engine}: the child stopped by itself ({status}): {err}");
         }
-        std::thread::sleep(Duration::from_millis(5));
+        if running.is_none() && acked.load(Ordering::Relaxed) >= 200 {
+            running = Some(Instant::now());
+        }
+        if running.is_none() && start.elapsed() > Duration::from_secs(60) {
+            child.kill().expect("SIGKILL");
+            panic!("{engine}: the child acknowledged nothing in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
     let (last, acks) = reader.join().unwrap();
-    assert!(acks > 100, "{engine}: only {acks} operations acknowledged");
+    assert!(acks >= 200, "{engine}: only {acks} operations acknowledged");
     last
 }
 
@@ -201,7 +222,7 @@ fn verify(
 ) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut model = base.clone();
     let mut in_flight = BTreeMap::new();
-    for t in 0..THREADS {
+    for t in 0..threads() {
         let acked = last[t as usize].map_or(0, |l| l + 1);
         for i in 0..acked {
             for (k, v) in op(seed, t, i).0 {
