@@ -79,6 +79,25 @@ impl Options {
         }
     }
 
+    /// These options with the engine setting `key = value` (the key with
+    /// the engine's prefix; see each engine's settings in the README).
+    /// The engine checks it when the pool is made or opened.
+    ///
+    /// ```
+    /// use pmindex::{Db, Options};
+    /// let opts = Options::with_engine("hart").setting("hart.hash_key_len", "3");
+    /// let db = Db::create_anonymous(&opts)?;
+    /// assert_eq!(db.info().settings["hart.hash_key_len"], "3");
+    /// let bad = Options::with_engine("wort").setting("wort.format", "9");
+    /// assert!(Db::create_anonymous(&bad).is_err());
+    /// # Ok::<(), pmindex::Error>(())
+    /// ```
+    pub fn setting(mut self, key: &str, value: &str) -> Self {
+        self.engine_config
+            .insert(key.to_string(), value.to_string());
+        self
+    }
+
     fn pool_config(&self) -> PoolConfig {
         PoolConfig {
             persist: self.persist,
