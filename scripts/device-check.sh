@@ -37,7 +37,9 @@ build() {
     local wt=/tmp/pmindex-combined-wt
     rm -rf "$wt"
     git worktree prune
-    git worktree add --detach "$wt" exp/combined-writes >/dev/null
+    local branch=exp/combined-writes
+    git rev-parse -q --verify "$branch" >/dev/null || branch=origin/$branch
+    git worktree add --detach "$wt" "$branch" >/dev/null
     (cd "$wt" && "${static[@]}" cargo build --release --target "$target" --bin pmindex)
     cp /tmp/pmindex-static/$target/release/pmindex "$bin/pmindex-combined"
     git worktree remove --force "$wt"
