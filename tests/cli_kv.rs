@@ -178,19 +178,23 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         v["settings"].clone()
     };
+    // `create` of a 16 MiB pool of `engine` with one setting.
+    let create = |path: &str, engine: &str, opt: &str| {
+        pmindex(&[
+            "create",
+            path,
+            "--engine",
+            engine,
+            "--size",
+            "16M",
+            "--engine-opt",
+            opt,
+        ])
+    };
 
     let h = dir.path().join("h.pool");
     let h = h.to_str().unwrap();
-    let o = pmindex(&[
-        "create",
-        h,
-        "--engine",
-        "hart",
-        "--size",
-        "16M",
-        "--engine-opt",
-        "hash_key_len=3",
-    ]);
+    let o = create(h, "hart", "hash_key_len=3");
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(
         settings(h, &[]),
@@ -262,16 +266,7 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     // A radix tree of format 2, which stays 2; reads for one command.
     let w = dir.path().join("w.pool");
     let w = w.to_str().unwrap();
-    let o = pmindex(&[
-        "create",
-        w,
-        "--engine",
-        "wort",
-        "--size",
-        "16M",
-        "--engine-opt",
-        "wort.format=2",
-    ]);
+    let o = create(w, "wort", "wort.format=2");
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(text(&pmindex(&["put", w, "k", "v"]).stdout), "inserted\n");
     assert_eq!(
@@ -284,14 +279,7 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     );
     // A refused setting at create leaves no pool behind.
     let bad = dir.path().join("bad.pool");
-    let o = pmindex(&[
-        "create",
-        bad.to_str().unwrap(),
-        "--engine",
-        "woart",
-        "--engine-opt",
-        "format=9",
-    ]);
+    let o = create(bad.to_str().unwrap(), "woart", "format=9");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("expected 2"),
