@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 use common::{options, TempPool};
 use pmindex::Db;
 
-/// The child's entry: set in its environment, `pool:engine:seed`.
+/// The child's entry: set in its environment, `pool|engine|seed` (the
+/// engine as `common::options` takes it, with its settings).
 const CHILD: &str = "PMINDEX_KILLED_PROCESS_CHILD";
 /// Writer threads in the child: 2, or `PMINDEX_KILL_THREADS`.
 fn threads() -> u64 {
@@ -94,7 +95,7 @@ fn op(seed: u64, t: u64, i: u64) -> (Vec<Item>, bool) {
 
 /// The writer: never returns (the parent kills it).
 fn child(spec: &str) -> ! {
-    let mut parts = spec.rsplitn(3, ':');
+    let mut parts = spec.rsplitn(3, '|');
     let seed: u64 = parts.next().unwrap().parse().unwrap();
     let engine = parts.next().unwrap();
     let pool = parts.next().unwrap();
@@ -152,7 +153,7 @@ fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Opti
             "--test-threads",
             "1",
         ])
-        .env(CHILD, format!("{}:{engine}:{seed}", pool.display()))
+        .env(CHILD, format!("{}|{engine}|{seed}", pool.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -278,7 +279,15 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
     let rounds: u64 = std::env::var("PMINDEX_KILL_ROUNDS")
         .map(|r| r.parse().expect("PMINDEX_KILL_ROUNDS is a number"))
         .unwrap_or(3);
-    for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
+    for engine in [
+        "pmlog",
+        "hart",
+        "hart:persist_order=paper",
+        "wort",
+        "woart",
+        "art-cow",
+        "art-cow:format=2",
+    ] {
         let t = TempPool::new();
         drop(Db::create(&t.path, &options(engine, 64 << 20)).unwrap());
         let mut base = BTreeMap::new();
