@@ -170,8 +170,9 @@ enum Command {
     Scan(ScanArgs),
     /// Describe a pool.
     ///
-    /// Header fields, engine, uuid, creation time, size, mapping mode, flush
-    /// instruction, layout, allocator use per class and the number of keys.
+    /// Header fields, engine and its settings, uuid, creation time, size,
+    /// mapping mode, flush instruction, layout, allocator use per class and
+    /// the number of keys.
     Info(PoolArg),
     /// Check a pool's consistency.
     ///
