@@ -79,37 +79,6 @@ struct Global {
     pm_latency: Option<PmLatency>,
 }
 
-impl EngineOpts {
-    /// The settings for an index of `engine` ([`pmindex::engine::add_setting`]:
-    /// a key without a prefix gets the engine's, and a key with another
-    /// engine's prefix, which the engine would ignore, is a usage error
-    /// here). Keys the engine does not know are refused by the engine, with
-    /// its list.
-    fn config(&self, engine: &str) -> Result<EngineConfig, CliError> {
-        let mut config = EngineConfig::new();
-        for kv in &self.engine_opt {
-            pmindex::engine::add_setting(&mut config, engine, kv).map_err(|e| {
-                CliError::Usage(match e {
-                    pmindex::Error::InvalidArgument(m) => {
-                        format!("--engine-opt: {m} (this index is {engine})")
-                    }
-                    e => e.to_string(),
-                })
-            })?;
-        }
-        Ok(config)
-    }
-
-    /// [`Self::config`] for the pool file at `path`, whose engine is read
-    /// from its header (only when there are settings to resolve).
-    fn config_for_pool(&self, path: &Path) -> Result<EngineConfig, CliError> {
-        if self.engine_opt.is_empty() {
-            return Ok(EngineConfig::new());
-        }
-        self.config(&pmindex::pm::Pool::engine_of(path)?)
-    }
-}
-
 impl Global {
     fn output(&self) -> Output {
         Output {
@@ -273,6 +242,37 @@ struct EngineOpts {
     /// is refused with the engine's list of settings.
     #[arg(long = "engine-opt", value_name = "KEY=VALUE")]
     engine_opt: Vec<String>,
+}
+
+impl EngineOpts {
+    /// The settings for an index of `engine` ([`pmindex::engine::add_setting`]:
+    /// a key without a prefix gets the engine's, and a key with another
+    /// engine's prefix, which the engine would ignore, is a usage error
+    /// here). Keys the engine does not know are refused by the engine, with
+    /// its list.
+    fn config(&self, engine: &str) -> Result<EngineConfig, CliError> {
+        let mut config = EngineConfig::new();
+        for kv in &self.engine_opt {
+            pmindex::engine::add_setting(&mut config, engine, kv).map_err(|e| {
+                CliError::Usage(match e {
+                    pmindex::Error::InvalidArgument(m) => {
+                        format!("--engine-opt: {m} (this index is {engine})")
+                    }
+                    e => e.to_string(),
+                })
+            })?;
+        }
+        Ok(config)
+    }
+
+    /// [`Self::config`] for the pool file at `path`, whose engine is read
+    /// from its header (only when there are settings to resolve).
+    fn config_for_pool(&self, path: &Path) -> Result<EngineConfig, CliError> {
+        if self.engine_opt.is_empty() {
+            return Ok(EngineConfig::new());
+        }
+        self.config(&pmindex::pm::Pool::engine_of(path)?)
+    }
 }
 
 #[derive(Debug, Args)]
