@@ -234,6 +234,14 @@ pub enum Reads {
 }
 
 impl Reads {
+    /// The setting's value for this choice ([`Reads::parse`] reads it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reads::Optimistic => "optimistic",
+            Reads::Locked => "locked",
+        }
+    }
+
     /// Parses the setting `name` = `v`.
     pub fn parse(name: &str, v: &str) -> Result<Reads> {
         match v {
@@ -420,11 +428,7 @@ impl<E: SerialEngine> Engine for Locked<E> {
         let inner = self.inner.read();
         let mut settings = inner.settings();
         if let Some(reads) = self.reads {
-            let value = match reads {
-                Reads::Optimistic => "optimistic",
-                Reads::Locked => "locked",
-            };
-            settings.insert(format!("{}.reads", inner.name()), value.into());
+            settings.insert(format!("{}.reads", inner.name()), reads.name().into());
         }
         settings
     }
