@@ -16,6 +16,12 @@
 //! (`PMINDEX_KILL_ROUNDS=N` for more, `PMINDEX_KILL_THREADS=N` for more
 //! writer threads), each round on top of the last one's pool.
 //!
+//! A failure names the engine, the round, its seed and how many operations
+//! each thread had acknowledged, and keeps a copy of the pool (its path is
+//! in the message). A writer thread that panics ends the child, and one
+//! that makes no progress while the others run fails the round: neither
+//! can pass for an operation in flight.
+//!
 //! Unlike the crash simulator, which crashes one thread's operations at
 //! every fence but models a power failure, this is the page cache's view
 //! (every store made survives) with several operations stopped at once, in
@@ -27,10 +33,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::ops::Bound;
-use std::path::Path;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{options, TempPool};
@@ -70,7 +77,9 @@ type Item = (Vec<u8>, Option<Vec<u8>>);
 /// Operation `i` of thread `t` in round `seed`: one put or delete of one
 /// of the thread's keys, or (one in 16) a `put_many` of 8 puts, a key
 /// possibly twice. Values of 0 to 299 bytes, and now and then 5,000 (a
-/// large value: its own allocator block in `hart`).
+/// large value: its own allocator block in `hart`). Every value starts
+/// with its operation's random word, so that two short values (`hart`
+/// keeps up to 8 bytes inline) of the same length still differ.
 fn op(seed: u64, t: u64, i: u64) -> (Vec<Item>, bool) {
     let r = splitmix(seed ^ (t << 40) ^ i);
     let item = |r: u64, put_only: bool| -> Item {
@@ -83,7 +92,7 @@ fn op(seed: u64, t: u64, i: u64) -> (Vec<Item>, bool) {
         } else {
             ((r >> 36) % 300) as usize
         };
-        let fill = format!("{seed}.{t}.{i}.{r};");
+        let fill = format!("{r:016x}.{seed}.{t}.{i};");
         (k, Some(fill.bytes().cycle().take(len).collect()))
     };
     if (r >> 56).is_multiple_of(16) {
@@ -99,6 +108,14 @@ fn child(spec: &str) -> ! {
     let seed: u64 = parts.next().unwrap().parse().unwrap();
     let engine = parts.next().unwrap();
     let pool = parts.next().unwrap();
+    // A writer thread that panics stops the whole child at once, so that
+    // the parent sees it (the other threads would go on acknowledging, and
+    // the failed call would pass for the one in flight).
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::exit(101);
+    }));
     let db = Db::open(pool, &options(engine, 0)).expect("the child opens the pool");
     std::thread::scope(|s| {
         for t in 0..threads() {
@@ -142,9 +159,30 @@ fn killed_process_child() {
     }
 }
 
+/// Where a round stands, for failure messages: engine, round, seed and
+/// threads (`PMINDEX_KILL_THREADS`).
+struct Round<'a> {
+    engine: &'a str,
+    round: u64,
+    seed: u64,
+}
+
+impl std::fmt::Display for Round<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, round {} (seed {}, {} threads)",
+            self.engine,
+            self.round,
+            self.seed,
+            threads()
+        )
+    }
+}
+
 /// Starts the child on `pool`, lets it run for `run`, kills it; returns
 /// the last operation each thread acknowledged (`None`: none).
-fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Option<u64>> {
+fn run_and_kill(pool: &Path, at: &Round, run: Duration) -> Vec<Option<u64>> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -153,17 +191,28 @@ fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Opti
             "--test-threads",
             "1",
         ])
-        .env(CHILD, format!("{}|{engine}|{seed}", pool.display()))
+        .env(
+            CHILD,
+            format!("{}|{}|{}", pool.display(), at.engine, at.seed),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the child");
     let stdout = child.stdout.take().unwrap();
-    let acked = Arc::new(AtomicU64::new(0));
-    let count = Arc::clone(&acked);
+    // Read as it comes, so that a child writing much to it never blocks.
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+        err
+    });
+    // Acknowledgements per thread, and the first one out of order.
+    let acks: Arc<Vec<AtomicU64>> = Arc::new((0..threads()).map(|_| AtomicU64::new(0)).collect());
+    let disorder = Arc::new(Mutex::new(None));
+    let (count, bad) = (Arc::clone(&acks), Arc::clone(&disorder));
     let reader = std::thread::spawn(move || {
         let mut last = vec![None; threads() as usize];
-        let mut acks = 0u64;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             // The test harness's "test killed_process_child ... " has no
@@ -173,42 +222,91 @@ fn run_and_kill(pool: &Path, engine: &str, seed: u64, run: Duration) -> Vec<Opti
             };
             let mut w = rest.split(' ').map(|x| x.parse::<u64>());
             if let (Some(Ok(t)), Some(Ok(i))) = (w.next(), w.next()) {
-                assert_eq!(
-                    last[t as usize].map_or(0, |l| l + 1),
-                    i,
-                    "thread {t}'s acks in order"
-                );
+                let want = last[t as usize].map_or(0, |l| l + 1);
+                if i != want {
+                    // Keep reading: closing the pipe would make the
+                    // child's next ack fail and hide this.
+                    bad.lock()
+                        .unwrap()
+                        .get_or_insert(format!("thread {t}: operation {i} where {want} was next"));
+                    continue;
+                }
                 last[t as usize] = Some(i);
-                acks += 1;
-                count.store(acks, Ordering::Relaxed);
+                count[t as usize].store(i + 1, Ordering::Relaxed);
             }
         }
-        (last, acks)
+        last
     });
+    let total = || acks.iter().map(|a| a.load(Ordering::Relaxed)).sum::<u64>();
     // `run` counts from the 200th acknowledgement, so that a slow start
     // (a loaded machine, the child's recovery) does not shorten it.
     let start = Instant::now();
-    let mut running = None;
-    while running.is_none_or(|r: Instant| r.elapsed() < run) {
+    let mut running: Option<(Instant, Vec<u64>)> = None;
+    let mut stuck = None;
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            panic!("{engine}: the child stopped by itself ({status}): {err}");
+            let err = errors.join().unwrap();
+            panic!("{at}: the child stopped by itself ({status}): {err}");
         }
-        if running.is_none() && acked.load(Ordering::Relaxed) >= 200 {
-            running = Some(Instant::now());
-        }
-        if running.is_none() && start.elapsed() > Duration::from_secs(60) {
-            child.kill().expect("SIGKILL");
-            panic!("{engine}: the child acknowledged nothing in 60 s");
+        match &running {
+            None if total() >= 200 => {
+                let now = acks.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+                running = Some((Instant::now(), now));
+            }
+            None if start.elapsed() > Duration::from_secs(60) => {
+                stuck = Some(format!("{} acknowledgements in 60 s", total()));
+                break;
+            }
+            Some((since, before)) if since.elapsed() >= run => {
+                // Every thread went on while the others ran: none is
+                // stuck, which the model could not tell from a call in
+                // flight.
+                if let Some(t) =
+                    (0..acks.len()).find(|&t| acks[t].load(Ordering::Relaxed) == before[t])
+                {
+                    stuck = Some(format!("thread {t} acknowledged nothing in {run:?}"));
+                }
+                break;
+            }
+            _ => {}
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     child.kill().expect("SIGKILL");
-    child.wait().unwrap();
-    let (last, acks) = reader.join().unwrap();
-    assert!(acks >= 200, "{engine}: only {acks} operations acknowledged");
+    let status = child.wait().unwrap();
+    let last = reader.join().unwrap();
+    let err = errors.join().unwrap();
+    if let Some(d) = disorder.lock().unwrap().take() {
+        panic!("{at}: acknowledgements out of order: {d}");
+    }
+    if let Some(s) = stuck {
+        panic!("{at}: {s}; the child's errors: {err}");
+    }
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "{at}: the child ended otherwise ({status}): {err}"
+    );
     last
+}
+
+/// Keeps a copy of the pool when the round fails (the temporary directory
+/// goes with the unwinding), and says where.
+struct KeepOnFailure<'a> {
+    pool: &'a Path,
+    name: String,
+}
+
+impl Drop for KeepOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let to: PathBuf = std::env::temp_dir().join(&self.name);
+            match std::fs::copy(self.pool, &to) {
+                Ok(_) => eprintln!("the failed round's pool is kept at {}", to.display()),
+                Err(e) => eprintln!("could not keep the failed round's pool: {e}"),
+            }
+        }
+    }
 }
 
 /// Every key of the pool against the model of the acknowledged operations;
@@ -219,7 +317,7 @@ fn verify(
     base: &BTreeMap<Vec<u8>, Vec<u8>>,
     seed: u64,
     last: &[Option<u64>],
-    engine: &str,
+    at: &Round,
 ) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut model = base.clone();
     let mut in_flight = BTreeMap::new();
@@ -253,7 +351,8 @@ fn verify(
         let flight = in_flight.get(k);
         assert!(
             flight.is_some_and(|f| f.iter().any(|v| v.as_ref() == got)),
-            "{engine}: key {:?}: found {:?} bytes, acknowledged {:?} bytes, in flight {:?}",
+            "{at}, acknowledged per thread {last:?}: key {:?}: found {:?} bytes, acknowledged \
+             {:?} bytes, in flight {:?}",
             String::from_utf8_lossy(k),
             got.map(Vec::len),
             want.map(Vec::len),
@@ -265,9 +364,9 @@ fn verify(
     }
     // Point reads agree with the scan.
     for (k, v) in &found {
-        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{engine}");
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{at}");
     }
-    assert_eq!(db.len(), found.len() as u64, "{engine}");
+    assert_eq!(db.len(), found.len() as u64, "{at}");
     found
 }
 
@@ -293,15 +392,25 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         let mut base = BTreeMap::new();
         for round in 0..rounds {
             let seed = splitmix(round ^ 0xdead);
+            let at = Round {
+                engine,
+                round,
+                seed,
+            };
+            let _keep = KeepOnFailure {
+                pool: &t.path,
+                name: format!(
+                    "pmindex-killed-{}-round-{round}.pool",
+                    engine.replace(':', "-")
+                ),
+            };
             let run = Duration::from_millis(150 + 100 * (round % 4));
-            let last = run_and_kill(&t.path, engine, seed, run);
+            let last = run_and_kill(&t.path, &at, run);
             let db = Db::open(&t.path, &options(engine, 0))
-                .unwrap_or_else(|e| panic!("{engine}, round {round}: reopen: {e}"));
-            let report = db
-                .check()
-                .unwrap_or_else(|e| panic!("{engine}, round {round}: check: {e}"));
-            base = verify(&db, &base, seed, &last, engine);
-            assert_eq!(report.keys, base.len() as u64, "{engine}");
+                .unwrap_or_else(|e| panic!("{at}: reopen: {e}"));
+            let report = db.check().unwrap_or_else(|e| panic!("{at}: check: {e}"));
+            base = verify(&db, &base, seed, &last, &at);
+            assert_eq!(report.keys, base.len() as u64, "{at}");
             eprintln!(
                 "{engine}, round {round}: killed after {} acknowledged operations; {} keys",
                 last.iter().map(|l| l.map_or(0, |l| l + 1)).sum::<u64>(),
