@@ -15,6 +15,7 @@ mod hint;
 mod keycmp;
 pub mod pm;
 pub mod sim;
+mod swar;
 
 pub use db::{Db, Options, Stats};
 pub use error::{Error, Result};

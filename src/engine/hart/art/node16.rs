@@ -12,7 +12,7 @@
 //! # Search
 //! `find_pos` compares all 16 key bytes at once without SIMD intrinsics (so
 //! without `unsafe`): each 8-byte half is XORed with the searched byte
-//! broadcast to every lane, and [`zero_bytes`] marks the lanes that became
+//! broadcast to every lane, and [`zero_bytes`] (`crate::swar`) marks the lanes that became
 //! zero. The first marked lane is the child, if it lies below `count`. The
 //! search has one data-dependent branch (which half), against up to 16 for
 //! a byte-by-byte loop.
@@ -25,6 +25,8 @@
 #![forbid(unsafe_code)]
 
 use std::mem::size_of;
+
+use crate::swar::zero_bytes;
 
 use super::node4::Node4;
 use super::node48::Node48;
@@ -39,14 +41,6 @@ pub(super) struct Node16<V> {
 }
 
 const _: () = assert!(size_of::<Node16<u64>>() == 176);
-
-/// `0x80` in every byte of `x` that is zero, `0x00` in the others (exact: no
-/// false positives from borrows, unlike the shorter `(x - 0x01..) & !x`).
-#[inline]
-fn zero_bytes(x: u64) -> u64 {
-    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
-    !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
-}
 
 /// A `Node16` with this many children or fewer becomes a `Node4`.
 const SHRINK_AT: usize = 3;
@@ -208,15 +202,6 @@ impl<V: LeafValue> InnerNode<V> for Node16<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zero_bytes_marks_exactly_the_zero_lanes() {
-        assert_eq!(zero_bytes(0), 0x8080_8080_8080_8080);
-        assert_eq!(zero_bytes(u64::MAX), 0);
-        assert_eq!(zero_bytes(0x0100_FF80_0001_7F00), 0x0080_0000_8000_0080);
-        // A zero lane next to 0x01 lanes (the borrow case of the short form).
-        assert_eq!(zero_bytes(0x0101_0101_0101_0100), 0x80);
-    }
 
     #[test]
     fn find_pos_ignores_stale_bytes_past_count() {

@@ -33,6 +33,7 @@
 use super::{byte, with_byte, Commit, Entry, BODY};
 use crate::error::{Error, Result};
 use crate::pm::{Pool, WordBlock, CACHE_LINE};
+use crate::swar::{byte_mask, bytes_equal};
 
 /// Offset of the bitmap.
 pub const BITMAP: u64 = BODY;
@@ -70,18 +71,22 @@ fn valid(pool: &Pool, node: u64) -> Result<Vec<(u8, usize)>> {
 /// such entry, as in [`valid`]'s order; read in place, no allocation).
 #[inline]
 pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
-    let mut bits = pool.load_u64(node + BITMAP)? & 0xFFFF;
+    let bitmap = pool.load_u64(node + BITMAP)?;
     let k0 = pool.load_u64(node + KEYS)?;
     let k1 = pool.load_u64(node + KEYS + 8)?;
-    while bits != 0 {
-        let i = bits.trailing_zeros() as usize;
-        bits &= bits - 1;
-        let k = if i < 8 { byte(k0, i) } else { byte(k1, i - 8) };
-        if k == unit {
-            return Ok(Some(ptr_slot(node, i)));
-        }
-    }
-    Ok(None)
+    Ok(entry_for(bitmap, k0, k1, unit).map(|i| ptr_slot(node, i)))
+}
+
+/// The lowest valid entry whose key is `unit`: all 16 keys compared at
+/// once, so that the only branch left (found or not) is predictable. A
+/// loop over the valid entries (before 2026-11-26) left at a random entry,
+/// a mispredicted branch per search that waits for the node's miss.
+#[inline(always)]
+fn entry_for(bitmap: u64, k0: u64, k1: u64, unit: u8) -> Option<usize> {
+    let hits = (byte_mask(bytes_equal(k0, unit)) | byte_mask(bytes_equal(k1, unit)) << 8)
+        & bitmap
+        & 0xFFFF;
+    (hits != 0).then(|| hits.trailing_zeros() as usize)
 }
 
 /// [`find`] in the node's first line, already checked (`l`, at `node`;
@@ -90,17 +95,8 @@ pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
 #[inline(always)]
 pub fn find_in_line(l: WordBlock<'_, CACHE_LINE>, node: u64, unit: u8) -> Option<u64> {
     const { assert!(KEYS + 16 <= CACHE_LINE) };
-    let mut bits = l.load(BITMAP) & 0xFFFF;
     let (k0, k1) = (l.load(KEYS), l.load(KEYS + 8));
-    while bits != 0 {
-        let i = bits.trailing_zeros() as usize;
-        bits &= bits - 1;
-        let k = if i < 8 { byte(k0, i) } else { byte(k1, i - 8) };
-        if k == unit {
-            return Some(ptr_slot(node, i));
-        }
-    }
-    None
+    entry_for(l.load(BITMAP), k0, k1, unit).map(|i| ptr_slot(node, i))
 }
 
 pub(super) fn entries(pool: &Pool, node: u64) -> Result<Vec<Entry>> {
@@ -191,20 +187,23 @@ mod tests {
         let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
         let node = pool.reserve(256).unwrap().offset();
         // Random bitmaps and keys from a small alphabet, so that keys repeat
-        // (the lowest valid entry wins) and are often absent.
+        // (the lowest valid entry wins) and are often absent; the alphabet
+        // has bytes on both sides of each bit that the compare of all keys
+        // at once treats apart (0, 0x7F, 0x80, 0xFF).
+        const ALPHABET: [u8; 9] = [0, 1, 2, 0x7F, 0x80, 0x81, 0xFE, 0xFF, 0x40];
         let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..2000 {
+        for _ in 0..4000 {
             x = x.wrapping_mul(0x5851_F42D_4C95_7F2D).wrapping_add(1);
             let (mut k0, mut k1) = (x, x.rotate_left(29));
             for i in 0..8 {
-                k0 = with_byte(k0, i, byte(k0, i) % 9);
-                k1 = with_byte(k1, i, byte(k1, i) % 9);
+                k0 = with_byte(k0, i, ALPHABET[usize::from(byte(k0, i)) % 9]);
+                k1 = with_byte(k1, i, ALPHABET[usize::from(byte(k1, i)) % 9]);
             }
             pool.store_u64(node + BITMAP, x >> 40).unwrap();
             pool.store_u64(node + KEYS, k0).unwrap();
             pool.store_u64(node + KEYS + 8, k1).unwrap();
             let valid = valid(&pool, node).unwrap();
-            for unit in 0..10u8 {
+            for unit in ALPHABET.into_iter().chain([3, 0x7E]) {
                 let want = valid
                     .iter()
                     .find(|&&(k, _)| k == unit)

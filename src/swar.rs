@@ -1,0 +1,67 @@
+//! The 8 bytes of a word compared at once, without SIMD intrinsics (so
+//! without `unsafe`): how a node's key bytes are searched with no branch
+//! per byte. A loop over the keys leaves at a data-dependent entry, a
+//! branch the CPU mispredicts and resolves only when the node's line has
+//! arrived; these leave one predictable branch (found or not). Used by
+//! `hart`'s DRAM `Node16` and the radix trees' NODE4 and NODE16 in PM.
+
+/// `0x80` in every byte of `x` that is zero, `0x00` in the others. Exact:
+/// no carry crosses a byte (`(b & 0x7F) + 0x7F` is at most `0xFE`), so no
+/// false positives from borrows, unlike the shorter `(x - 0x01..) & !x`.
+#[inline(always)]
+pub fn zero_bytes(x: u64) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
+}
+
+/// `0x80` in every byte of `w` equal to `v`, `0x00` in the others.
+#[inline(always)]
+pub fn bytes_equal(w: u64, v: u8) -> u64 {
+    zero_bytes(w ^ (u64::from(v) * 0x0101_0101_0101_0101))
+}
+
+/// The high bits of `m`'s bytes (as [`zero_bytes`] gives them) as an 8-bit
+/// mask, byte `i` to bit `i`: the multiplier moves bit `8i` of `m >> 7` to
+/// bit `56 + i`, and no two of its 64 partial products land on the same
+/// bit, so nothing carries.
+#[inline(always)]
+pub fn byte_mask(m: u64) -> u64 {
+    (m >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_bytes_marks_exactly_the_zero_lanes() {
+        assert_eq!(zero_bytes(0), 0x8080_8080_8080_8080);
+        assert_eq!(zero_bytes(u64::MAX), 0);
+        assert_eq!(zero_bytes(0x0100_FF80_0001_7F00), 0x0080_0000_8000_0080);
+        // A zero lane next to 0x01 lanes (the borrow case of the short form).
+        assert_eq!(zero_bytes(0x0101_0101_0101_0100), 0x80);
+    }
+
+    /// Every pair of byte values, in every byte position, beside bytes of
+    /// other values: `bytes_equal` marks exactly the equal bytes and
+    /// `byte_mask` numbers them.
+    #[test]
+    fn all_bytes_compared_at_once_match_one_by_one() {
+        for v in 0..=255u8 {
+            for b in 0..=255u8 {
+                for i in 0..8 {
+                    // The other bytes: a spread of values around the edges.
+                    let mut w = 0x00FF_7F80_01FE_817Eu64.rotate_left(8 * (u32::from(b) % 8));
+                    w = (w & !(0xFF << (8 * i))) | u64::from(b) << (8 * i);
+                    let m = bytes_equal(w, v);
+                    let want: u64 = (0..8)
+                        .filter(|&j| (w >> (8 * j)) as u8 == v)
+                        .map(|j| 1 << j)
+                        .sum();
+                    assert_eq!(byte_mask(m), want, "{w:#x} {v:#x}");
+                    assert_eq!(m & !0x8080_8080_8080_8080, 0, "{w:#x} {v:#x}");
+                }
+            }
+        }
+    }
+}
