@@ -1,4 +1,5 @@
-//! `Node4`: up to 4 children, keys sorted, searched by a linear scan.
+//! `Node4`: up to 4 children, keys sorted, searched by a branch-free
+//! compare of its 4 key bytes (`crate::swar`).
 //!
 //! Layout (`#[repr(C)]`, 72 bytes; child slots are 8-byte words, see `child.rs`):
 //!
@@ -16,6 +17,8 @@
 #![forbid(unsafe_code)]
 
 use std::mem::size_of;
+
+use crate::swar::bytes_equal;
 
 use super::node16::Node16;
 use super::{Child, Header, InnerNode, LeafValue};
@@ -114,9 +117,13 @@ impl<V: LeafValue> InnerNode<V> for Node4<V> {
         crate::hint::prefetch(&self.children[3]);
     }
 
+    /// All four keys compared at once (`crate::swar`), the bytes past
+    /// `count` masked off: no branch per key, as in `Node16`.
     #[inline]
     fn find_pos(&self, byte: u8) -> Option<usize> {
-        self.keys[..self.count()].iter().position(|&k| k == byte)
+        let keys = u64::from(u32::from_le_bytes(self.keys));
+        let hits = bytes_equal(keys, byte) & ((1u64 << (8 * self.count())) - 1);
+        (hits != 0).then(|| hits.trailing_zeros() as usize / 8)
     }
 
     #[inline]
@@ -166,5 +173,45 @@ impl<V: LeafValue> InnerNode<V> for Node4<V> {
             .iter()
             .copied()
             .zip(self.children[..count].iter().flatten())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every set of up to 4 keys from bytes at the edges of the lane-wise
+    /// compare (0, 0x7F, 0x80, 0xFF among them), each key looked up, and
+    /// bytes past `count` left stale by a removal: `find_pos` agrees with a
+    /// scan of `keys[..count]`.
+    #[test]
+    fn find_pos_agrees_with_a_scan_and_ignores_stale_bytes() {
+        const BYTES: [u8; 6] = [0, 1, 0x7F, 0x80, 0xFE, 0xFF];
+        for set in 0u32..64 {
+            let chosen: Vec<u8> = (0..6)
+                .filter(|i| set & (1 << i) != 0)
+                .map(|i| BYTES[i])
+                .collect();
+            if chosen.len() > 4 {
+                continue;
+            }
+            let mut n = Node4::<u32>::new(Header::default());
+            for &b in &chosen {
+                n.add(b, Child::leaf(u32::from(b)));
+            }
+            // Then remove the largest, leaving it stale past `count`.
+            let mut live = chosen.clone();
+            for round in 0..2 {
+                for b in BYTES.into_iter().chain([2, 0x40]) {
+                    let want = n.keys[..n.count()].iter().position(|&k| k == b);
+                    assert_eq!(n.find_pos(b), want, "{chosen:?} round {round} byte {b:#x}");
+                    assert_eq!(want.is_some(), live.contains(&b));
+                }
+                if let Some(&last) = live.last() {
+                    n.take(last);
+                    live.pop();
+                }
+            }
+        }
     }
 }
