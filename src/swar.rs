@@ -3,7 +3,8 @@
 //! per byte. A loop over the keys leaves at a data-dependent entry, a
 //! branch the CPU mispredicts and resolves only when the node's line has
 //! arrived; these leave one predictable branch (found or not). Used by
-//! `hart`'s DRAM `Node16` and the radix trees' NODE4 and NODE16 in PM.
+//! `hart`'s DRAM `Node4` and `Node16` and the radix trees' NODE4 and
+//! NODE16 in PM.
 
 /// `0x80` in every byte of `x` that is zero, `0x00` in the others. Exact:
 /// no carry crosses a byte (`(b & 0x7F) + 0x7F` is at most `0xFE`), so no
@@ -62,6 +63,18 @@ mod tests {
                     assert_eq!(m & !0x8080_8080_8080_8080, 0, "{w:#x} {v:#x}");
                 }
             }
+        }
+    }
+
+    /// `byte_mask` of every pattern of marked lanes, 0 to 8 of them.
+    #[test]
+    fn byte_mask_numbers_every_pattern_of_lanes() {
+        for pattern in 0..=255u64 {
+            let m: u64 = (0..8)
+                .filter(|i| pattern & (1 << i) != 0)
+                .map(|i| 0x80 << (8 * i))
+                .sum();
+            assert_eq!(byte_mask(m), pattern, "{m:#x}");
         }
     }
 }

@@ -121,6 +121,7 @@ impl<V: LeafValue> InnerNode<V> for Node4<V> {
     /// `count` masked off: no branch per key, as in `Node16`.
     #[inline]
     fn find_pos(&self, byte: u8) -> Option<usize> {
+        debug_assert!(self.count() <= 4);
         let keys = u64::from(u32::from_le_bytes(self.keys));
         let hits = bytes_equal(keys, byte) & ((1u64 << (8 * self.count())) - 1);
         (hits != 0).then(|| hits.trailing_zeros() as usize / 8)

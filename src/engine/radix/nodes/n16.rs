@@ -83,9 +83,8 @@ pub fn find(pool: &Pool, node: u64, unit: u8) -> Result<Option<u64>> {
 /// a mispredicted branch per search that waits for the node's miss.
 #[inline(always)]
 fn entry_for(bitmap: u64, k0: u64, k1: u64, unit: u8) -> Option<usize> {
-    let hits = (byte_mask(bytes_equal(k0, unit)) | byte_mask(bytes_equal(k1, unit)) << 8)
-        & bitmap
-        & 0xFFFF;
+    // The two masks fill bits 0..16 only: bitmap bits above are ignored.
+    let hits = (byte_mask(bytes_equal(k0, unit)) | byte_mask(bytes_equal(k1, unit)) << 8) & bitmap;
     (hits != 0).then(|| hits.trailing_zeros() as usize)
 }
 
