@@ -12,10 +12,10 @@
 //! # Search
 //! `find_pos` compares all 16 key bytes at once without SIMD intrinsics (so
 //! without `unsafe`): each 8-byte half is XORed with the searched byte
-//! broadcast to every lane, and [`zero_bytes`] (`crate::swar`) marks the lanes that became
-//! zero. The first marked lane is the child, if it lies below `count`. The
-//! search has one data-dependent branch (which half), against up to 16 for
-//! a byte-by-byte loop.
+//! broadcast to every lane, and [`zero_bytes`] (`crate::swar`) marks the
+//! lanes that became zero. The first marked lane is the child, if it lies
+//! below `count`. The search has one data-dependent branch (which half),
+//! against up to 16 for a byte-by-byte loop.
 //!
 //! # Growth and shrink
 //! A `Node4` receiving its 5th child becomes a `Node16`; a `Node16` falling
