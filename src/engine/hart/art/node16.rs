@@ -12,10 +12,10 @@
 //! # Search
 //! `find_pos` compares all 16 key bytes at once without SIMD intrinsics (so
 //! without `unsafe`): each 8-byte half is XORed with the searched byte
-//! broadcast to every lane, and [`zero_bytes`] (`crate::swar`) marks the
-//! lanes that became zero. The first marked lane is the child, if it lies
-//! below `count`. The search has one data-dependent branch (which half),
-//! against up to 16 for a byte-by-byte loop.
+//! broadcast to every lane, and the lanes that became zero are marked
+//! (`crate::swar::bytes_equal`). The first marked lane is the child, if it
+//! lies below `count`. The search has one data-dependent branch (which
+//! half), against up to 16 for a byte-by-byte loop.
 //!
 //! # Growth and shrink
 //! A `Node4` receiving its 5th child becomes a `Node16`; a `Node16` falling
@@ -26,7 +26,7 @@
 
 use std::mem::size_of;
 
-use crate::swar::zero_bytes;
+use crate::swar::bytes_equal;
 
 use super::node4::Node4;
 use super::node48::Node48;
@@ -137,8 +137,7 @@ impl<V: LeafValue> InnerNode<V> for Node16<V> {
     fn find_pos(&self, byte: u8) -> Option<usize> {
         let [lo, hi] = [&self.keys[..8], &self.keys[8..]]
             .map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
-        let pattern = u64::from(byte) * 0x0101_0101_0101_0101;
-        let (lo, hi) = (zero_bytes(lo ^ pattern), zero_bytes(hi ^ pattern));
+        let (lo, hi) = (bytes_equal(lo, byte), bytes_equal(hi, byte));
         // The first equal byte; 16 if none. Keys are unique, and bytes past
         // `count` are stale, so the match counts only below `count`.
         let pos = if lo != 0 {

@@ -201,14 +201,14 @@ mod tests {
         // Keys on both sides of each bit that the compare of all keys at
         // once treats apart (0, 0x7F, 0x80, 0xFF).
         const ALPHABET: [u8; 6] = [0, 1, 0x7F, 0x80, 0xFF, 0x40];
+        // Slot bytes past 4 too, as a torn read may give.
+        const SLOTS: [u8; 8] = [0, 1, 2, 3, 4, 5, 0x80, 0xFF];
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..4000 {
             x = x.wrapping_mul(0x5851_F42D_4C95_7F2D).wrapping_add(1);
             let mut w = x;
             for i in 0..4 {
                 w = with_byte(w, i, ALPHABET[usize::from(byte(w, i)) % 6]);
-                // Slot bytes past 4 too, as a torn read may give.
-                const SLOTS: [u8; 8] = [0, 1, 2, 3, 4, 5, 0x80, 0xFF];
                 w = with_byte(w, 4 + i, SLOTS[usize::from(byte(w, 4 + i)) % 8]);
             }
             pool.store_u64(node + KEYS, w).unwrap();
