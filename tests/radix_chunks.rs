@@ -98,7 +98,7 @@ fn a_format_1_radix_pool_is_refused_with_a_message() {
             let pool = pmindex::pm::Pool::open(&t.path, None, &PoolConfig::default()).unwrap();
             let sb = pool.load_u64(pool.root_slot(0).unwrap()).unwrap();
             let f = pool.load_u64(sb + 8).unwrap();
-            assert_eq!(f >> 8, 3, "{engine}: format version 3");
+            assert_eq!(f >> 8, 4, "{engine}: format version 4");
             pool.store_u64(sb + 8, (f & 0xFF) | 1 << 8).unwrap();
             pool.persist(sb + 8, 8);
             pool.sync().unwrap();
@@ -109,13 +109,13 @@ fn a_format_1_radix_pool_is_refused_with_a_message() {
         let msg = err.to_string();
         assert!(msg.contains("version 1"), "{engine}: {msg}");
         // A format newer than this build reads is named as such.
-        set_version(&t.path, 4);
+        set_version(&t.path, 5);
         let err = pmindex::Db::open(&t.path, &Default::default())
             .err()
-            .unwrap_or_else(|| panic!("{engine}: a format-4 pool opened"));
+            .unwrap_or_else(|| panic!("{engine}: a format-5 pool opened"));
         let msg = err.to_string();
         assert!(
-            msg.contains("format 4, newer than this build reads"),
+            msg.contains("format 5, newer than this build reads"),
             "{engine}: {msg}"
         );
     }
@@ -204,7 +204,7 @@ fn set_version(path: &std::path::Path, version: u64) {
     pool.sync().unwrap();
 }
 
-/// A new pool (format 3) puts WORT nodes (144 bytes) and NODE16s (168) in
+/// A new pool (format 4, whose heap is format 3's) puts WORT nodes (144 bytes) and NODE16s (168) in
 /// 192-byte blocks and leaves of 300-byte values in 384-byte ones; a
 /// format 2 pool (`<engine>.format=2`), which older builds read, keeps to
 /// powers of two (256, 512) and stays format 2; and a format 2 pool with a
@@ -223,13 +223,13 @@ fn block_sizes_between_powers_of_two_only_in_format_3() {
             assert_db_eq(&db, model, engine);
             assert_check(&db, model.len(), engine);
         };
-        // Format 3.
+        // Format 4 (format 3's heap, leaf-tagged pointers).
         let t = TempPool::new();
         drop(create_db(&t.path, engine, 32 << 20));
         let mut model = Model::new();
         fill(&t.path, &mut model);
         let (version, classes) = chunk_classes(&t.path);
-        assert_eq!(version, 3, "{engine}");
+        assert_eq!(version, 4, "{engine}");
         assert!(classes.contains(&192), "{engine}: {classes:?}");
         assert!(classes.contains(&384), "{engine}: {classes:?}");
         assert!(!classes.contains(&8), "{engine}: {classes:?}");
@@ -246,7 +246,7 @@ fn block_sizes_between_powers_of_two_only_in_format_3() {
             .insert(format!("{engine}.format"), "2".into());
         drop(pmindex::Db::create(&t2.path, &opts).unwrap());
         opts.engine_config
-            .insert(format!("{engine}.format"), "4".into());
+            .insert(format!("{engine}.format"), "5".into());
         let e = pmindex::Db::create(&TempPool::new().path, &opts)
             .err()
             .unwrap();
@@ -309,19 +309,19 @@ fn a_crashed_creation_is_made_again_in_the_format_asked() {
         let image = db.pool().image();
         drop(db);
         // Published: format 2 stays 2 with the default settings, and a
-        // format 3 tree stays 3 with `format=2`.
+        // format 4 tree stays 4 with `format=2`.
         let db = pmindex::Db::open_image(&image, &common::options(engine, 32 << 20)).unwrap();
         assert_eq!(version(&db), 2, "{engine}");
         assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&[7; 300][..]));
         drop(db);
         let three = pmindex::Db::open_image(&fresh, &common::options(engine, 32 << 20)).unwrap();
-        assert_eq!(version(&three), 3, "{engine}");
+        assert_eq!(version(&three), 4, "{engine}");
         let image = three.pool().image();
         drop(three);
         let e = pmindex::Db::open_image(&image, &opts).err().unwrap();
         assert!(
             e.to_string()
-                .contains(&format!("{engine}.format=2, but this pool has format 3")),
+                .contains(&format!("{engine}.format=2, but this pool has format 4")),
             "{engine}: {e}"
         );
     }

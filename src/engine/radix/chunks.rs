@@ -152,12 +152,27 @@ fn decode(word: u64, between: bool) -> Option<u8> {
 pub struct Block {
     off: u64,
     zeroed: bool,
+    /// What a pointer to it carries: [`super::nodes::LEAF_TAG`] for a leaf
+    /// of a tree of format 4, else 0 ([`Block::as_leaf`]).
+    tag: u64,
 }
 
 impl Block {
     /// Its offset in the pool.
     pub fn offset(&self) -> u64 {
         self.off
+    }
+
+    /// The pointer word that publishes it: its offset, with the leaf tag
+    /// if it is a tagged leaf.
+    pub fn word(&self) -> u64 {
+        self.off | self.tag
+    }
+
+    /// The block, marked as a leaf whose pointers carry `tag`
+    /// ([`super::nodes::LEAF_TAG`], or 0 in a tree of format 2 or 3).
+    pub fn as_leaf(self, tag: u64) -> Block {
+        Block { tag, ..self }
     }
 
     /// The block has not been written since the pool was created: it is
@@ -425,6 +440,7 @@ impl Chunks {
             return Ok(Block {
                 off: ch.start + FIRST,
                 zeroed,
+                tag: 0,
             });
         }
         let k = usize::from(class);
@@ -458,6 +474,7 @@ impl Chunks {
         Ok(Block {
             off: start + FIRST + u64::from(i) * SIZES[k],
             zeroed,
+            tag: 0,
         })
     }
 

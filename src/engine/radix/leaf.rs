@@ -8,7 +8,9 @@
 //!
 //! A leaf is written whole into a reserved block, flushed, and published by
 //! the 8-byte store of its offset into the slot that points to it (after a
-//! fence); it is never changed in place afterwards. An update writes a new
+//! fence; in format 4 the offset carries [`super::nodes::LEAF_TAG`]); it is
+//! never changed in place afterwards. The functions here take the pointer
+//! word as it was read from a slot, tagged or not. An update writes a new
 //! leaf and stores it over the old one in the same slot.
 //!
 //! **Decision: the value lives in the leaf's block**, not behind a pointer
@@ -18,6 +20,7 @@
 
 use std::ops::Range;
 
+use super::nodes::block_of;
 use crate::engine::{ValueBuf, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::pm::{Pool, WordBlock, Words, CACHE_LINE};
@@ -106,6 +109,7 @@ pub unsafe fn write(
 
 /// Reads a leaf's word (and counts the line read).
 pub fn word(pool: &Pool, leaf: u64) -> Result<LeafWord> {
+    let leaf = block_of(leaf);
     pool.touch(leaf, 8);
     LeafWord::decode(leaf, pool.load_u64(leaf)?)
 }
@@ -119,6 +123,7 @@ pub fn word(pool: &Pool, leaf: u64) -> Result<LeafWord> {
 /// writer is reusing (the optimistic search, `search.rs`).
 #[inline(always)]
 pub fn key_matches(pm: Words<'_>, leaf: u64, w: LeafWord, key: &[u8]) -> Result<bool> {
+    let leaf = block_of(leaf);
     if w.key_len != key.len() {
         return Ok(false);
     }
@@ -159,6 +164,7 @@ pub fn find_line<'a>(
     leaf: u64,
     key: &[u8],
 ) -> Result<Option<Option<(LeafWord, WordBlock<'a, CACHE_LINE>)>>> {
+    let leaf = block_of(leaf);
     let Some(l) = pm.block::<CACHE_LINE>(leaf) else {
         return Ok(None);
     };
@@ -239,6 +245,7 @@ pub fn copy_value(
     w: LeafWord,
     buf: &mut ValueBuf,
 ) -> Result<Option<Range<usize>>> {
+    let leaf = block_of(leaf);
     // A leaf in one line (the common case, an 8-byte key and value): one
     // bounds check for the line.
     if w.size() <= CACHE_LINE {
@@ -270,6 +277,7 @@ pub fn copy_value(
 /// No writer may change or free the leaf while the slice lives (the tree's
 /// lock guarantees it; leaves are never written after publication).
 pub unsafe fn key(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
+    let leaf = block_of(leaf);
     pool.touch(leaf + HEADER, w.key_len as u64);
     // SAFETY: forwarded from the caller.
     unsafe { pool.bytes(leaf + HEADER, w.key_len as u64) }
@@ -280,6 +288,7 @@ pub unsafe fn key(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
 /// # Safety
 /// As for [`key`].
 pub unsafe fn value(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
+    let leaf = block_of(leaf);
     let off = leaf + HEADER + w.key_len as u64;
     pool.touch(off, w.value_len as u64);
     // SAFETY: forwarded from the caller.

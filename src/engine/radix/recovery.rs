@@ -46,7 +46,7 @@ impl RadixTree {
     /// Marks the blocks reached from `slot` (at tree level `level`) in
     /// `heap`: the listed children and `end` of every node, not orphans.
     fn mark(&self, heap: &mut Chunks, slot: u64, level: usize) -> Result<()> {
-        let p = self.pool.load_u64(slot)?;
+        let p = nodes::block_of(self.pool.load_u64(slot)?);
         if p == 0 {
             return Ok(());
         }
@@ -132,12 +132,29 @@ impl RadixTree {
         w: &mut Walk,
     ) -> Result<()> {
         let span = self.span;
-        let p = self.pool.load_u64(slot)?;
+        let pw = self.pool.load_u64(slot)?;
+        let p = nodes::block_of(pw);
         if p == 0 {
             return Ok(());
         }
         let word = self.pool.load_u64(p)?;
         let kind = Kind::of(p, word)?;
+        // The pointer's tag says what the block is: a leaf's pointer
+        // carries `leaf_tag` (format 4), a node's nothing. Every pointer
+        // is stored whole with one store and a block is reused only after
+        // the store that unlinked it is durable, so no crash leaves a
+        // wrong tag: it is damage, found here and by `check`.
+        let tag = if kind == Kind::Leaf { self.leaf_tag } else { 0 };
+        if pw - p != tag {
+            return self.bad(
+                w.fix,
+                p,
+                &format!(
+                    "pointer {pw:#x} in slot {slot:#x}: its leaf tag does not match its {kind:?} block (format {})",
+                    self.version
+                ),
+            );
+        }
         if kind == Kind::Leaf {
             let lw = leaf::LeafWord::decode(p, word)?;
             let size = self.block_size(p)?;

@@ -143,7 +143,11 @@ impl Search<'_> {
         // or bad pointer, a leaf, a compressed path) leaves the loop.
         macro_rules! step {
             ($unit:expr) => {{
-                // One test for null, alignment and the pool's bounds.
+                // One test for null, alignment and the pool's bounds. A
+                // leaf's tagged pointer (format 4) is odd, so it fails
+                // this test too: the loop ends as soon as the slot's word
+                // arrives, not after the leaf's line (docs/design.md §11,
+                // "Leaf-tagged pointers").
                 let Some(n) = pm.block::<{ nodes::w16::SIZE }>(p) else {
                     break;
                 };
@@ -166,7 +170,7 @@ impl Search<'_> {
             step!(b & 0x0F);
         }
         Ok(Walk {
-            p,
+            p: nodes::block_of(p),
             slot,
             d,
             lines: 1 + d as u64 + later,
@@ -192,6 +196,7 @@ impl Search<'_> {
         let mut d = 0;
         let mut lines = 1;
         for &u in key {
+            // As in `walk_w16`: a tagged leaf pointer fails this test.
             let Some(n) = pm.block::<CACHE_LINE>(p) else {
                 break;
             };
@@ -219,7 +224,12 @@ impl Search<'_> {
             p = pm.load(s)?;
             d += 1;
         }
-        Ok(Walked::To(Walk { p, slot, d, lines }))
+        Ok(Walked::To(Walk {
+            p: nodes::block_of(p),
+            slot,
+            d,
+            lines,
+        }))
     }
 
     /// [`Self::lookup_counted`] for several keys at once (at most
@@ -312,6 +322,7 @@ impl Search<'_> {
                 n -= 1;
                 live[j] = live[n];
                 let Walk { p, slot, d, later } = *w;
+                let p = nodes::block_of(p);
                 let lines = 1 + d as u64 + later;
                 f(
                     i,
@@ -366,7 +377,7 @@ impl Search<'_> {
     }
 
     /// One step of [`Self::lookup_in`]: `p` is the word read from
-    /// `at.slot` (null, a leaf or a node). Every step consumes at least one
+    /// `at.slot` (null, a leaf, tagged or not, or a node). Every step consumes at least one
     /// unit of the key, except the step into an end slot (`at_end`), after
     /// which only a leaf is accepted: so a walk ends within `klen + 2`
     /// steps even on a torn or damaged tree. Lines: the root slot's, then
@@ -382,6 +393,7 @@ impl Search<'_> {
             at_end,
             ..
         } = at;
+        let p = nodes::block_of(p);
         if p == 0 {
             return Ok(Step::Done(None, lines));
         }
@@ -546,8 +558,8 @@ struct At {
 }
 
 /// Where [`Search::walk_w16`] or [`Search::walk_bytes`] left the plain
-/// nodes: the word `p` read from `slot` after `d` nodes, and the lines
-/// read so far.
+/// nodes: the block `p` that the word read from `slot` names (its leaf
+/// tag cleared), after `d` nodes, and the lines read so far.
 struct Walk {
     p: u64,
     slot: u64,

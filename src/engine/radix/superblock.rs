@@ -15,14 +15,14 @@ use crate::pm::Pool;
 
 /// `"PMRADIX\0"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMRADIX\0");
-/// Format version of the radix trees' layout that new pools get: 3 since
-/// the heap carves block sizes between powers of two too
-/// ([`super::chunks::SIZES`]). Version 2 (blocks carved from chunks,
-/// [`super::chunks`], in powers of two only) is read and written as it
-/// is, its heap keeping to powers of two, so that older builds still open
-/// it; version 1 published every block through the substrate allocator and
-/// is not read.
-pub const VERSION: u64 = 3;
+/// Format version of the radix trees' layout that new pools get: 4 since
+/// pointers to leaves carry [`super::nodes::LEAF_TAG`]. Version 3 (block
+/// sizes between powers of two too, [`super::chunks::SIZES`], and no tag)
+/// and version 2 (blocks carved from chunks, [`super::chunks`], in powers
+/// of two only) are read and written as they are, so that older builds
+/// still open them; version 1 published every block through the substrate
+/// allocator and is not read.
+pub const VERSION: u64 = 4;
 /// The oldest version read.
 pub const OLDEST: u64 = 2;
 /// Block size.

@@ -86,7 +86,7 @@ impl RadixTree {
         match unsafe { leaf::write(&self.pool, b.offset(), key, value, skip) } {
             Ok(()) => {
                 self.flushed_new();
-                Ok(b)
+                Ok(b.as_leaf(self.leaf_tag))
             }
             Err(e) => {
                 self.cancel(b)?;
@@ -211,7 +211,7 @@ impl RadixTree {
     /// other new blocks that only `top` reaches. An error means nothing was
     /// committed: `top` and `inner` are given back.
     fn publish_new(&self, slot: u64, top: Block, inner: &[u64]) -> Result<u64> {
-        match self.publish(slot, top.offset()) {
+        match self.publish(slot, top.word()) {
             Ok(old) => Ok(old),
             Err(e) => {
                 self.cancel(top)?;
@@ -421,7 +421,10 @@ impl RadixTree {
             if !settled {
                 self.settle(Reach::Slot(slot))?;
             }
-            let p = self.pool.load_u64(slot)?;
+            // The word in the slot (a leaf's may carry its tag), and the
+            // block it names.
+            let pw = self.pool.load_u64(slot)?;
+            let p = nodes::block_of(pw);
             if p == 0 {
                 if mode == PutMode::Update {
                     return Ok(PutOutcome::Unchanged);
@@ -454,7 +457,7 @@ impl RadixTree {
                     return Ok(PutOutcome::Unchanged);
                 }
                 let l = self.take_leaf(pre, key, value)?;
-                self.expand_leaf(slot, p, lkey, key, l, d)?;
+                self.expand_leaf(slot, pw, lkey, key, l, d)?;
                 return Ok(PutOutcome::Inserted);
             }
             if at_end {
@@ -506,7 +509,8 @@ impl RadixTree {
         }
     }
 
-    /// Lazy expansion: the leaf `p` in `slot` (reached at depth `d`) and the
+    /// Lazy expansion: the leaf `p` in `slot` (reached at depth `d`; `p` is
+    /// the slot's word, moved as it is) and the
     /// new key's leaf `l` (written and flushed) go under a new node whose
     /// path is the units the two keys share. Persist order: node holding
     /// both flushed; `publish(slot, node)` (commit). `l` is given back if
@@ -533,7 +537,7 @@ impl RadixTree {
                 0
             }
         };
-        let node = match self.node_with(kind, &h, end, children, place(span, key, b), l.offset()) {
+        let node = match self.node_with(kind, &h, end, children, place(span, key, b), l.word()) {
             Ok(n) => n,
             Err(e) => {
                 self.cancel(l)?;
@@ -579,9 +583,9 @@ impl RadixTree {
                     small,
                     &parent_h,
                     0,
-                    vec![(prefix[i], copy.offset())],
+                    vec![(prefix[i], copy.word())],
                     at,
-                    l.offset(),
+                    l.word(),
                 ) {
                     Ok(parent) => Ok((copy, parent)),
                     Err(e) => {
@@ -604,8 +608,7 @@ impl RadixTree {
         // 8-byte store and flushed; publish the parent into `slot`: its first
         // fence makes all of them durable (lines 8-12), its store swaps the
         // old parent's pointer (lines 14-17, the commit).
-        let parent = match self.node_with(small, &parent_h, 0, vec![(prefix[i], p)], at, l.offset())
-        {
+        let parent = match self.node_with(small, &parent_h, 0, vec![(prefix[i], p)], at, l.word()) {
             Ok(x) => x,
             Err(e) => {
                 self.cancel(l)?;
@@ -635,7 +638,7 @@ impl RadixTree {
     /// `slot`), which does not list it; a full node is replaced by a grown
     /// copy holding it. `l` is given back if nothing was committed.
     fn add_child(&self, slot: u64, p: u64, kind: Kind, u: u8, l: Block) -> Result<()> {
-        let c = l.offset();
+        let c = l.word();
         let r = match (self.flavor, kind) {
             // Persist order: leaf flushed; publish (commit: the slot).
             (_, Kind::W16) | (_, Kind::N256) => match nodes::find(&self.pool, p, kind, u) {
@@ -687,7 +690,7 @@ impl RadixTree {
         let built = (|| {
             let h = Header::decode(self.pool.load_u64(p)?);
             let (end, ch) = self.contents(p, kind)?;
-            self.node_with(kind, &h, end, ch, Some(u), l.offset())
+            self.node_with(kind, &h, end, ch, Some(u), l.word())
         })();
         match built {
             Ok(copy) => self.publish_block(slot, copy, &[l.offset()]),
@@ -726,7 +729,7 @@ impl RadixTree {
         // As in `put_walk`: only a leaf after a step into an end slot.
         let mut at_end = false;
         loop {
-            let p = self.pool.load_u64(slot)?;
+            let p = nodes::block_of(self.pool.load_u64(slot)?);
             if p == 0 {
                 return Ok(false);
             }

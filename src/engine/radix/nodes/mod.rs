@@ -94,6 +94,20 @@ pub const END: u64 = 8;
 /// Offset of the kind-specific body.
 pub const BODY: u64 = 16;
 
+/// Bit 0 of a pointer word (a child, `end` or the root slot) in a tree of
+/// format 4: set when the block it names is a leaf. Blocks are line-aligned,
+/// so the bit is free; a search then knows it has reached a leaf as soon as
+/// the slot's word arrives, before the leaf's own line (docs/design.md §11,
+/// "Leaf-tagged pointers"). Trees of formats 2 and 3 never set it. Nodes'
+/// pointers are never tagged.
+pub const LEAF_TAG: u64 = 1;
+
+/// The block a pointer word names: the word without [`LEAF_TAG`].
+#[inline(always)]
+pub fn block_of(word: u64) -> u64 {
+    word & !LEAF_TAG
+}
+
 /// What a block is (low 4 bits of its first word).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -281,8 +295,10 @@ fn fill_direct(body: &mut [u8], children: &[(u8, u64)]) {
     }
 }
 
-/// The kind of the block at `off` (reads its first word).
+/// The kind of the block that the pointer word `off` names (reads its
+/// first word).
 pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
+    let off = block_of(off);
     pool.touch(off, 8);
     Kind::of(off, pool.load_u64(off)?)
 }
