@@ -152,8 +152,9 @@ fn decode(word: u64, between: bool) -> Option<u8> {
 pub struct Block {
     off: u64,
     zeroed: bool,
-    /// What a pointer to it carries: [`super::nodes::LEAF_TAG`] for a leaf
-    /// of a tree of format 4, else 0 ([`Block::as_leaf`]).
+    /// What a pointer to it carries ([`super::nodes::TAGS`]): the leaf tag
+    /// for a leaf, or a WORT node's slot map, in a tree of format 4; else 0
+    /// ([`Block::tagged`]).
     tag: u64,
 }
 
@@ -163,15 +164,15 @@ impl Block {
         self.off
     }
 
-    /// The pointer word that publishes it: its offset, with the leaf tag
-    /// if it is a tagged leaf.
+    /// The pointer word that publishes it: its offset and its tag.
     pub fn word(&self) -> u64 {
         self.off | self.tag
     }
 
-    /// The block, marked as a leaf whose pointers carry `tag`
-    /// ([`super::nodes::LEAF_TAG`], or 0 in a tree of format 2 or 3).
-    pub fn as_leaf(self, tag: u64) -> Block {
+    /// The block, whose pointers carry `tag` (bits of
+    /// [`super::nodes::TAGS`]).
+    pub fn tagged(self, tag: u64) -> Block {
+        debug_assert_eq!(tag & !super::nodes::TAGS, 0);
         Block { tag, ..self }
     }
 

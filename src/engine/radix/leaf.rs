@@ -334,17 +334,21 @@ mod tests {
         assert_eq!(find_in_line(pm, short, b"key-onf").unwrap(), Some(None));
         assert_eq!(find_in_line(pm, short, b"key-on").unwrap(), Some(None));
         assert_eq!(find_in_line(pm, short, b"key-one!").unwrap(), Some(None));
-        // A leaf of two lines, null, an unaligned offset, a non-leaf word
-        // (zeroes), and offsets past the pool: not for this path.
+        // The pointer word with its leaf tag names the same leaf.
+        assert_eq!(
+            find_in_line(pm, short | super::super::nodes::LEAF_TAG, b"key-one").unwrap(),
+            Some(Some(w(b"key-one", 5)))
+        );
+        // A leaf of two lines, null, a non-leaf word (zeroes), and offsets
+        // past the pool: not for this path.
         assert_eq!(find_in_line(pm, long, b"key-two").unwrap(), None);
         assert_eq!(find_in_line(pm, 0, b"key-one").unwrap(), None);
-        assert_eq!(find_in_line(pm, short + 4, b"key-one").unwrap(), None);
         assert_eq!(
             find_in_line(pm, short + CACHE_LINE, b"key-one").unwrap(),
             None
         );
         assert_eq!(find_in_line(pm, end, b"k").unwrap(), None);
-        assert_eq!(find_in_line(pm, end - 8, b"k").unwrap(), None);
+        assert_eq!(find_in_line(pm, end + CACHE_LINE, b"k").unwrap(), None);
         // The last line of the pool.
         assert_eq!(
             find_in_line(pm, last, b"k").unwrap(),

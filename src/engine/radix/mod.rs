@@ -370,7 +370,12 @@ impl RadixTree {
                 acc.1 += 1;
                 return Ok(());
             }
-            walk(t, t.pool.load_u64(p + END)?, depth + 1, acc)?;
+            walk(
+                t,
+                t.pool.load_u64(nodes::block_of(p) + END)?,
+                depth + 1,
+                acc,
+            )?;
             for e in nodes::entries(&t.pool, p, kind)? {
                 walk(t, e.ptr, depth + 1, acc)?;
             }
@@ -422,7 +427,7 @@ impl RadixTree {
             if k == Kind::Leaf {
                 return Ok(ptr);
             }
-            let end = self.pool.load_u64(ptr + END)?;
+            let end = self.pool.load_u64(nodes::block_of(ptr) + END)?;
             ptr = if end != 0 {
                 end
             } else {
@@ -462,7 +467,7 @@ impl RadixTree {
             let v = unsafe { leaf::value(&self.pool, ptr, lw)? };
             return Ok(f(k, v));
         }
-        let h = Header::decode(self.pool.load_u64(ptr)?);
+        let h = Header::decode(self.pool.load_u64(nodes::block_of(ptr))?);
         let units = self.path_units(ptr, &h, d)?;
         path.truncate(d);
         path.extend_from_slice(&units);
@@ -473,7 +478,7 @@ impl RadixTree {
             return Ok(false);
         }
         let br = h.branch();
-        let end = self.pool.load_u64(ptr + END)?;
+        let end = self.pool.load_u64(nodes::block_of(ptr) + END)?;
         if end != 0 {
             // Only a leaf ends a key here; a node in an end slot (damage)
             // would be walked at the same depth again, without end.
@@ -1248,10 +1253,11 @@ mod tests {
             t.put(&[1, 5], b"b", PutMode::Upsert).unwrap();
             let n = pool.load_u64(t.root_slot()).unwrap();
             assert_ne!(nodes::kind(&pool, n).unwrap(), Kind::Leaf);
-            assert_ne!(pool.load_u64(n + END).unwrap(), 0);
+            let end = nodes::block_of(n) + END;
+            assert_ne!(pool.load_u64(end).unwrap(), 0);
             // Damage: the end slot points back at its node, a cycle that
             // a walk would follow for ever without the end-slot check.
-            pool.store_u64(n + END, n).unwrap();
+            pool.store_u64(end, n).unwrap();
             let e = t.search().lookup(&[1]).unwrap_err().to_string();
             assert!(e.contains("end slot"), "{flavor:?}: {e}");
             // The batched search too, beside a key it still finds.
@@ -1315,7 +1321,7 @@ mod tests {
             let kind = nodes::kind(&t.pool, w).unwrap();
             out.push((slot, w, kind));
             if kind != Kind::Leaf {
-                walk(t, w + END, out);
+                walk(t, nodes::block_of(w) + END, out);
                 for e in nodes::entries(&t.pool, w, kind).unwrap() {
                     walk(t, e.slot, out);
                 }
@@ -1326,12 +1332,13 @@ mod tests {
         out
     }
 
-    /// Format 4 tags every pointer to a leaf and no pointer to a node, in
-    /// every place a leaf's pointer is stored or moved: an insert into an
-    /// empty slot and into each ART kind (in place and by copy), a leaf
-    /// expansion, a split, growth, an update, an `end` slot, a shrink, and
-    /// a merge that moves a leaf up (to the root too). Formats 2 and 3 tag
-    /// nothing. Searches, scans, `check` and a reopen agree with a model.
+    /// Format 4 tags every pointer to a leaf, and no pointer to a node but
+    /// a WORT node's slot map (some nonzero), in every place a pointer is
+    /// stored or moved: an insert into an empty slot and into each ART
+    /// kind (in place and by copy), a leaf expansion, a split, growth, an
+    /// update, an `end` slot, a shrink, and a merge that moves a leaf or a
+    /// node up (a leaf to the root too). Formats 2 and 3 tag nothing.
+    /// Searches, `check` and a reopen agree with a model.
     #[test]
     fn leaf_pointers_are_tagged_in_format_4_only() {
         for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
@@ -1341,20 +1348,24 @@ mod tests {
                 );
                 let mut t = RadixTree::create_format(Arc::clone(&pool), flavor, version).unwrap();
                 let mut model = std::collections::BTreeMap::new();
+                let maps = std::cell::Cell::new(0);
                 let tags = |t: &RadixTree| {
                     let words = pointer_words(t);
                     assert!(!words.is_empty());
                     for (slot, w, kind) in words {
-                        let want = if kind == Kind::Leaf && version >= 4 {
-                            nodes::LEAF_TAG
-                        } else {
-                            0
-                        };
-                        assert_eq!(
-                            w & 63,
-                            want,
+                        let what = format!(
                             "{flavor:?} format {version}: slot {slot:#x} holds {w:#x} ({kind:?})"
                         );
+                        assert_eq!(w & 63, w & nodes::TAGS, "{what}");
+                        match kind {
+                            _ if version < 4 => assert_eq!(w & nodes::TAGS, 0, "{what}"),
+                            Kind::Leaf => assert_eq!(w & nodes::TAGS, nodes::LEAF_TAG, "{what}"),
+                            Kind::W16 => {
+                                assert_eq!(w & nodes::LEAF_TAG, 0, "{what}");
+                                maps.set(maps.get() + usize::from(w & nodes::w16::MAP != 0));
+                            }
+                            _ => assert_eq!(w & nodes::TAGS, 0, "{what}"),
+                        }
                     }
                 };
                 // One leaf at the root.
@@ -1394,6 +1405,12 @@ mod tests {
                 let (slot, w, kind) = pointer_words(&t)[0];
                 assert_eq!((slot, kind), (t.root_slot(), Kind::Leaf), "{flavor:?}");
                 assert_eq!(w & nodes::LEAF_TAG, u64::from(version >= 4));
+                let maps = maps.get();
+                assert_eq!(
+                    maps > 0,
+                    flavor == Flavor::Wort && version >= 4,
+                    "{flavor:?} format {version}: {maps} WORT nodes with a map"
+                );
                 for k in ["pre/123", "pre/12", "x"] {
                     let mut got = None;
                     t.get_with(k.as_bytes(), &mut |v| got = Some(v.to_vec()))

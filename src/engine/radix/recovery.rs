@@ -46,7 +46,8 @@ impl RadixTree {
     /// Marks the blocks reached from `slot` (at tree level `level`) in
     /// `heap`: the listed children and `end` of every node, not orphans.
     fn mark(&self, heap: &mut Chunks, slot: u64, level: usize) -> Result<()> {
-        let p = nodes::block_of(self.pool.load_u64(slot)?);
+        let pw = self.pool.load_u64(slot)?;
+        let p = nodes::block_of(pw);
         if p == 0 {
             return Ok(());
         }
@@ -59,7 +60,7 @@ impl RadixTree {
             return Ok(());
         }
         self.mark(heap, p + END, level + 1)?;
-        for e in nodes::entries(&self.pool, p, kind)? {
+        for e in nodes::entries(&self.pool, pw, kind)? {
             if e.ptr != 0 {
                 self.mark(heap, e.slot, level + 1)?;
             }
@@ -139,13 +140,18 @@ impl RadixTree {
         }
         let word = self.pool.load_u64(p)?;
         let kind = Kind::of(p, word)?;
-        // The pointer's tag says what the block is: a leaf's pointer
-        // carries `leaf_tag` (format 4), a node's nothing. Every pointer
-        // is stored whole with one store and a block is reused only after
-        // the store that unlinked it is durable, so no crash leaves a
-        // wrong tag: it is damage, found here and by `check`.
-        let tag = if kind == Kind::Leaf { self.leaf_tag } else { 0 };
-        if pw - p != tag {
+        // The pointer's tags say what the block is: a leaf's pointer
+        // carries `leaf_tag` (format 4), a WORT node's its slot map (any
+        // map, in format 4), an ART node's nothing. Every pointer is
+        // stored whole with one store and a block is reused only after the
+        // store that unlinked it is durable, so no crash leaves a wrong
+        // tag: it is damage, found here and by `check`.
+        let tags_ok = match kind {
+            Kind::Leaf => pw - p == self.leaf_tag,
+            Kind::W16 if self.leaf_tag != 0 => (pw - p) & nodes::LEAF_TAG == 0,
+            _ => pw == p,
+        };
+        if !tags_ok {
             return self.bad(
                 w.fix,
                 p,
@@ -197,7 +203,7 @@ impl RadixTree {
                     "node depth differs from the depth it is reached at",
                 );
             }
-            self.repair_header(p, kind, &h, d)?;
+            self.repair_header(pw, kind, &h, d)?;
             h = Header::decode(self.pool.load_u64(p)?);
         }
         let orphans = nodes::orphans(&self.pool, p, kind)?;
@@ -213,7 +219,7 @@ impl RadixTree {
             }
             self.pool.fence();
         }
-        let entries = nodes::entries(&self.pool, p, kind)?;
+        let entries = nodes::entries(&self.pool, pw, kind)?;
         if entries.iter().any(|e| e.ptr == 0) {
             return self.bad(w.fix, p, "node lists a child with a null pointer");
         }
@@ -239,20 +245,22 @@ impl RadixTree {
         Ok(())
     }
 
-    /// Algorithm 2 (RecoverHeader): node `p`, reached at depth `d`, has a
+    /// Algorithm 2 (RecoverHeader): node `pw` (its pointer word), reached at depth `d`, has a
     /// header left by a crash inside a split or a merge. Its branch position
     /// is the length of the common prefix of two leaves under two different
     /// children (one leaf if it has one child: then the branch position in
     /// the header, which splits and merges do not change). Persist order:
     /// the rebuilt header with one 8-byte store; flush; fence.
-    fn repair_header(&self, p: u64, kind: Kind, h: &Header, d: usize) -> Result<()> {
+    fn repair_header(&self, pw: u64, kind: Kind, h: &Header, d: usize) -> Result<()> {
         let span = self.span;
+        // The pointer word lists the children; the block holds the header.
+        let p = nodes::block_of(pw);
         let mut subtrees: Vec<u64> = Vec::new();
         let end = self.pool.load_u64(p + END)?;
         if end != 0 {
             subtrees.push(end);
         }
-        subtrees.extend(self.children(p, kind)?.into_iter().map(|c| c.1));
+        subtrees.extend(self.children(pw, kind)?.into_iter().map(|c| c.1));
         let first = *subtrees
             .first()
             .ok_or_else(|| Error::corrupt(p, "radix: node without children"))?;

@@ -143,23 +143,27 @@ impl Search<'_> {
         // or bad pointer, a leaf, a compressed path) leaves the loop.
         macro_rules! step {
             ($unit:expr) => {{
-                // One test for null, alignment and the pool's bounds. A
-                // leaf's tagged pointer (format 4) is odd, so it fails
-                // this test too: the loop ends as soon as the slot's word
-                // arrives, not after the leaf's line (docs/design.md §11,
-                // "Leaf-tagged pointers").
-                let Some(n) = pm.block::<{ nodes::w16::SIZE }>(p) else {
+                // One test for null, alignment and the pool's bounds, of
+                // the word without its slot map (format 4). A leaf's
+                // tagged pointer is odd, so it fails this test too: the
+                // loop ends as soon as the slot's word arrives, not after
+                // the leaf's line (docs/design.md §11, "Leaf-tagged
+                // pointers").
+                let base = p & !nodes::w16::MAP;
+                let Some(n) = pm.block::<{ nodes::w16::SIZE }>(base) else {
                     break;
                 };
                 if n.load(0) & Header::PLAIN_MASK != plain {
                     break;
                 }
                 let u: u8 = $unit;
-                // Nodes are line-aligned: the slot's line is known from
-                // the unit, so the count waits for no load.
-                later += nodes::w16::slot_in_later_line(u);
-                slot = nodes::w16::slot(p, u);
-                p = n.load(slot - p);
+                // The slot, from the pointer's map and the unit: its load
+                // does not wait for the header's, and its line is counted
+                // without a load.
+                let (at, l) = nodes::w16::slot_at(p, u);
+                later += l;
+                slot = base + at;
+                p = n.load(at);
                 d += 1;
                 plain += 1 << 4;
             }};
@@ -293,23 +297,24 @@ impl Search<'_> {
                 let w = &mut walks[i];
                 // One step of `lookup_w16`'s loop; `false` where it breaks.
                 let stepped = w.d < 2 * key.len()
-                    && match pm.block::<{ nodes::w16::SIZE }>(w.p) {
+                    && match pm.block::<{ nodes::w16::SIZE }>(w.p & !nodes::w16::MAP) {
                         Some(n)
                             if n.load(0) & Header::PLAIN_MASK == plain + ((w.d as u64) << 4) =>
                         {
                             let u = Span::Nibble.unit(key, w.d);
-                            w.later += nodes::w16::slot_in_later_line(u);
-                            w.slot = nodes::w16::slot(w.p, u);
-                            w.p = n.load(w.slot - w.p);
+                            let (at, l) = nodes::w16::slot_at(w.p, u);
+                            w.later += l;
+                            w.slot = nodes::block_of(w.p) + at;
+                            w.p = n.load(at);
                             w.d += 1;
                             // The next node's header and slot lines, or the
                             // leaf's line, needed next round.
-                            pm.prefetch(w.p);
-                            // `w.p` is not checked yet: wrapping, so that
-                            // a torn or damaged word cannot overflow.
+                            pm.prefetch(nodes::block_of(w.p));
+                            // `w.p` is not checked yet: `slot` wraps, so
+                            // that a torn or damaged word cannot overflow.
                             if w.d < 2 * key.len() {
                                 let u = Span::Nibble.unit(key, w.d);
-                                pm.prefetch(w.p.wrapping_add(nodes::w16::slot(0, u)));
+                                pm.prefetch(nodes::w16::slot(w.p, u));
                             }
                             true
                         }
@@ -393,7 +398,8 @@ impl Search<'_> {
             at_end,
             ..
         } = at;
-        let p = nodes::block_of(p);
+        // The word (a WORT node's slot map is in it) and the block.
+        let (pw, p) = (p, nodes::block_of(p));
         if p == 0 {
             return Ok(Step::Done(None, lines));
         }
@@ -456,7 +462,7 @@ impl Search<'_> {
             if w & 0xF != Kind::W16 as u64 {
                 return Err(Error::corrupt(p, "radix: not a WORT node"));
             }
-            let s = nodes::w16::slot(p, u);
+            let s = nodes::w16::slot(pw, u);
             return Ok(next(s, lines + new_line(p, s)));
         }
         let (found, before) = match Kind::of(p, w)? {

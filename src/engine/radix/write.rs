@@ -86,7 +86,7 @@ impl RadixTree {
         match unsafe { leaf::write(&self.pool, b.offset(), key, value, skip) } {
             Ok(()) => {
                 self.flushed_new();
-                Ok(b.as_leaf(self.leaf_tag))
+                Ok(b.tagged(self.leaf_tag))
             }
             Err(e) => {
                 self.cancel(b)?;
@@ -119,8 +119,19 @@ impl RadixTree {
             large.resize(size, 0);
             &mut large[..]
         };
-        nodes::image(img, kind, hdr.encode(), end, children);
-        let b = self.reserve(kind.size())?;
+        // Format 4: a WORT node's slot map, chosen to put its children in
+        // the header's line (`w16::map_for`); pointers to it carry it.
+        let map = if kind == Kind::W16 && self.leaf_tag != 0 {
+            let mut units = [0u8; 16];
+            for (u, c) in units.iter_mut().zip(children) {
+                *u = c.0;
+            }
+            nodes::w16::map_for(&units[..children.len().min(16)])
+        } else {
+            0
+        };
+        nodes::image(img, kind, hdr.encode(), end, children, map);
+        let b = self.reserve(kind.size())?.tagged(map);
         let flush = !(self.pool.fault(Fault::ArtCowSkipCopyFlush) && self.flavor == Flavor::ArtCow);
         if let Err(e) = self.write_image(&b, img, flush) {
             self.cancel(b)?;
@@ -192,8 +203,11 @@ impl RadixTree {
     /// [`Self::children`]), with the batch's held commits into it stored
     /// first.
     fn contents(&self, node: u64, kind: Kind) -> Result<(u64, Vec<(u8, u64)>)> {
-        self.settle(Reach::Copy(node, kind))?;
-        Ok((self.pool.load_u64(node + END)?, self.children(node, kind)?))
+        self.settle(Reach::Copy(nodes::block_of(node), kind))?;
+        Ok((
+            self.pool.load_u64(nodes::block_of(node) + END)?,
+            self.children(node, kind)?,
+        ))
     }
 
     /// Non-null visible children as (unit, pointer). In a batch of puts,
@@ -471,7 +485,7 @@ impl RadixTree {
                 d
             } else {
                 let h = Header::decode(w);
-                let prefix = self.path_units(p, &h, d)?;
+                let prefix = self.path_units(pw, &h, d)?;
                 let mismatch = (0..prefix.len())
                     .find(|&i| d + i >= klen || span.unit(key, d + i) != prefix[i]);
                 if let Some(i) = mismatch {
@@ -479,7 +493,7 @@ impl RadixTree {
                         return Ok(PutOutcome::Unchanged);
                     }
                     let l = self.take_leaf(pre, key, value)?;
-                    self.split(slot, p, kind, &h, d, i, &prefix, key, l)?;
+                    self.split(slot, pw, kind, &h, d, i, &prefix, key, l)?;
                     return Ok(PutOutcome::Inserted);
                 }
                 h.branch()
@@ -491,7 +505,7 @@ impl RadixTree {
                 continue;
             }
             let u = span.unit(key, b);
-            if let Some(s) = nodes::find(&self.pool, p, kind, u)? {
+            if let Some(s) = nodes::find(&self.pool, pw, kind, u)? {
                 self.settle(Reach::Slot(s))?;
                 if self.pool.load_u64(s)? != 0 {
                     slot = s;
@@ -504,7 +518,7 @@ impl RadixTree {
                 return Ok(PutOutcome::Unchanged);
             }
             let l = self.take_leaf(pre, key, value)?;
-            self.add_child(slot, p, kind, u, l)?;
+            self.add_child(slot, pw, kind, u, l)?;
             return Ok(PutOutcome::Inserted);
         }
     }
@@ -616,6 +630,8 @@ impl RadixTree {
             }
         };
         let word = node_h.encode();
+        // The node's block (`p` is its pointer word, moved whole above).
+        let p = nodes::block_of(p);
         if self.pool.fault(Fault::WortTornHeader) && self.flavor == Flavor::Wort {
             // Injected bug: the header written as two 4-byte halves.
             // SAFETY: only `put` (under `&mut self`, the tree lock held for
@@ -688,7 +704,7 @@ impl RadixTree {
     /// given back if nothing was committed.
     fn copy_with(&self, slot: u64, p: u64, kind: Kind, u: u8, l: Block) -> Result<()> {
         let built = (|| {
-            let h = Header::decode(self.pool.load_u64(p)?);
+            let h = Header::decode(self.pool.load_u64(nodes::block_of(p))?);
             let (end, ch) = self.contents(p, kind)?;
             self.node_with(kind, &h, end, ch, Some(u), l.word())
         })();
@@ -705,7 +721,7 @@ impl RadixTree {
     /// Persist order: copy flushed; `publish(slot, copy)` (commit); the old
     /// node is released.
     pub(super) fn resize(&self, slot: u64, p: u64, kind: Kind, to: Kind) -> Result<()> {
-        let h = Header::decode(self.pool.load_u64(p)?);
+        let h = Header::decode(self.pool.load_u64(nodes::block_of(p))?);
         let (end, ch) = self.contents(p, kind)?;
         let copy = self.new_node(to, &h, end, &ch)?;
         self.publish_block(slot, copy, &[])
@@ -729,7 +745,10 @@ impl RadixTree {
         // As in `put_walk`: only a leaf after a step into an end slot.
         let mut at_end = false;
         loop {
-            let p = nodes::block_of(self.pool.load_u64(slot)?);
+            // The slot's word (moved whole, and a WORT node's map), and the
+            // block it names.
+            let pw = self.pool.load_u64(slot)?;
+            let p = nodes::block_of(pw);
             if p == 0 {
                 return Ok(false);
             }
@@ -750,15 +769,15 @@ impl RadixTree {
                 return Ok(false);
             }
             if klen == b {
-                parent = Some((slot, p, kind, None, d));
+                parent = Some((slot, pw, kind, None, d));
                 slot = p + END;
                 at_end = true;
                 continue;
             }
             let u = span.unit(key, b);
-            match nodes::find(&self.pool, p, kind, u)? {
+            match nodes::find(&self.pool, pw, kind, u)? {
                 Some(s) if self.pool.load_u64(s)? != 0 => {
-                    parent = Some((slot, p, kind, Some(u), d));
+                    parent = Some((slot, pw, kind, Some(u), d));
                     slot = s;
                     d = b + 1;
                 }
@@ -775,7 +794,7 @@ impl RadixTree {
             return Ok(true);
         };
         let leaf = self.pool.load_u64(slot)?;
-        let end = self.pool.load_u64(n + END)?;
+        let end = self.pool.load_u64(nodes::block_of(n) + END)?;
         let rest_end = if pos.is_none() { 0 } else { end };
         // The node's other children, counted as far as the choices below
         // need (merge at one left, shrink at the kind's threshold), and
@@ -861,7 +880,7 @@ impl RadixTree {
                 // Persist order: a copy without the entry (of the smaller
                 // kind if it shrinks) flushed; publish (commit); the node is
                 // released. A full pool removes in place, as WOART does.
-                let h = Header::decode(self.pool.load_u64(n)?);
+                let h = Header::decode(self.pool.load_u64(nodes::block_of(n))?);
                 let to = nkind.shrunk(rest.len()).unwrap_or(nkind);
                 return match self.new_node(to, &h, rest_end, rest) {
                     Ok(copy) => self.publish_block(nslot, copy, &[]).map(|()| false),
@@ -896,7 +915,8 @@ impl RadixTree {
             self.release_unlinked(n);
             return Ok(());
         }
-        let ch = Header::decode(self.pool.load_u64(q)?);
+        let qb = nodes::block_of(q);
+        let ch = Header::decode(self.pool.load_u64(qb)?);
         let lk = leaf::key_vec(&self.pool, self.any_leaf(q)?)?;
         if self.span.len(&lk) < ch.branch() {
             return Err(Error::corrupt(
@@ -911,7 +931,7 @@ impl RadixTree {
             &self.span.units(&lk, nd, ch.branch()),
         );
         if self.flavor == Flavor::ArtCow {
-            let cend = self.pool.load_u64(q + END)?;
+            let cend = self.pool.load_u64(qb + END)?;
             let cch = self.children(q, qkind)?;
             match self.new_node(qkind, &merged, cend, &cch) {
                 Ok(copy) => {
@@ -924,8 +944,8 @@ impl RadixTree {
                 Err(e) => return Err(e),
             }
         }
-        self.pool.store_u64(q, merged.encode())?;
-        self.pool.flush(q, 8);
+        self.pool.store_u64(qb, merged.encode())?;
+        self.pool.flush(qb, 8);
         self.publish(nslot, q)?;
         self.release_unlinked(n);
         Ok(())

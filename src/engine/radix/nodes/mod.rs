@@ -96,16 +96,22 @@ pub const BODY: u64 = 16;
 
 /// Bit 0 of a pointer word (a child, `end` or the root slot) in a tree of
 /// format 4: set when the block it names is a leaf. Blocks are line-aligned,
-/// so the bit is free; a search then knows it has reached a leaf as soon as
-/// the slot's word arrives, before the leaf's own line (docs/design.md §11,
-/// "Leaf-tagged pointers"). Trees of formats 2 and 3 never set it. Nodes'
-/// pointers are never tagged.
+/// so the low 6 bits of an offset are free; a search then knows it has
+/// reached a leaf as soon as the slot's word arrives, before the leaf's own
+/// line (docs/design.md §11, "Leaf-tagged pointers"). Bits 1..6 of a
+/// pointer to a WORT node hold its slot map ([`w16::MAP`]). Trees of
+/// formats 2 and 3 set none of these bits; pointers to ART nodes never do.
 pub const LEAF_TAG: u64 = 1;
 
-/// The block a pointer word names: the word without [`LEAF_TAG`].
+/// The bits of a pointer word that are not the block's offset.
+pub const TAGS: u64 = LEAF_TAG | w16::MAP;
+
+/// The block a pointer word names: the word without [`TAGS`]. Code that
+/// reads or writes the block's words takes this; code that moves the
+/// pointer (into another slot, a copy) keeps the word whole.
 #[inline(always)]
 pub fn block_of(word: u64) -> u64 {
-    word & !LEAF_TAG
+    word & !TAGS
 }
 
 /// What a block is (low 4 bits of its first word).
@@ -239,8 +245,9 @@ impl Entry {
 }
 
 /// Entries of a node whose body is a plain array of `n` child pointers
-/// indexed by unit (WORT's 16 and NODE256): the non-null slots.
+/// indexed by unit (NODE256): the non-null slots.
 fn direct_entries(pool: &Pool, node: u64, n: u16) -> Result<Vec<Entry>> {
+    let node = block_of(node);
     let mut out = Vec::new();
     for u in 0..n {
         let unit = u as u8;
@@ -277,7 +284,11 @@ pub fn count_other(
     };
     let mut c = 0;
     for u in 0..n {
-        if Some(u as u8) != skip && pool.load_u64(node + BODY + 8 * u64::from(u))? != 0 {
+        let slot = match kind {
+            Kind::W16 => w16::slot(node, u as u8),
+            _ => block_of(node) + BODY + 8 * u64::from(u),
+        };
+        if Some(u as u8) != skip && pool.load_u64(slot)? != 0 {
             c += 1;
             if c > limit {
                 break;
@@ -287,7 +298,7 @@ pub fn count_other(
     Ok(c)
 }
 
-/// Writes `children` into a direct array body (WORT's 16 and NODE256).
+/// Writes `children` into a direct array body (NODE256).
 fn fill_direct(body: &mut [u8], children: &[(u8, u64)]) {
     for &(u, p) in children {
         let o = 8 * usize::from(u);
@@ -307,8 +318,13 @@ pub fn kind(pool: &Pool, off: u64) -> Result<Kind> {
 /// an empty WORT or NODE256 slot).
 #[inline(always)]
 pub fn find(pool: &Pool, node: u64, kind: Kind, unit: u8) -> Result<Option<u64>> {
+    // A WORT node's map is in the pointer word; the others take the block.
+    if kind == Kind::W16 {
+        return Ok(Some(w16::slot(node, unit)));
+    }
+    let node = block_of(node);
     match kind {
-        Kind::W16 => Ok(Some(w16::slot(node, unit))),
+        Kind::W16 => unreachable!("above"),
         Kind::N4 => n4::find(pool, node, unit),
         Kind::N16 => n16::find(pool, node, unit),
         Kind::N48 => n48::find(pool, node, unit),
@@ -319,9 +335,13 @@ pub fn find(pool: &Pool, node: u64, kind: Kind, unit: u8) -> Result<Option<u64>>
 
 /// Visible children in unit order (WORT and NODE256: non-null slots only).
 pub fn entries(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<Entry>> {
-    pool.touch(node, kind.size());
+    pool.touch(block_of(node), kind.size());
+    if kind == Kind::W16 {
+        return w16::entries(pool, node);
+    }
+    let node = block_of(node);
     match kind {
-        Kind::W16 => w16::entries(pool, node),
+        Kind::W16 => unreachable!("above"),
         Kind::N4 => n4::entries(pool, node),
         Kind::N16 => n16::entries(pool, node),
         Kind::N48 => n48::entries(pool, node),
@@ -366,8 +386,9 @@ pub fn orphans(pool: &Pool, node: u64, kind: Kind) -> Result<Vec<u64>> {
 
 /// Writes the bytes of a fresh node into `b` (exactly `kind.size()`
 /// bytes, all zero): `hdr` (its kind bits must be `kind`), `end`, and
-/// `children` (unit, pointer) in unit order, all visible.
-pub fn image(b: &mut [u8], kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)]) {
+/// `children` (unit, pointer) in unit order, all visible; `map`: the bits
+/// that pointers to a WORT node will carry ([`w16::MAP`]; 0 for the others).
+pub fn image(b: &mut [u8], kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)], map: u64) {
     debug_assert_eq!(hdr & 0xF, kind as u64);
     debug_assert_eq!(b.len() as u64, kind.size());
     debug_assert!(b.iter().all(|&x| x == 0));
@@ -377,7 +398,7 @@ pub fn image(b: &mut [u8], kind: Kind, hdr: u64, end: u64, children: &[(u8, u64)
     b[8..16].copy_from_slice(&end.to_le_bytes());
     let body = &mut b[BODY as usize..];
     match kind {
-        Kind::W16 => w16::fill(body, children),
+        Kind::W16 => w16::fill(body, children, map),
         Kind::N4 => n4::fill(body, children),
         Kind::N16 => n16::fill(body, children),
         Kind::N48 => n48::fill(body, children),
@@ -409,7 +430,7 @@ mod tests {
         for kind in [Kind::N4, Kind::N16, Kind::N48] {
             let node = pool.reserve(kind.size()).unwrap().offset();
             let mut b = vec![0u8; kind.size() as usize];
-            image(&mut b, kind, kind as u64, 0, &[]);
+            image(&mut b, kind, kind as u64, 0, &[], 0);
             // SAFETY: the block is ours alone (a test pool).
             unsafe { pool.write_bytes(node, &b).unwrap() };
             let cap = kind.capacity();
@@ -447,12 +468,21 @@ mod tests {
     }
 
     /// `count_other` counts what `entries` lists besides the skipped unit,
-    /// up to its limit, for every kind, fill, skipped unit and limit.
+    /// up to its limit, for every kind, fill, skipped unit and limit (and
+    /// WORT slot maps); `entries` lists the units written, in order.
     #[test]
     fn count_other_agrees_with_entries_up_to_its_limit() {
         let pool = Pool::create_anonymous(8 << 20, "test", &Default::default()).unwrap();
-        for kind in [Kind::W16, Kind::N4, Kind::N16, Kind::N48, Kind::N256] {
-            let node = pool.reserve(kind.size()).unwrap().offset();
+        for (kind, map) in [
+            (Kind::W16, 0),
+            (Kind::W16, 0x2A),
+            (Kind::W16, w16::MAP),
+            (Kind::N4, 0),
+            (Kind::N16, 0),
+            (Kind::N48, 0),
+            (Kind::N256, 0),
+        ] {
+            let node = pool.reserve(kind.size()).unwrap().offset() | map;
             let cap = kind.capacity();
             for fill in [0, 1, 2, 3, 4, cap / 2, cap - 1, cap] {
                 // Units spread over the node's range (WORT's are nibbles).
@@ -464,9 +494,15 @@ mod tests {
                     .map(|&u| (u, 0x1000 + 8 * u64::from(u)))
                     .collect();
                 let mut b = vec![0u8; kind.size() as usize];
-                image(&mut b, kind, kind as u64, 0, &children);
+                image(&mut b, kind, kind as u64, 0, &children, map);
                 // SAFETY: the block is ours alone (a test pool).
-                unsafe { pool.write_bytes(node, &b).unwrap() };
+                unsafe { pool.write_bytes(block_of(node), &b).unwrap() };
+                let listed: Vec<(u8, u64)> = entries(&pool, node, kind)
+                    .unwrap()
+                    .iter()
+                    .map(|e| (e.unit, e.ptr))
+                    .collect();
+                assert_eq!(listed, children, "{kind:?} map {map:#x}");
                 // A unit the node has (or none).
                 let skips = [None, units.first().copied(), units.last().copied()];
                 for skip in skips {
