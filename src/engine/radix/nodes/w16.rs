@@ -10,24 +10,25 @@
 //! store is the commit point. Delete: store null into the slot (commit).
 //!
 //! **The slot map (format 4).** Child `unit` lives in slot
-//! `(a * unit + b) mod 16`, where `a` (1 or 3) and `b` (0 to 15) are
+//! `((unit + b) mod 16) XOR x`, where `b` (0 to 15) and `x` (0 or 2) are
 //! chosen when the node is made and carried by every pointer to it, in
 //! the bits [`MAP`] of the pointer word (blocks are line-aligned, so the
 //! low 6 bits of an offset are free; bit 0 is the leaf tag, never set
 //! here). A new node holds two children (a leaf expansion or a split), and
 //! the map puts both in the header's line whenever it can (every pair of
 //! units but those 8 apart): then the node costs one line to write and to
-//! flush instead of two or three (docs/design.md §11, "Slot maps"). Trees
-//! of formats 2 and 3 have no map: `a = 1`, `b = 0`. A search computes the
-//! slot from the pointer and the key alone, as before, so the slot's load
-//! does not wait for the header.
+//! flush instead of two or three (docs/design.md §11, "Leaf-tagged
+//! pointers and slot maps"). Trees of formats 2 and 3 have no map: `b = 0`,
+//! `x = 0`. A search computes the slot from the pointer and the key alone,
+//! as before, so the slot's load does not wait for the header, with four
+//! instructions more than without a map.
 
 use super::{block_of, Entry, BODY};
 use crate::error::Result;
 use crate::pm::{Pool, CACHE_LINE};
 
 /// The bits of a pointer word to a WORT node that hold its slot map:
-/// `b` in bits 1..5, and bit 5 set for `a = 3`.
+/// `b` in bits 1..5, and bit 5 set for `x = 2`.
 pub const MAP: u64 = 0x3E;
 
 /// Node size (a 256-byte block).
@@ -35,56 +36,33 @@ pub const SIZE: u64 = BODY + 16 * 8;
 const _: () = assert!(SIZE == 144);
 
 /// The index (0..16) of child `unit`'s slot in the node that the pointer
-/// word `node` names: `(a * unit + b) mod 16` (see the module doc).
+/// word `node` names: `((unit + b) mod 16) XOR x` (see the module doc).
+/// Shifts, an add, an XOR and a mask: no multiply, select or table load
+/// on the way from the pointer to the slot's address (each of those made
+/// one-key searches about 25% slower: docs/design.md §11).
 #[inline(always)]
 pub const fn index(node: u64, unit: u8) -> u64 {
     debug_assert!(unit < 16);
-    // `a` is 1, or 3 when bit 5 is set: `1 | (bit 5 moved to bit 1)`.
-    let a = 1 | ((node >> 4) & 2);
-    (unit as u64 * a + (node >> 1)) & 15
+    // `b` is bits 1..5 (the mask drops the offset's bits, shifted in
+    // above it); `x` is bit 5 moved to bit 1.
+    ((unit as u64 + (node >> 1)) ^ ((node >> 4) & 2)) & 15
 }
 
 /// The unit whose slot is `index` in the node `node` names: the inverse of
-/// [`index`] (3 * 11 = 33 = 1 mod 16).
+/// [`index`].
 pub fn unit_at(node: u64, index: u64) -> u8 {
-    let inverse = if node & 0x20 != 0 { 11 } else { 1 };
-    ((index.wrapping_sub(node >> 1) * inverse) & 15) as u8
+    ((index ^ ((node >> 4) & 2)).wrapping_sub(node >> 1) & 15) as u8
 }
 
 /// Where child `unit`'s slot lies in the node that the pointer word `node`
 /// names, from the node's start (below [`SIZE`]), and whether that is in
 /// a later line than the header (1) or not (0). Nodes are line-aligned,
 /// so a search counts the line without waiting for a load.
-///
-/// Read from a table rather than computed, on every level of every
-/// search: the row of the unit is known before the pointer arrives, so
-/// what waits for it is a mask and one load from a 64-byte row, which is
-/// fewer instructions than [`index`]'s arithmetic (docs/design.md §11,
-/// "Slot maps").
 #[inline(always)]
 pub fn slot_at(node: u64, unit: u8) -> (u64, u64) {
-    let e = SLOTS[usize::from(unit & 15)][((node & MAP) >> 1) as usize];
-    // Masked, so that the compiler knows the offset lies in the node.
-    (BODY + u64::from(e & 0x78), u64::from(e >> 8))
+    let i = index(node, unit & 15);
+    (BODY + 8 * i, u64::from(BODY + 8 * i >= CACHE_LINE))
 }
-
-/// For each unit (row) and map (`m` in `0..32`, column): `8 * index`, and
-/// bit 8 set if the slot lies in a later line than the header.
-static SLOTS: [[u16; 32]; 16] = {
-    let mut t = [[0u16; 32]; 16];
-    let mut u = 0;
-    while u < 16 {
-        let mut m = 0;
-        while m < 32 {
-            let at = 8 * index(m << 1, u as u8);
-            let later = (BODY + at >= CACHE_LINE) as u16;
-            t[u][m as usize] = at as u16 | later << 8;
-            m += 1;
-        }
-        u += 1;
-    }
-    t
-};
 
 /// Slot of child `unit` in the node that the pointer word `node` names.
 /// Wrapping: a search computes it from a word not checked yet (its
@@ -211,8 +189,8 @@ mod tests {
     }
 
     /// The map chosen for two units puts both in the header's line unless
-    /// they are 8 apart (then no map of this family can: `a * 8` is 8 mod
-    /// 16), and for one unit always; one more line at most otherwise.
+    /// they are 8 apart (then no map of this family can: their slots
+    /// differ in bit 3, so one is 8 or more), and for one unit always.
     #[test]
     fn the_map_puts_two_children_in_the_header_line_unless_8_apart() {
         let in_first = |map: u64, u: u8| BODY + 8 * index(map, u) < CACHE_LINE;
