@@ -235,8 +235,9 @@ struct PoolArg {
 struct EngineOpts {
     /// An engine setting, KEY=VALUE (repeatable); the key with or without
     /// the engine's prefix. Fixed at create (at open, a value other than
-    /// the pool's is refused): hart.hash_key_len=3 (1 to 8), wort.format=2
-    /// (a radix pool older builds read; also woart, art-cow). For this
+    /// the pool's is refused): hart.hash_key_len=3 (1 to 8), wort.format=3
+    /// or 2 (a radix pool older builds read; 4, the default, tags leaf
+    /// pointers and maps WORT slots; also woart, art-cow). For this
     /// command only: hart.persist_order=paper, hart.stripes=hash_key,
     /// wort.reads=locked; at open, hart.recovery_threads=N. An unknown key
     /// is refused with the engine's list of settings.

@@ -24,7 +24,7 @@ pub fn keys(n: u32) -> Vec<Vec<u8>> {
             k
         })
         .collect();
-    keys.extend((0..8u64).map(|i| (i * 0x9E37_79B9_7F4A_7C15).to_be_bytes().to_vec()));
+    keys.extend((0..8u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes().to_vec()));
     keys.extend([b"k".to_vec(), b"ke".to_vec(), b"key".to_vec(), vec![0u8]]);
     keys.sort();
     keys.dedup();

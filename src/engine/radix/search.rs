@@ -148,7 +148,7 @@ impl Search<'_> {
                 // tagged pointer is odd, so it fails this test too: the
                 // loop ends as soon as the slot's word arrives, not after
                 // the leaf's line (docs/design.md §11, "Leaf-tagged
-                // pointers").
+                // pointers and slot maps").
                 let base = p & !nodes::w16::MAP;
                 let Some(n) = pm.block::<{ nodes::w16::SIZE }>(base) else {
                     break;

@@ -16,7 +16,8 @@ use crate::pm::Pool;
 /// `"PMRADIX\0"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMRADIX\0");
 /// Format version of the radix trees' layout that new pools get: 4 since
-/// pointers to leaves carry [`super::nodes::LEAF_TAG`]. Version 3 (block
+/// pointers to leaves carry [`super::nodes::LEAF_TAG`] and pointers to
+/// WORT nodes their slot map ([`super::nodes::w16::MAP`]). Version 3 (block
 /// sizes between powers of two too, [`super::chunks::SIZES`], and no tag)
 /// and version 2 (blocks carved from chunks, [`super::chunks`], in powers
 /// of two only) are read and written as they are, so that older builds

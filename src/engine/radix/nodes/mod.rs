@@ -98,7 +98,7 @@ pub const BODY: u64 = 16;
 /// format 4: set when the block it names is a leaf. Blocks are line-aligned,
 /// so the low 6 bits of an offset are free; a search then knows it has
 /// reached a leaf as soon as the slot's word arrives, before the leaf's own
-/// line (docs/design.md §11, "Leaf-tagged pointers"). Bits 1..6 of a
+/// line (docs/design.md §11, "Leaf-tagged pointers and slot maps"). Bits 1..6 of a
 /// pointer to a WORT node hold its slot map ([`w16::MAP`]). Trees of
 /// formats 2 and 3 set none of these bits; pointers to ART nodes never do.
 pub const LEAF_TAG: u64 = 1;

@@ -20,7 +20,7 @@
 //! flush instead of two or three (docs/design.md §11, "Leaf-tagged
 //! pointers and slot maps"). Trees of formats 2 and 3 have no map: `b = 0`,
 //! `x = 0`. A search computes the slot from the pointer and the key alone,
-//! as before, so the slot's load does not wait for the header, with four
+//! as before, so the slot's load does not wait for the header, with five
 //! instructions more than without a map.
 
 use super::{block_of, Entry, BODY};
@@ -28,10 +28,10 @@ use crate::error::Result;
 use crate::pm::{Pool, CACHE_LINE};
 
 /// The bits of a pointer word to a WORT node that hold its slot map:
-/// `b` in bits 1..5, and bit 5 set for `x = 2`.
+/// `b` in bits 1 to 4, and bit 5 set for `x = 2`.
 pub const MAP: u64 = 0x3E;
 
-/// Node size (a 256-byte block).
+/// Node size (a 192-byte block; 256 in format 2).
 pub const SIZE: u64 = BODY + 16 * 8;
 const _: () = assert!(SIZE == 144);
 
