@@ -49,8 +49,10 @@ pub const fn index(node: u64, unit: u8) -> u64 {
 }
 
 /// The unit whose slot is `index` in the node `node` names: the inverse of
-/// [`index`].
-pub fn unit_at(node: u64, index: u64) -> u8 {
+/// [`index`] (nothing reads slots by index outside the tests: `entries`
+/// walks the units and maps each).
+#[cfg(test)]
+fn unit_at(node: u64, index: u64) -> u8 {
     ((index ^ ((node >> 4) & 2)).wrapping_sub(node >> 1) & 15) as u8
 }
 
