@@ -2,14 +2,15 @@
 # The checks that need a machine with many cores, in one run that fits a
 # lent device's time (about 15 minutes, all tries together; see the
 # developers' guide). They are what issues #5 and #6 leave unmeasured on a
-# 2-vCPU machine (docs/design.md §7 "Stripes by thread", §11 "Writers
-# prepare, or combine, while they wait"):
-#   1. the four trees' thread scaling, 1 to 16 threads, 1M sparse keys
-#      (one bench run and JSON file per engine, so that a timeout loses
-#      one engine's figures only);
-#   2. the radix trees' combined writes (branch exp/combined-writes)
-#      beside the default, 1, 4 and 16 writer threads;
+# 2-vCPU machine (docs/design.md §7 "Stripes by thread", §11 "Writers of
+# different root children at once"):
+#   1. hart's thread scaling, 1 to 16 threads, 1M sparse keys;
+#   2. the radix trees' thread scaling, striped writers (the default)
+#      beside the tree-wide lock (`writers=locked`), 1 to 16 threads;
 #   3. killed writers with 16 threads (tests/killed_process.rs).
+# SECTIONS="2 3" runs some of them only. Each section has a timeout, so
+# that a slow one loses its own figures only. Everything lands in one
+# archive, $OUT/device-check.tgz (the `run` tool brings back few files).
 #
 # Here, first:   scripts/device-check.sh build
 #   builds static binaries into .dev/bin (ignored by git), so the device
@@ -17,7 +18,7 @@
 #   sources (.dev/bin/BUILD): `run` refuses binaries built from other
 #   sources than the tree it runs in (FORCE=1 runs them anyway).
 # On the device: scripts/device-check.sh run      (with the `run` tool:
-#   carry [".dev/bin"], timeout_s 600; results go to $OUT, or to
+#   carry [".dev/bin"], timeout_s 400; results go to $OUT, or to
 #   ./device-out without it)
 # A smoke test of `run` at a small scale, anywhere: QUICK=1 scripts/device-check.sh run
 set -euo pipefail
@@ -30,7 +31,8 @@ static=(env RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=/tmp/pmin
 # A hash of everything the binaries are built from (no git needed: the
 # device's copy of the tree may have none).
 sources() {
-    find src tests examples Cargo.toml Cargo.lock -type f -print0 | sort -z |
+    # The C locale's order: the device's locale sorts names differently.
+    find src tests examples Cargo.toml Cargo.lock -type f -print0 | LC_ALL=C sort -z |
         xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
 
@@ -48,17 +50,8 @@ build() {
         exit 1
     fi
     cp "$t" "$bin/killed_process"
-    # The combined-writes experiment, from its branch (not on main).
-    local wt=/tmp/pmindex-combined-wt
-    rm -rf "$wt"
-    git worktree prune
-    local branch=exp/combined-writes
-    git rev-parse -q --verify "$branch" >/dev/null || branch=origin/$branch
-    git worktree add --detach "$wt" "$branch" >/dev/null
-    (cd "$wt" && "${static[@]}" cargo build --release --target "$target" --bin pmindex)
-    cp /tmp/pmindex-static/$target/release/pmindex "$bin/pmindex-combined"
-    git worktree remove --force "$wt"
-    strip "$bin"/pmindex "$bin"/pmindex-combined "$bin"/killed_process
+    rm -f "$bin"/pmindex-combined "$bin"/pmindex-new "$bin"/pmindex-nolock
+    strip "$bin"/pmindex "$bin"/killed_process
     sources >"$bin/BUILD"
     ls -l "$bin"
     du -sh "$bin"
@@ -66,40 +59,52 @@ build() {
 
 run() {
     local out=${OUT:-device-out}
-    mkdir -p "$out"
+    local res
+    res=$(mktemp -d)
     local built now
     built=$(cat "$bin/BUILD" 2>/dev/null || echo none)
     now=$(sources)
-    echo "binaries built from sources $built; this tree's are $now" | tee "$out/build.txt"
+    echo "binaries built from sources $built; this tree's are $now" | tee "$res/build.txt"
     if [ "$built" != "$now" ] && [ -z "${FORCE:-}" ]; then
         echo "device-check: .dev/bin is not built from this tree: run 'scripts/device-check.sh build' (or FORCE=1)" >&2
         exit 3
     fi
-    local records=1000000 threads=1,2,4,8,16 few=1,4,16 kill_threads=16 kill_rounds=5
+    local records=1000000 threads=1,2,4,8,16 kill_threads=16 kill_rounds=5
     if [ -n "${QUICK:-}" ]; then
-        records=20000 threads=1,2 few=1,2 kill_threads=2 kill_rounds=1
+        records=20000 threads=1,2 kill_threads=2 kill_rounds=1
     fi
-    nproc >"$out/nproc.txt"
-    lscpu >"$out/lscpu.txt" 2>&1 || true
-    echo "== 1. thread scaling of the four trees ($records sparse keys; threads $threads)"
-    local e
-    for e in hart wort woart art-cow; do
-        timeout 75 "$bin/pmindex" bench --engines "$e" --baseline "$e" --keys sparse --mix basic \
+    local sections=${SECTIONS:-1 2 3}
+    nproc >"$res/nproc.txt"
+    lscpu >"$res/lscpu.txt" 2>&1 || true
+    if [[ " $sections " == *" 1 "* ]]; then
+        echo "== 1. hart's thread scaling ($records sparse keys; threads $threads)"
+        timeout 75 "$bin/pmindex" bench --engines hart --baseline hart --keys sparse --mix basic \
             --records "$records" --threads "$threads" --rounds 1 \
-            --json >"$out/threads-$e.json" 2>"$out/threads-$e.err" ||
-            echo "exit $?" >>"$out/threads-$e.err"
-    done
-    echo "== 2. combined radix writes beside single ones (threads $few)"
-    timeout 150 "$bin/pmindex-combined" bench \
-        --engines wort,wort:writes=combined,woart,woart:writes=combined --baseline wort \
-        --keys sparse --mix basic --records "$records" --threads "$few" --rounds 1 \
-        >"$out/combined.txt" 2>&1 || echo "exit $?" >>"$out/combined.txt"
-    echo "== 3. killed writers ($kill_threads threads, $kill_rounds kills per engine)"
-    PMINDEX_KILL_THREADS=$kill_threads PMINDEX_KILL_ROUNDS=$kill_rounds timeout 100 \
-        "$bin/killed_process" --exact a_killed_writer_loses_nothing_it_acknowledged \
-        --nocapture >"$out/killed.txt" 2>&1 || echo "exit $?" >>"$out/killed.txt"
-    tail -n 3 "$out/killed.txt"
-    echo "results in $out"
+            --json >"$res/threads-hart.json" 2>"$res/threads-hart.err" ||
+            echo "exit $?" >>"$res/threads-hart.err"
+    fi
+    if [[ " $sections " == *" 2 "* ]]; then
+        echo "== 2. the radix trees' thread scaling, striped and locked writers (threads $threads)"
+        local e engines=()
+        for e in wort woart art-cow; do
+            engines+=("$e" "$e:writers=locked")
+        done
+        timeout 200 "$bin/pmindex" bench --engines "$(IFS=,; echo "${engines[*]}")" \
+            --baseline wort --keys sparse --mix basic --records "$records" \
+            --threads "$threads" --rounds 1 \
+            --json >"$res/threads-radix.json" 2>"$res/threads-radix.err" ||
+            echo "exit $?" >>"$res/threads-radix.err"
+    fi
+    if [[ " $sections " == *" 3 "* ]]; then
+        echo "== 3. killed writers ($kill_threads threads, $kill_rounds kills per engine)"
+        PMINDEX_KILL_THREADS=$kill_threads PMINDEX_KILL_ROUNDS=$kill_rounds timeout 100 \
+            "$bin/killed_process" --exact a_killed_writer_loses_nothing_it_acknowledged \
+            --nocapture >"$res/killed.txt" 2>&1 || echo "exit $?" >>"$res/killed.txt"
+        tail -n 3 "$res/killed.txt"
+    fi
+    mkdir -p "$out"
+    tar czf "$out/device-check.tgz" -C "$res" .
+    echo "results in $out/device-check.tgz"
 }
 
 case "${1:-}" in

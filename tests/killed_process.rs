@@ -383,8 +383,9 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         "hart",
         "hart:persist_order=paper",
         "wort",
+        "wort:writers=striped",
         "woart",
-        "art-cow",
+        "art-cow:writers=striped",
         "art-cow:format=2",
     ] {
         let t = TempPool::new();

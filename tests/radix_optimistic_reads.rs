@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use pmindex::pm::{FlushKind, PersistConfig, PmLatency};
 use pmindex::{Db, Options};
+
+mod common;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -102,10 +104,8 @@ fn stress(engine: &str) {
         dram_ns: 0,
     };
     let db = Db::create_anonymous(&Options {
-        engine: Some(engine.into()),
-        pool_size: 256 << 20,
         persist: PersistConfig::new(FlushKind::detect(), Some(slow_reads)).unwrap(),
-        ..Options::default()
+        ..common::options(engine, 256 << 20)
     })
     .unwrap();
     let mut model: BTreeMap<u64, u64> = BTreeMap::new();
@@ -184,4 +184,22 @@ fn woart_reads_without_the_lock_see_only_written_values() {
 #[test]
 fn art_cow_reads_without_the_lock_see_only_written_values() {
     stress("art-cow");
+}
+
+// The same with striped writers (`engine/radix/striped.rs`): a read is
+// checked against the root's version and its key's stripe's.
+
+#[test]
+fn wort_striped_reads_without_the_lock_see_only_written_values() {
+    stress("wort:writers=striped");
+}
+
+#[test]
+fn woart_striped_reads_without_the_lock_see_only_written_values() {
+    stress("woart:writers=striped");
+}
+
+#[test]
+fn art_cow_striped_reads_without_the_lock_see_only_written_values() {
+    stress("art-cow:writers=striped");
 }

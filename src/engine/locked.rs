@@ -197,15 +197,18 @@ pub struct Locked<E> {
     /// optimistic reader (reported by `settings`); `None` for the others.
     reads: Option<Reads>,
     reader: Option<Box<dyn OptimisticRead>>,
+    /// Settings of the wrapper's user to report with the engine's
+    /// ([`Locked::with_setting`]).
+    extra: super::EngineConfig,
 }
 
 /// Makes the version odd for its lifetime (one writer's change).
-struct Writing<'a>(&'a AtomicU64);
+pub(crate) struct Writing<'a>(&'a AtomicU64);
 
 impl<'a> Writing<'a> {
     /// Persist-order note: only DRAM is written here. The fence keeps the
     /// odd version ahead of every store the change makes.
-    fn begin(version: &'a AtomicU64) -> Writing<'a> {
+    pub(crate) fn begin(version: &'a AtomicU64) -> Writing<'a> {
         // The writer holds the lock: no one else stores the version.
         version.store(version.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -273,7 +276,15 @@ impl<E: SerialEngine> Locked<E> {
             },
             inner: RwLock::new(engine),
             version: AtomicU64::new(0),
+            extra: super::EngineConfig::new(),
         }
+    }
+
+    /// Adds `name` = `value` to what [`Engine::settings`] reports (a
+    /// setting that chose this wrapper, say).
+    pub fn with_setting(mut self, name: String, value: String) -> Self {
+        self.extra.insert(name, value);
+        self
     }
 
     /// The write lock. While another thread holds the lock, a writer spins
@@ -430,6 +441,7 @@ impl<E: SerialEngine> Engine for Locked<E> {
         if let Some(reads) = self.reads {
             settings.insert(format!("{}.reads", inner.name()), reads.name().into());
         }
+        settings.extend(self.extra.clone());
         settings
     }
     fn capabilities(&self) -> Capabilities {

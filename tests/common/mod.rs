@@ -8,6 +8,7 @@
 )]
 
 pub mod conformance;
+pub mod stress;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -46,6 +46,7 @@ pub mod nodes;
 mod recovery;
 mod search;
 pub mod span;
+pub mod striped;
 pub mod superblock;
 mod write;
 
@@ -134,10 +135,23 @@ fn make(
     create: bool,
 ) -> Result<Box<dyn Engine>> {
     let mut reads = Reads::Optimistic;
+    let mut striped = false;
     let mut asked = None;
-    for (k, v) in super::settings(config, flavor.name(), &["reads", "format"])? {
+    for (k, v) in super::settings(config, flavor.name(), &["reads", "format", "writers"])? {
         if k == "reads" {
             reads = Reads::parse(&format!("{}.reads", flavor.name()), v)?;
+        } else if k == "writers" {
+            striped = match v {
+                "striped" => true,
+                "locked" => false,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}.writers `{v}`: expected locked (one writer at a time, the \
+                         default) or striped (writers of different root children at once)",
+                        flavor.name()
+                    )))
+                }
+            };
         } else {
             asked = match v {
                 "2" => Some(2),
@@ -170,19 +184,28 @@ fn make(
             tree.version
         )));
     }
-    Ok(Box::new(Locked::with_reads(pool, tree, reads)))
+    if striped {
+        return Ok(Box::new(striped::Striped::new(pool, tree, reads)));
+    }
+    let writers = format!("{}.writers", flavor.name());
+    Ok(Box::new(
+        Locked::with_reads(pool, tree, reads).with_setting(writers, "locked".into()),
+    ))
 }
 
 /// One of the three radix trees (serial; wrapped in [`Locked`], the
-/// tree-wide reader-writer lock the paper used inside Memcached).
+/// tree-wide reader-writer lock the paper used inside Memcached, or in
+/// [`striped::Striped`], whose writers of different root children run at
+/// once: `<engine>.writers`).
 pub struct RadixTree {
     pool: Arc<Pool>,
     flavor: Flavor,
     span: Span,
     /// The superblock.
     sb: u64,
-    /// Keys in the tree (counted at open, kept in DRAM).
-    count: u64,
+    /// Keys in the tree (counted at open, kept in DRAM; writers of
+    /// different stripes change it at once, see [`striped`]).
+    count: AtomicU64,
     /// Which blocks of the tree's chunks are in use (DRAM only). Writers
     /// hold the tree lock already; the mutex only makes it `Sync`.
     heap: Mutex<Chunks>,
@@ -193,10 +216,48 @@ pub struct RadixTree {
     /// What a pointer to a leaf carries: [`nodes::LEAF_TAG`] in format 4,
     /// else 0.
     leaf_tag: u64,
+}
+
+thread_local! {
     /// The first error of a block that a durable commit unlinked and that
     /// could not be given back ([`RadixTree::release_unlinked`]); the
-    /// operation returns it once its DRAM state follows the commit.
-    late: Mutex<Option<Error>>,
+    /// operation returns it once its DRAM state follows the commit. Kept
+    /// per thread: writers of different stripes run at once ([`striped`]),
+    /// and each operation must return its own.
+    static LATE: std::cell::Cell<Option<Error>> = const { std::cell::Cell::new(None) };
+}
+
+/// What a writer holds of the tree while it walks (see [`striped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope<'a> {
+    /// The whole tree: no other writer or locked reader runs.
+    Tree,
+    /// The stripe of the key's unit at the root node's branch: the writer
+    /// may change the blocks below the root node and the root node's slot
+    /// for that unit (or its `end` slot, for a key that ends there), and
+    /// nothing else; nor may it read what other stripes own. Other
+    /// stripes' writers run at once.
+    Below {
+        /// The root node's compressed path (its units from 0 to its
+        /// branch), kept by the holders of the whole tree: a path longer
+        /// than the header holds is otherwise read from a leaf under the
+        /// root, which another stripe's writer may be freeing.
+        root_path: &'a [u8],
+    },
+}
+
+/// The error of a walk that asked for the whole tree while holding it
+/// ([`Scope::Tree`] never asks; this is a bug, reported rather than
+/// panicked on).
+fn whole_tree_refused() -> Error {
+    Error::InvalidArgument("radix: a walk holding the whole tree asked for it (a bug)".into())
+}
+
+/// Keeps `e` as the calling thread's late error unless one is kept
+/// already ([`RadixTree::late_error`] returns it).
+fn keep_late(e: Error) {
+    let first = LATE.take();
+    LATE.set(Some(first.unwrap_or(e)));
 }
 
 /// Substrate allocator steps (a chunk's `activate`, or its release) the
@@ -251,12 +312,11 @@ impl RadixTree {
             pool,
             flavor,
             sb,
-            count: 0,
+            count: AtomicU64::new(0),
             heap: Mutex::new(heap),
             batch: Batch::default(),
             version,
             leaf_tag: if version >= 4 { nodes::LEAF_TAG } else { 0 },
-            late: Mutex::new(None),
         })
     }
 
@@ -307,14 +367,14 @@ impl RadixTree {
     /// is a block the tree no longer reaches.
     fn release_unlinked(&self, off: u64) {
         if let Err(e) = self.release(off) {
-            self.late.lock().get_or_insert(e);
+            keep_late(e);
         }
     }
 
     /// `r`, or the error kept by [`RadixTree::release_unlinked`] during the
     /// operation that gave `r` (which then did change the tree).
-    fn late_error<T>(&mut self, r: Result<T>) -> Result<T> {
-        match self.late.get_mut().take() {
+    fn late_error<T>(&self, r: Result<T>) -> Result<T> {
+        match LATE.take() {
             Some(e) if r.is_ok() => Err(e),
             _ => r,
         }
@@ -384,6 +444,28 @@ impl RadixTree {
         let mut acc = (0, 0);
         walk(self, self.pool.load_u64(self.root_slot())?, 0, &mut acc)?;
         Ok((acc.0 as f64 / acc.1.max(1) as f64, acc.1))
+    }
+
+    /// The root node's branch position (the unit its children are
+    /// chosen by) and its compressed path (the units before it), or `None`
+    /// if the root is empty, a leaf, or unreadable (then
+    /// [`striped::Striped`] writers hold the whole tree). The caller holds
+    /// the whole tree (the path may be read from a leaf).
+    fn root_shape(&self) -> Option<(usize, Vec<u8>)> {
+        let pw = self.pool.load_u64(self.root_slot()).ok()?;
+        let p = nodes::block_of(pw);
+        if p == 0 {
+            return None;
+        }
+        let w = self.pool.load_u64(p).ok()?;
+        match Kind::of(p, w).ok()? {
+            Kind::Leaf => None,
+            _ => {
+                let h = Header::decode(w);
+                let path = self.path_units(pw, &h, 0).ok()?;
+                (path.len() == h.branch()).then_some((h.branch(), path))
+            }
+        }
     }
 
     fn root_slot(&self) -> u64 {
@@ -607,7 +689,8 @@ impl SerialEngine for RadixTree {
     }
 
     fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        self.put_impl(key, value, mode)
+        self.put_impl(key, value, mode, Scope::Tree)?
+            .ok_or_else(whole_tree_refused)
     }
 
     fn put_many(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
@@ -615,7 +698,8 @@ impl SerialEngine for RadixTree {
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        self.delete_impl(key)
+        self.delete_impl(key, Scope::Tree)?
+            .ok_or_else(whole_tree_refused)
     }
 
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
@@ -638,7 +722,7 @@ impl SerialEngine for RadixTree {
     }
 
     fn len(&self) -> u64 {
-        self.count
+        self.count.load(Ordering::Relaxed)
     }
 
     fn check(&self) -> Result<CheckReport> {

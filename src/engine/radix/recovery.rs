@@ -39,7 +39,8 @@ impl RadixTree {
         }
         let mut w = Walk { fix: true, keys: 0 };
         self.visit(self.root_slot(), 0, &mut Vec::new(), false, &mut w)?;
-        self.count = w.keys;
+        self.count
+            .store(w.keys, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

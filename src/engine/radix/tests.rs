@@ -819,3 +819,110 @@ fn a_wrong_leaf_tag_is_damage() {
         }
     }
 }
+
+/// [`Scope::Below`] (a writer holding its key's stripe only, see
+/// `striped.rs`) changes what lies under the root node and the root node's
+/// slot for the key's unit, and refuses, before any store, every change of
+/// the root slot or of the root node's shared words: the whole-tree writer
+/// then runs it. It fails if a refusal is dropped, or if the stripe's own
+/// changes are refused.
+#[test]
+fn a_stripe_writer_changes_nothing_but_its_own_child_of_the_root() {
+    let below = |t: &RadixTree, k: &[u8]| {
+        let path = t.root_shape().map(|s| s.1).unwrap_or_default();
+        t.put_impl(k, b"v", PutMode::Upsert, Scope::Below { root_path: &path })
+    };
+    let del = |t: &RadixTree, k: &[u8]| {
+        let path = t.root_shape().map(|s| s.1).unwrap_or_default();
+        t.delete_impl(k, Scope::Below { root_path: &path })
+    };
+    let tree_put = |t: &mut RadixTree, k: &[u8]| {
+        assert_eq!(
+            t.put(k, b"v", PutMode::Upsert).unwrap(),
+            PutOutcome::Inserted
+        );
+    };
+    for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+        // The root slot's word and the root node's bytes (a refused put
+        // may have written its leaf into a free block first: harmless).
+        let image = |t: &RadixTree| {
+            let root = t.pool.load_u64(t.root_slot()).unwrap();
+            let mut b = root.to_le_bytes().to_vec();
+            let p = nodes::block_of(root);
+            if p != 0 && nodes::kind(&t.pool, p).unwrap() != Kind::Leaf {
+                let n = t.block_size(p).unwrap();
+                // SAFETY: no other thread uses the pool.
+                b.extend_from_slice(unsafe { t.pool.bytes(p, n).unwrap() });
+            }
+            b
+        };
+        // An empty root, then a leaf at the root: refused, nothing stored.
+        let before = image(&t);
+        assert_eq!(below(&t, &[0x10, 1]).unwrap(), None, "{flavor:?}");
+        assert!(image(&t) == before, "{flavor:?}: a refused put stored");
+        tree_put(&mut t, &[0x10, 1]);
+        assert_eq!(t.root_shape(), None);
+        assert_eq!(below(&t, &[0x20, 1]).unwrap(), None, "{flavor:?}");
+        // The root leaf's own update is the root slot's change too.
+        assert_eq!(below(&t, &[0x10, 1]).unwrap(), None, "{flavor:?}");
+        tree_put(&mut t, &[0x20, 1]);
+        assert_eq!(t.root_shape(), Some((0, vec![])));
+        // A new child of the root node: one store into its slot in a WORT
+        // node; a NODE4's packed word otherwise.
+        let before = image(&t);
+        let new_child = below(&t, &[0x30, 1]).unwrap();
+        if flavor == Flavor::Wort {
+            assert_eq!(new_child, Some(PutOutcome::Inserted));
+        } else {
+            assert_eq!(new_child, None, "{flavor:?}");
+            assert!(image(&t) == before, "{flavor:?}: a refused put stored");
+            tree_put(&mut t, &[0x30, 1]);
+        }
+        // Under a child of the root: an expansion, an update, a merge.
+        assert_eq!(below(&t, &[0x10, 2]).unwrap(), Some(PutOutcome::Inserted));
+        assert_eq!(below(&t, &[0x10, 2]).unwrap(), Some(PutOutcome::Replaced));
+        assert_eq!(del(&t, &[0x10, 2]).unwrap(), Some(true));
+        assert_eq!(below(&t, &[0x20, 1]).unwrap(), Some(PutOutcome::Replaced));
+        // A delete in the root node (which may shrink or merge it).
+        let before = image(&t);
+        assert_eq!(del(&t, &[0x10, 1]).unwrap(), None);
+        assert!(image(&t) == before, "{flavor:?}: a refused delete stored");
+        assert_eq!(del(&t, &[0x77, 1]).unwrap(), Some(false));
+        // An ART root of 256 children takes a new one in its slot.
+        if flavor != Flavor::Wort {
+            for b in 0x40..0x90u8 {
+                tree_put(&mut t, &[b, 1]);
+            }
+            assert_eq!(below(&t, &[0xF0, 1]).unwrap(), Some(PutOutcome::Inserted));
+        }
+        assert_eq!(t.len(), t.check().unwrap().keys);
+
+        // A root path longer than the header holds (7 bytes; 5 fit, or
+        // WORT's 10 nibbles): the walk takes it from `root_path`, and a key
+        // that leaves it would split the root.
+        let pool = Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+        let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+        let p = [9u8; 7];
+        tree_put(&mut t, &[&p[..], &[1]].concat());
+        tree_put(&mut t, &[&p[..], &[2]].concat());
+        let (branch, path) = t.root_shape().unwrap();
+        assert!(branch >= t.span.len(&p), "{flavor:?}");
+        assert_eq!(path, t.span.units(&[&p[..], &[1]].concat(), 0, branch));
+        let before = image(&t);
+        assert_eq!(below(&t, &[9, 9, 9, 8, 1]).unwrap(), None, "{flavor:?}");
+        assert!(image(&t) == before, "{flavor:?}: a refused split stored");
+        let on_path = [&p[..], &[1, 5]].concat();
+        assert_eq!(below(&t, &on_path).unwrap(), Some(PutOutcome::Inserted));
+        // The walk takes the path it is given (a path of another length
+        // than the root's branch is refused), not one read from a leaf.
+        let given = |root_path: &[u8]| {
+            t.put_impl(&on_path, b"w", PutMode::Upsert, Scope::Below { root_path })
+                .unwrap()
+        };
+        assert_eq!(given(&path[1..]), None, "{flavor:?}");
+        assert_eq!(given(&path), Some(PutOutcome::Replaced), "{flavor:?}");
+        assert_eq!(t.len(), t.check().unwrap().keys);
+    }
+}

@@ -42,7 +42,7 @@ use super::batch::Reach;
 use super::chunks::Block;
 use super::header::Header;
 use super::nodes::{self, n16, n4, n48, Kind, END};
-use super::{leaf, Flavor, RadixTree};
+use super::{leaf, whole_tree_refused, Flavor, RadixTree, Scope};
 use crate::engine::{PutMode, PutOutcome};
 use crate::error::{Error, Result};
 use crate::pm::{Fault, CACHE_LINE};
@@ -258,18 +258,25 @@ impl RadixTree {
     /// written here, the walk goes on without one and makes it where it is
     /// needed, as before: a full pool still answers "unchanged" where
     /// nothing would be written.
+    ///
+    /// With [`Scope::Below`] (the caller holds the key's stripe only), a put
+    /// that would change the root slot or the root node other than at the
+    /// key's own slot changes nothing and returns `Ok(None)`: the caller
+    /// runs it again holding the whole tree. With [`Scope::Tree`] it never
+    /// returns `None`.
     pub(super) fn put_impl(
-        &mut self,
+        &self,
         key: &[u8],
         value: &[u8],
         mode: PutMode,
-    ) -> Result<PutOutcome> {
+        scope: Scope,
+    ) -> Result<Option<PutOutcome>> {
         // The error, if any, comes again from `take_leaf` where a leaf is
         // needed.
         let mut pre = self.new_leaf(key, value).ok();
-        let r = self.put_walk(key, value, mode, &mut pre);
-        if let Ok(PutOutcome::Inserted) = r {
-            self.count += 1;
+        let r = self.put_walk(key, value, mode, &mut pre, scope);
+        if let Ok(Some(PutOutcome::Inserted)) = r {
+            self.count.fetch_add(1, Ordering::Relaxed);
         }
         let r = self.late_error(r);
         match pre {
@@ -365,9 +372,15 @@ impl RadixTree {
             self.batch.on.store(true, Ordering::Relaxed);
             let mut walked = Ok(());
             for (i, (key, value)) in batch.iter().enumerate().take(leaves.len()) {
-                let r = self.put_walk(key, value, PutMode::Upsert, &mut leaves[i]);
+                let r = self.put_walk(key, value, PutMode::Upsert, &mut leaves[i], Scope::Tree);
                 match r {
-                    Ok(PutOutcome::Inserted) => self.count += 1,
+                    Ok(None) => {
+                        walked = Err(whole_tree_refused());
+                        break;
+                    }
+                    Ok(Some(PutOutcome::Inserted)) => {
+                        self.count.fetch_add(1, Ordering::Relaxed);
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         walked = Err(e);
@@ -391,7 +404,7 @@ impl RadixTree {
             // does not undo or end anything: the batch's items stand, and
             // the later batches run (as `release_unlinked` outside a batch).
             if let Err(e) = released {
-                self.late.get_mut().get_or_insert(e);
+                super::keep_late(e);
             }
             cancelled?;
             if let Some(e) = failed {
@@ -412,16 +425,19 @@ impl RadixTree {
 
     /// [`Self::put_impl`]'s walk; takes the leaf from `pre` where it
     /// publishes one and leaves it there otherwise.
+    /// `Ok(None)`: as [`Self::put_impl`] says for [`Scope::Below`].
     fn put_walk(
         &self,
         key: &[u8],
         value: &[u8],
         mode: PutMode,
         pre: &mut Option<Block>,
-    ) -> Result<PutOutcome> {
+        scope: Scope,
+    ) -> Result<Option<PutOutcome>> {
         let span = self.span;
         let klen = span.len(key);
-        let mut slot = self.root_slot();
+        let root = self.root_slot();
+        let mut slot = root;
         let mut d = 0;
         // After a step into an end slot only a leaf is accepted, as in the
         // search (`Search::step`): a damaged end slot that points at a node
@@ -439,40 +455,55 @@ impl RadixTree {
             // block it names.
             let pw = self.pool.load_u64(slot)?;
             let p = nodes::block_of(pw);
+            // Whether this step's change would be the root slot's or the
+            // root node's: not the key's stripe alone.
+            let whole = matches!(scope, Scope::Below { .. }) && slot == root;
             if p == 0 {
                 if mode == PutMode::Update {
-                    return Ok(PutOutcome::Unchanged);
+                    return Ok(Some(PutOutcome::Unchanged));
+                }
+                if whole {
+                    return Ok(None);
                 }
                 // Persist order: leaf flushed; publish (commit: slot = leaf).
                 let l = self.take_leaf(pre, key, value)?;
                 self.publish_block(slot, l, &[])?;
-                return Ok(PutOutcome::Inserted);
+                return Ok(Some(PutOutcome::Inserted));
             }
             let w = self.pool.load_u64(p)?;
             let kind = Kind::of(p, w)?;
             if kind == Kind::Leaf {
                 let lw = leaf::word(&self.pool, p)?;
-                // SAFETY: `&mut self` holds the tree for writing, and the
-                // leaf is neither changed nor freed while `lkey` lives: an
-                // update releases it after the last use, an expansion keeps
-                // it.
+                // SAFETY: the caller holds the tree for writing, or the
+                // stripe of the key (`Scope::Below`), which owns every leaf
+                // it reaches below the root node (a leaf at the root is
+                // refused before this in that scope). So no other writer
+                // changes or frees the leaf while `lkey` lives, nor does
+                // this one: an update releases it after the last use, an
+                // expansion keeps it.
                 let lkey = unsafe { leaf::key(&self.pool, p, lw)? };
                 if lkey == key {
                     if mode == PutMode::Insert {
-                        return Ok(PutOutcome::Unchanged);
+                        return Ok(Some(PutOutcome::Unchanged));
+                    }
+                    if whole {
+                        return Ok(None);
                     }
                     // Persist order: new leaf flushed; publish (commit:
                     // slot = new leaf); the old leaf is released.
                     let l = self.take_leaf(pre, key, value)?;
                     self.publish_block(slot, l, &[])?;
-                    return Ok(PutOutcome::Replaced);
+                    return Ok(Some(PutOutcome::Replaced));
                 }
                 if mode == PutMode::Update {
-                    return Ok(PutOutcome::Unchanged);
+                    return Ok(Some(PutOutcome::Unchanged));
+                }
+                if whole {
+                    return Ok(None);
                 }
                 let l = self.take_leaf(pre, key, value)?;
                 self.expand_leaf(slot, pw, lkey, key, l, d)?;
-                return Ok(PutOutcome::Inserted);
+                return Ok(Some(PutOutcome::Inserted));
             }
             if at_end {
                 return Err(Error::corrupt(p, "radix: node in an end slot"));
@@ -485,16 +516,33 @@ impl RadixTree {
                 d
             } else {
                 let h = Header::decode(w);
-                let prefix = self.path_units(pw, &h, d)?;
+                let owned;
+                let prefix: &[u8] = match scope {
+                    // The root's path as the whole tree's holder left it:
+                    // reading it from a leaf could read another stripe's.
+                    Scope::Below { root_path } if slot == root => {
+                        if root_path.len() != h.branch() {
+                            return Ok(None);
+                        }
+                        root_path
+                    }
+                    _ => {
+                        owned = self.path_units(pw, &h, d)?;
+                        &owned
+                    }
+                };
                 let mismatch = (0..prefix.len())
                     .find(|&i| d + i >= klen || span.unit(key, d + i) != prefix[i]);
                 if let Some(i) = mismatch {
                     if mode == PutMode::Update {
-                        return Ok(PutOutcome::Unchanged);
+                        return Ok(Some(PutOutcome::Unchanged));
+                    }
+                    if whole {
+                        return Ok(None);
                     }
                     let l = self.take_leaf(pre, key, value)?;
-                    self.split(slot, pw, kind, &h, d, i, &prefix, key, l)?;
-                    return Ok(PutOutcome::Inserted);
+                    self.split(slot, pw, kind, &h, d, i, prefix, key, l)?;
+                    return Ok(Some(PutOutcome::Inserted));
                 }
                 h.branch()
             };
@@ -515,11 +563,17 @@ impl RadixTree {
                 }
             }
             if mode == PutMode::Update {
-                return Ok(PutOutcome::Unchanged);
+                return Ok(Some(PutOutcome::Unchanged));
+            }
+            // A WORT node or a NODE256 takes a child with one store into
+            // the child's own slot, which is the key's stripe's; any other
+            // root node changes words that other stripes' keys share.
+            if whole && !matches!(kind, Kind::W16 | Kind::N256) {
+                return Ok(None);
             }
             let l = self.take_leaf(pre, key, value)?;
             self.add_child(slot, pw, kind, u, l)?;
-            return Ok(PutOutcome::Inserted);
+            return Ok(Some(PutOutcome::Inserted));
         }
     }
 
@@ -634,8 +688,10 @@ impl RadixTree {
         let p = nodes::block_of(p);
         if self.pool.fault(Fault::WortTornHeader) && self.flavor == Flavor::Wort {
             // Injected bug: the header written as two 4-byte halves.
-            // SAFETY: only `put` (under `&mut self`, the tree lock held for
-            // writing) splits, so no reader or writer can touch the node.
+            // SAFETY: only a writer that holds the node's stripe or the
+            // whole tree splits it, so no other writer touches the node;
+            // lock-free readers load its words atomically and discard what
+            // their version check refutes.
             unsafe {
                 self.pool.write_bytes(p + 4, &word.to_le_bytes()[4..])?;
                 self.pool.write_bytes(p, &word.to_le_bytes()[..4])?;
@@ -730,15 +786,20 @@ impl RadixTree {
     /// Deletes `key`; whether it was there. A block that the delete's
     /// commit unlinked and that cannot be given back (damage) fails the
     /// call after the delete is done and counted.
-    pub(super) fn delete_impl(&mut self, key: &[u8]) -> Result<bool> {
-        let r = self.delete_walk(key);
+    ///
+    /// With [`Scope::Below`], a delete that would change the root slot or
+    /// the root node changes nothing and returns `Ok(None)`, as
+    /// [`Self::put_impl`] does.
+    pub(super) fn delete_impl(&self, key: &[u8], scope: Scope) -> Result<Option<bool>> {
+        let r = self.delete_walk(key, scope);
         self.late_error(r)
     }
 
-    fn delete_walk(&mut self, key: &[u8]) -> Result<bool> {
+    fn delete_walk(&self, key: &[u8], scope: Scope) -> Result<Option<bool>> {
         let span = self.span;
         let klen = span.len(key);
-        let mut slot = self.root_slot();
+        let root = self.root_slot();
+        let mut slot = root;
         let mut d = 0;
         // (slot of the node, node, kind, child unit or None for `end`, depth)
         let mut parent: Option<(u64, u64, Kind, Option<u8>, usize)> = None;
@@ -750,13 +811,13 @@ impl RadixTree {
             let pw = self.pool.load_u64(slot)?;
             let p = nodes::block_of(pw);
             if p == 0 {
-                return Ok(false);
+                return Ok(Some(false));
             }
             let w = self.pool.load_u64(p)?;
             let kind = Kind::of(p, w)?;
             if kind == Kind::Leaf {
                 if leaf::key_vec(&self.pool, p)? != key {
-                    return Ok(false);
+                    return Ok(Some(false));
                 }
                 break;
             }
@@ -766,7 +827,7 @@ impl RadixTree {
             let h = Header::decode(w);
             let b = h.branch();
             if klen < b {
-                return Ok(false);
+                return Ok(Some(false));
             }
             if klen == b {
                 parent = Some((slot, pw, kind, None, d));
@@ -781,17 +842,24 @@ impl RadixTree {
                     slot = s;
                     d = b + 1;
                 }
-                _ => return Ok(false),
+                _ => return Ok(Some(false)),
             }
+        }
+        // A delete at the root slot or in the root node (which may shrink
+        // or merge) is not the key's stripe's alone.
+        let whole =
+            matches!(scope, Scope::Below { .. }) && parent.is_none_or(|(nslot, ..)| nslot == root);
+        if whole {
+            return Ok(None);
         }
         let Some((nslot, n, nkind, pos, nd)) = parent else {
             // The root is the leaf. Persist order: retract (commit: root =
             // null); the leaf is released.
             let old = self.retract(slot, 0)?;
             // Counted at the commit: a failing release (damage) comes after.
-            self.count -= 1;
+            self.count.fetch_sub(1, Ordering::Relaxed);
             self.release_unlinked(old);
-            return Ok(true);
+            return Ok(Some(true));
         };
         let leaf = self.pool.load_u64(slot)?;
         let end = self.pool.load_u64(nodes::block_of(n) + END)?;
@@ -821,12 +889,12 @@ impl RadixTree {
                 rest.first().map_or(0, |c| c.1)
             };
             self.merge(nslot, n, q, nd)?;
-            self.count -= 1;
+            self.count.fetch_sub(1, Ordering::Relaxed);
             self.release_unlinked(leaf);
-            return Ok(true);
+            return Ok(Some(true));
         }
         let in_place = self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
-        self.count -= 1;
+        self.count.fetch_sub(1, Ordering::Relaxed);
         self.release_unlinked(leaf);
         if in_place && self.flavor != Flavor::Wort {
             if let Some(to) = nkind.shrunk(n_rest) {
@@ -839,7 +907,7 @@ impl RadixTree {
                 }
             }
         }
-        Ok(true)
+        Ok(Some(true))
     }
 
     /// Removes the child in `slot` (unit `pos`, or `end`) from node `n` (in

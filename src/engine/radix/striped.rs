@@ -1,0 +1,452 @@
+//! [`Striped`]: a radix tree whose writers run at once where they change
+//! different children of the root node (`<engine>.writers=striped`; the
+//! default, `locked`, is the tree-wide lock of [`Locked`], until a machine
+//! with cores of its own shows which is faster: docs/design.md §11,
+//! "Writers of different root children at once").
+//!
+//! # Stripes
+//! A key's stripe is its unit at the root node's branch position: WORT's
+//! 16 units have a stripe each, the ART trees' 256 share
+//! [`UNIT_STRIPES`] (unit mod 64), and keys that end at the branch (the
+//! root's `end` slot) have their own. A writer takes its key's stripe
+//! (a mutex) and walks with `Scope::Below`: it may change the blocks under
+//! the root node's child for its unit and that child's slot in the root
+//! node, which no other stripe's key reaches. A change of the root slot or
+//! of the root node's own words (a new root, a split of its path, a WOART
+//! or ART+CoW root that adds or drops a child, any delete in the root node)
+//! is refused before its first store, and the writer runs it again holding
+//! every stripe (`Scope::Tree`), as do batches of puts. A WORT root and a
+//! NODE256 root take a new child with one store into that child's slot,
+//! so those stay in the stripe. Whole-tree writes are the ones near the
+//! root: while the tree is small, while an ART root is below NODE256, and
+//! deletes of a root's direct leaves.
+//!
+//! The root node's branch position and its compressed path are kept in
+//! DRAM, changed only by a writer holding every stripe; a stripe's writer
+//! reads the position, locks the stripe, and reads it again (it cannot
+//! change while one stripe is held). The walk checks a key against the
+//! root's path from that copy: a path longer than the node's header holds
+//! is otherwise read from a leaf under the root, which another stripe's
+//! writer may be freeing meanwhile.
+//!
+//! # Readers
+//! As in [`Locked`], a point read runs without a lock first and is checked
+//! with versions: the root's (odd while a writer holds the whole tree) and
+//! its key's stripe's (odd while that stripe's writer changes it). What a
+//! reader reads is the root slot and the root node, which only whole-tree
+//! writers change, and its stripe's slot and blocks, which only that
+//! stripe's writers change (a block another stripe reuses was unlinked from
+//! the reader's path by its own stripe's writer first). So the two versions
+//! unchanged across the read mean no store the read depended on ran. A
+//! batched read checks each key's stripe on its own.
+//!
+//! # Crash consistency
+//! Unchanged: every operation's persist order is the serial tree's (see
+//! `write.rs`). Two stripes' operations store to different words; a flush
+//! of one may write back the other's store early, as the cache may at any
+//! time, which every protocol allows (a commit is stored only after what it
+//! publishes is durable). A block is given back only after the commit that
+//! unlinked it is durable, whoever takes it next.
+
+use std::cell::UnsafeCell;
+use std::ops::Bound;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::span::Span;
+use super::{whole_tree_refused, RadixTree, Scope};
+use crate::engine::locked::Writing;
+#[cfg(doc)]
+use crate::engine::Locked;
+use crate::engine::{
+    Capabilities, CheckReport, Engine, EngineConfig, OptimisticRead, Probe, PutMode, PutOutcome,
+    Reads, ScanFn, SerialEngine, ValueBuf, BATCH, OPTIMISTIC_TRIES,
+};
+use crate::error::Result;
+use crate::pm::Pool;
+
+/// Stripes of the root node's units (an ART unit `u` takes stripe
+/// `u % UNIT_STRIPES`).
+pub const UNIT_STRIPES: usize = 64;
+/// The stripe of the keys that end at the root node's branch position.
+const END_STRIPE: usize = UNIT_STRIPES;
+/// [`Root::branch`] when the root is empty or a leaf: every write then
+/// holds the whole tree.
+const NO_ROOT: u64 = u64::MAX;
+
+/// One stripe, alone in its cache lines (128 bytes: Intel's adjacent-line
+/// prefetcher pairs lines).
+#[repr(align(128))]
+struct Stripe {
+    lock: Mutex<()>,
+    /// Even: no writer of this stripe inside.
+    version: AtomicU64,
+}
+
+/// What only whole-tree writers change, in its own lines.
+#[repr(align(128))]
+struct Root {
+    /// Even: no whole-tree writer inside.
+    version: AtomicU64,
+    /// The root node's branch position, or [`NO_ROOT`].
+    branch: AtomicU64,
+}
+
+/// A radix tree whose writers of different stripes run at once (see the
+/// module doc).
+pub struct Striped {
+    pool: Arc<Pool>,
+    span: Span,
+    name: &'static str,
+    capabilities: Capabilities,
+    settings: EngineConfig,
+    root: Root,
+    /// [`UNIT_STRIPES`] + 1 (the last is [`END_STRIPE`]).
+    stripes: Box<[Stripe]>,
+    reader: Option<Box<dyn OptimisticRead>>,
+    /// Shared (`&`) by the holders of a stripe; mutable (`&mut`) only to a
+    /// holder of every stripe.
+    tree: UnsafeCell<RadixTree>,
+    /// The root node's compressed path (`Scope::Below`'s `root_path`;
+    /// empty without a root node): shared and written as `tree` is.
+    root_path: UnsafeCell<Vec<u8>>,
+}
+
+// SAFETY: the tree and the root's path are reached only through `Striped::in_stripe`,
+// `Striped::whole` and `Striped::read_all`: `&RadixTree` while at least one
+// stripe is held (its writes are to atomics, mutex-guarded state and PM
+// words that no other stripe's holder touches, see the module doc), and
+// `&mut RadixTree` only while every stripe is held, so never alongside
+// another reference. `RadixTree` is `Send + Sync` itself.
+unsafe impl Sync for Striped {}
+// SAFETY: moving the wrapper moves an owned `RadixTree`, which is `Send`.
+unsafe impl Send for Striped {}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<RadixTree>();
+};
+
+/// The stripe of `key` when the root node branches at `branch`.
+fn stripe_of(span: Span, key: &[u8], branch: u64) -> usize {
+    match usize::try_from(branch) {
+        Ok(b) if span.len(key) > b => span.unit(key, b) as usize % UNIT_STRIPES,
+        _ => END_STRIPE,
+    }
+}
+
+impl Striped {
+    /// Wraps `tree` (opened or created), reading as `reads` says.
+    pub fn new(pool: Arc<Pool>, tree: RadixTree, reads: Reads) -> Striped {
+        let (branch, root_path) = match tree.root_shape() {
+            Some((b, path)) => (b as u64, path),
+            None => (NO_ROOT, Vec::new()),
+        };
+        let mut settings = tree.settings();
+        settings.insert(format!("{}.reads", tree.flavor.name()), reads.name().into());
+        settings.insert(format!("{}.writers", tree.flavor.name()), "striped".into());
+        Striped {
+            pool,
+            span: tree.span,
+            name: tree.flavor.name(),
+            capabilities: Capabilities {
+                concurrent: true,
+                ..tree.capabilities()
+            },
+            settings,
+            root: Root {
+                version: AtomicU64::new(0),
+                branch: AtomicU64::new(branch),
+            },
+            stripes: (0..=UNIT_STRIPES)
+                .map(|_| Stripe {
+                    lock: Mutex::new(()),
+                    version: AtomicU64::new(0),
+                })
+                .collect(),
+            reader: match reads {
+                Reads::Optimistic => tree.optimistic_reader(),
+                Reads::Locked => None,
+            },
+            tree: UnsafeCell::new(tree),
+            root_path: UnsafeCell::new(root_path),
+        }
+    }
+
+    /// Every stripe's lock, in order (so two whole-tree holders cannot
+    /// deadlock; a stripe's writer holds one only).
+    fn hold_all(&self) -> Vec<MutexGuard<'_, ()>> {
+        self.stripes.iter().map(|s| s.lock.lock()).collect()
+    }
+
+    /// `f` on the tree with every stripe held, read only (scans, checks,
+    /// locked reads of a tree without a root node).
+    fn read_all<R>(&self, f: impl FnOnce(&RadixTree) -> R) -> R {
+        let _all = self.hold_all();
+        // SAFETY: every stripe is held: no `&mut` to the tree exists (see
+        // the `Sync` impl).
+        f(unsafe { &*self.tree.get() })
+    }
+
+    /// `f` on the tree with every stripe held, for a change of any part of
+    /// it: the root's version is odd meanwhile, and the root's branch
+    /// position and path are updated before it is even again.
+    fn whole<R>(&self, f: impl FnOnce(&mut RadixTree) -> R) -> R {
+        let _all = self.hold_all();
+        let _w = Writing::begin(&self.root.version);
+        // SAFETY: every stripe is held, so no other reference to the tree
+        // exists (optimistic readers hold none: they read PM through their
+        // own `Reader`).
+        let tree = unsafe { &mut *self.tree.get() };
+        let r = f(tree);
+        // SAFETY: every stripe is held: no other reference to the path
+        // exists.
+        let root_path = unsafe { &mut *self.root_path.get() };
+        let branch = match tree.root_shape() {
+            Some((b, path)) => {
+                *root_path = path;
+                b as u64
+            }
+            None => {
+                root_path.clear();
+                NO_ROOT
+            }
+        };
+        self.root.branch.store(branch, Ordering::Relaxed);
+        r
+        // `_w` is dropped first: the version goes even (release) after the
+        // branch's store; then the stripes are unlocked.
+    }
+
+    /// `f` on the tree and the root's path holding `key`'s stripe only
+    /// (its version odd meanwhile if `write`); `None` if the root is not a
+    /// node, or if `f` says the change needs the whole tree.
+    fn in_stripe<R>(
+        &self,
+        key: &[u8],
+        write: bool,
+        f: impl FnOnce(&RadixTree, &[u8]) -> Option<R>,
+    ) -> Option<R> {
+        loop {
+            let b = self.root.branch.load(Ordering::Acquire);
+            if b == NO_ROOT {
+                return None;
+            }
+            let s = &self.stripes[stripe_of(self.span, key, b)];
+            let _g = s.lock.lock();
+            // A whole-tree writer may have moved the branch between the
+            // load and the lock; it cannot while the stripe is held.
+            if self.root.branch.load(Ordering::Relaxed) != b {
+                continue;
+            }
+            // SAFETY: a stripe is held: no `&mut` to the tree exists, and
+            // `f` changes only what this stripe owns (`Scope::Below`).
+            let tree = unsafe { &*self.tree.get() };
+            // SAFETY: as the tree's: written only with every stripe held.
+            let root_path = unsafe { &*self.root_path.get() };
+            let _w = write.then(|| Writing::begin(&s.version));
+            return f(tree, root_path);
+        }
+    }
+
+    /// The optimistic path of a point read: `Some` with the answer, `None`
+    /// when a lock must decide (as [`Locked`]'s, with two versions).
+    fn try_optimistic(
+        &self,
+        reader: &dyn OptimisticRead,
+        key: &[u8],
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Option<bool> {
+        let mut buf = ValueBuf::new();
+        for _ in 0..OPTIMISTIC_TRIES {
+            let rv = self.root.version.load(Ordering::Acquire);
+            if rv & 1 == 1 {
+                return None;
+            }
+            let b = self.root.branch.load(Ordering::Relaxed);
+            let s = &self.stripes[stripe_of(self.span, key, b)];
+            let sv = s.version.load(Ordering::Acquire);
+            if sv & 1 == 1 {
+                // Its stripe's writer is inside: the lock waits for it.
+                return None;
+            }
+            let probe = reader.get_into(key, &mut buf);
+            fence(Ordering::Acquire);
+            if s.version.load(Ordering::Relaxed) != sv
+                || self.root.version.load(Ordering::Relaxed) != rv
+            {
+                std::hint::spin_loop();
+                continue;
+            }
+            return match probe {
+                Ok(Probe::Absent) => Some(false),
+                Ok(Probe::Found(r)) => match buf.bytes().get(r) {
+                    Some(v) => {
+                        f(v);
+                        Some(true)
+                    }
+                    None => None,
+                },
+                Ok(Probe::TooLong) | Err(_) => None,
+            };
+        }
+        None
+    }
+
+    /// A point read under its stripe's lock (every stripe's, if the root is
+    /// not a node).
+    fn get_locked(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        if let Some(r) = self.in_stripe(key, false, |t, _| Some(t.get_with(key, &mut *f))) {
+            return r;
+        }
+        self.read_all(|t| t.get_with(key, f))
+    }
+
+    /// [`Engine::get_many`] for at most [`BATCH`] keys, numbered from
+    /// `first`: one optimistic batch, under one check of the root's version;
+    /// a key whose stripe's version moved (or was odd) is read again under
+    /// its stripe's lock, and so is every key if the root's moved on every
+    /// try.
+    fn get_batch(
+        &self,
+        first: usize,
+        keys: &[&[u8]],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        let n = keys.len();
+        debug_assert!(n <= BATCH);
+        if let Some(reader) = &self.reader {
+            let mut bufs: [ValueBuf; BATCH] = std::array::from_fn(|_| ValueBuf::new());
+            let mut out: [Result<Probe>; BATCH] = std::array::from_fn(|_| Ok(Probe::Absent));
+            let mut seen = [(0usize, 0u64); BATCH];
+            for _ in 0..OPTIMISTIC_TRIES {
+                let rv = self.root.version.load(Ordering::Acquire);
+                if rv & 1 == 1 {
+                    break;
+                }
+                let b = self.root.branch.load(Ordering::Relaxed);
+                for (key, seen) in keys.iter().zip(&mut seen) {
+                    let s = stripe_of(self.span, key, b);
+                    *seen = (s, self.stripes[s].version.load(Ordering::Acquire));
+                }
+                reader.get_many_into(keys, &mut bufs[..n], &mut out[..n]);
+                fence(Ordering::Acquire);
+                if self.root.version.load(Ordering::Relaxed) != rv {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                for i in 0..n {
+                    let (s, v) = seen[i];
+                    let valid = v & 1 == 0 && self.stripes[s].version.load(Ordering::Relaxed) == v;
+                    let value = match &out[i] {
+                        Ok(Probe::Found(r)) => bufs[i].bytes().get(r.clone()),
+                        _ => None,
+                    };
+                    match (valid, &out[i], value) {
+                        (true, Ok(Probe::Absent), _) => f(first + i, None),
+                        (true, _, Some(v)) => f(first + i, Some(v)),
+                        // Changed meanwhile, a long value, an error, or a
+                        // reader that broke its contract: the lock decides.
+                        _ => self.get_locked_at(first + i, keys[i], f)?,
+                    }
+                }
+                return Ok(());
+            }
+        }
+        for (i, key) in keys.iter().enumerate() {
+            self.get_locked_at(first + i, key, f)?;
+        }
+        Ok(())
+    }
+
+    /// One key of a batch under its stripe's lock (released before `f`
+    /// runs for an absent key).
+    fn get_locked_at(
+        &self,
+        i: usize,
+        key: &[u8],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        if !self.get_locked(key, &mut |v| f(i, Some(v)))? {
+            f(i, None);
+        }
+        Ok(())
+    }
+}
+
+impl Engine for Striped {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn settings(&self) -> EngineConfig {
+        self.settings.clone()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        if let Some(reader) = &self.reader {
+            if let Some(found) = self.try_optimistic(reader.as_ref(), key, f) {
+                return Ok(found);
+            }
+        }
+        self.get_locked(key, f)
+    }
+    fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
+        for (b, batch) in keys.chunks(BATCH).enumerate() {
+            self.get_batch(b * BATCH, batch, f)?;
+        }
+        Ok(())
+    }
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        let below = |t: &RadixTree, root_path: &[u8]| {
+            t.put_impl(key, value, mode, Scope::Below { root_path })
+                .transpose()
+        };
+        if let Some(r) = self.in_stripe(key, true, below) {
+            return r;
+        }
+        self.whole(|t| {
+            t.put_impl(key, value, mode, Scope::Tree)?
+                .ok_or_else(whole_tree_refused)
+        })
+    }
+    /// [`BATCH`] items per hold of the whole tree, so that other writers and
+    /// readers wait for at most one batch.
+    fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        for batch in items.chunks(BATCH) {
+            self.whole(|t| t.put_many_impl(batch))?;
+        }
+        Ok(())
+    }
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        let below = |t: &RadixTree, root_path: &[u8]| {
+            t.delete_impl(key, Scope::Below { root_path }).transpose()
+        };
+        if let Some(r) = self.in_stripe(key, true, below) {
+            return r;
+        }
+        self.whole(|t| {
+            t.delete_impl(key, Scope::Tree)?
+                .ok_or_else(whole_tree_refused)
+        })
+    }
+    fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        self.read_all(|t| t.scan(lo, hi, f))
+    }
+    fn len(&self) -> u64 {
+        self.read_all(|t| t.len())
+    }
+    fn check(&self) -> Result<CheckReport> {
+        self.read_all(|t| t.check())
+    }
+    fn dram_bytes(&self) -> u64 {
+        let stripes = std::mem::size_of_val::<[Stripe]>(&self.stripes) as u64;
+        self.read_all(|t| t.dram_bytes()) + stripes
+    }
+}
