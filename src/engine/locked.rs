@@ -174,6 +174,18 @@ pub trait OptimisticRead: Send + Sync {
     }
 }
 
+/// The answer of an optimistic probe whose version check passed, with
+/// the value in `buf`: `Some(None)` for an absent key, `Some(Some(value))`
+/// for a present one, and `None` when the lock must decide (a value longer
+/// than the buffer, an error, or a reader that broke its contract).
+pub(crate) fn answer<'b>(probe: &Result<Probe>, buf: &'b ValueBuf) -> Option<Option<&'b [u8]>> {
+    match probe {
+        Ok(Probe::Absent) => Some(None),
+        Ok(Probe::Found(r)) => buf.bytes().get(r.clone()).map(Some),
+        Ok(Probe::TooLong) | Err(_) => None,
+    }
+}
+
 /// Keys per batch of [`Engine::get_many`] (one version check covers a
 /// batch) and of [`Engine::put_many`], and the most an
 /// [`OptimisticRead::get_many_into`] is given: enough to keep a core's
@@ -349,18 +361,10 @@ impl<E: SerialEngine> Locked<E> {
                 std::hint::spin_loop();
                 continue;
             }
-            return match probe {
-                Ok(Probe::Absent) => Some(false),
-                Ok(Probe::Found(r)) => match buf.bytes().get(r) {
-                    Some(v) => {
-                        f(v);
-                        Some(true)
-                    }
-                    // A reader that broke its contract: the lock decides.
-                    None => None,
-                },
-                Ok(Probe::TooLong) | Err(_) => None,
-            };
+            return answer(&probe, &buf).map(|v| {
+                v.inspect(|v| f(v));
+                v.is_some()
+            });
         }
         None
     }
@@ -393,16 +397,9 @@ impl<E: SerialEngine> Locked<E> {
                 }
                 // Validated: every answer is a state between two writes.
                 for (i, (out, buf)) in out[..n].iter().zip(&bufs).enumerate() {
-                    let value = match out {
-                        Ok(Probe::Found(r)) => buf.bytes().get(r.clone()),
-                        _ => None,
-                    };
-                    match (out, value) {
-                        (Ok(Probe::Absent), _) => f(first + i, None),
-                        (_, Some(v)) => f(first + i, Some(v)),
-                        // A long value, an error, or a reader that broke
-                        // its contract: the lock decides.
-                        _ => self.get_locked(first + i, keys[i], f)?,
+                    match answer(out, buf) {
+                        Some(v) => f(first + i, v),
+                        None => self.get_locked(first + i, keys[i], f)?,
                     }
                 }
                 return Ok(());

@@ -57,7 +57,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::span::Span;
 use super::{whole_tree_refused, RadixTree, Scope};
-use crate::engine::locked::Writing;
+use crate::engine::locked::{answer, Writing};
 #[cfg(doc)]
 use crate::engine::Locked;
 use crate::engine::{
@@ -280,17 +280,10 @@ impl Striped {
                 std::hint::spin_loop();
                 continue;
             }
-            return match probe {
-                Ok(Probe::Absent) => Some(false),
-                Ok(Probe::Found(r)) => match buf.bytes().get(r) {
-                    Some(v) => {
-                        f(v);
-                        Some(true)
-                    }
-                    None => None,
-                },
-                Ok(Probe::TooLong) | Err(_) => None,
-            };
+            return answer(&probe, &buf).map(|v| {
+                v.inspect(|v| f(v));
+                v.is_some()
+            });
         }
         None
     }
@@ -340,16 +333,10 @@ impl Striped {
                 for i in 0..n {
                     let (s, v) = seen[i];
                     let valid = v & 1 == 0 && self.stripes[s].version.load(Ordering::Relaxed) == v;
-                    let value = match &out[i] {
-                        Ok(Probe::Found(r)) => bufs[i].bytes().get(r.clone()),
-                        _ => None,
-                    };
-                    match (valid, &out[i], value) {
-                        (true, Ok(Probe::Absent), _) => f(first + i, None),
-                        (true, _, Some(v)) => f(first + i, Some(v)),
-                        // Changed meanwhile, a long value, an error, or a
-                        // reader that broke its contract: the lock decides.
-                        _ => self.get_locked_at(first + i, keys[i], f)?,
+                    // Changed meanwhile, or the lock decides (see `answer`).
+                    match answer(&out[i], &bufs[i]).filter(|_| valid) {
+                        Some(v) => f(first + i, v),
+                        None => self.get_locked_at(first + i, keys[i], f)?,
                     }
                 }
                 return Ok(());
