@@ -18,8 +18,10 @@
 #   sources (.dev/bin/BUILD): `run` refuses binaries built from other
 #   sources than the tree it runs in (FORCE=1 runs them anyway).
 # On the device: scripts/device-check.sh run      (with the `run` tool:
-#   carry [".dev/bin"], timeout_s 400; results go to $OUT, or to
-#   ./device-out without it)
+#   carry [".dev/bin"]; results go to $OUT, or to ./device-out without
+#   it). Section 2 alone may take 400 s (six engines at five thread
+#   counts): run SECTIONS="1 3" and SECTIONS=2 as two calls, timeout_s
+#   450 each)
 # A smoke test of `run` at a small scale, anywhere: QUICK=1 scripts/device-check.sh run
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,7 +91,7 @@ run() {
         for e in wort woart art-cow; do
             engines+=("$e" "$e:writers=locked")
         done
-        timeout 200 "$bin/pmindex" bench --engines "$(IFS=,; echo "${engines[*]}")" \
+        timeout 400 "$bin/pmindex" bench --engines "$(IFS=,; echo "${engines[*]}")" \
             --baseline wort --keys sparse --mix basic --records "$records" \
             --threads "$threads" --rounds 1 \
             --json >"$res/threads-radix.json" 2>"$res/threads-radix.err" ||

@@ -271,15 +271,15 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     assert_eq!(text(&pmindex(&["put", w, "k", "v"]).stdout), "inserted\n");
     assert_eq!(
         settings(w, &["--engine-opt", "reads=locked"]),
-        serde_json::json!({"wort.format": "2", "wort.reads": "locked", "wort.writers": "locked"})
+        serde_json::json!({"wort.format": "2", "wort.reads": "locked", "wort.writers": "striped"})
     );
     assert_eq!(
         settings(w, &[]),
-        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic", "wort.writers": "locked"})
+        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic", "wort.writers": "striped"})
     );
     assert_eq!(
-        settings(w, &["--engine-opt", "writers=striped"]),
-        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic", "wort.writers": "striped"})
+        settings(w, &["--engine-opt", "writers=locked"]),
+        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic", "wort.writers": "locked"})
     );
     // A refused setting at create leaves no pool behind.
     let bad = dir.path().join("bad.pool");

@@ -11,10 +11,11 @@ conformance_suite!(hart, "hart");
 conformance_suite!(hart_hashed, "hart:hash_key_len=3");
 // Hash keys of 1 byte, and the paper's persist order.
 conformance_suite!(hart_k1_paper, "hart:hash_key_len=1,persist_order=paper");
+// Writers of different root children at once (the default), and the
+// tree-wide lock.
 conformance_suite!(wort, "wort");
-// Writers of different root children at once instead of the tree-wide lock.
-conformance_suite!(wort_striped, "wort:writers=striped");
+conformance_suite!(wort_locked, "wort:writers=locked");
 conformance_suite!(woart, "woart");
-conformance_suite!(woart_striped, "woart:writers=striped");
+conformance_suite!(woart_locked, "woart:writers=locked");
 conformance_suite!(art_cow, "art-cow");
-conformance_suite!(art_cow_striped, "art-cow:writers=striped");
+conformance_suite!(art_cow_locked, "art-cow:writers=locked");

@@ -383,9 +383,9 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         "hart",
         "hart:persist_order=paper",
         "wort",
-        "wort:writers=striped",
-        "woart",
-        "art-cow:writers=striped",
+        "wort:writers=locked",
+        "woart:writers=locked",
+        "art-cow",
         "art-cow:format=2",
     ] {
         let t = TempPool::new();

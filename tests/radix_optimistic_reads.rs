@@ -186,20 +186,22 @@ fn art_cow_reads_without_the_lock_see_only_written_values() {
     stress("art-cow");
 }
 
-// The same with striped writers (`engine/radix/striped.rs`): a read is
-// checked against the root's version and its key's stripe's.
+// The same with the tree-wide lock (`writers=locked`): a read is checked
+// against the tree's one version, where the default, striped writers
+// (`engine/radix/striped.rs`), check the root's version and the key's
+// stripe's.
 
 #[test]
-fn wort_striped_reads_without_the_lock_see_only_written_values() {
-    stress("wort:writers=striped");
+fn wort_locked_reads_without_the_lock_see_only_written_values() {
+    stress("wort:writers=locked");
 }
 
 #[test]
-fn woart_striped_reads_without_the_lock_see_only_written_values() {
-    stress("woart:writers=striped");
+fn woart_locked_reads_without_the_lock_see_only_written_values() {
+    stress("woart:writers=locked");
 }
 
 #[test]
-fn art_cow_striped_reads_without_the_lock_see_only_written_values() {
-    stress("art-cow:writers=striped");
+fn art_cow_locked_reads_without_the_lock_see_only_written_values() {
+    stress("art-cow:writers=locked");
 }

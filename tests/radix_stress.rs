@@ -54,10 +54,10 @@ fn art_cow_writers_of_different_root_children() {
     stress("art-cow:writers=striped", key, ops());
 }
 
-/// The tree-wide lock (the default) under the same load.
+/// The tree-wide lock (`writers=locked`) under the same load.
 #[test]
 fn wort_with_one_writer_at_a_time() {
-    stress("wort", key, ops() / 2);
+    stress("wort:writers=locked", key, ops() / 2);
 }
 
 /// A root whose compressed path is longer than its header holds (8 bytes;

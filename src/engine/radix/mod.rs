@@ -135,7 +135,9 @@ fn make(
     create: bool,
 ) -> Result<Box<dyn Engine>> {
     let mut reads = Reads::Optimistic;
-    let mut striped = false;
+    // Striped writers by default since 2026-11-27 (docs/design.md §11,
+    // "Writers of different root children at once").
+    let mut striped = true;
     let mut asked = None;
     for (k, v) in super::settings(config, flavor.name(), &["reads", "format", "writers"])? {
         if k == "reads" {
@@ -146,8 +148,8 @@ fn make(
                 "locked" => false,
                 _ => {
                     return Err(Error::InvalidArgument(format!(
-                        "{}.writers `{v}`: expected locked (one writer at a time, the \
-                         default) or striped (writers of different root children at once)",
+                        "{}.writers `{v}`: expected striped (writers of different root \
+                         children at once, the default) or locked (one writer at a time)",
                         flavor.name()
                     )))
                 }
@@ -193,10 +195,10 @@ fn make(
     ))
 }
 
-/// One of the three radix trees (serial; wrapped in [`Locked`], the
-/// tree-wide reader-writer lock the paper used inside Memcached, or in
+/// One of the three radix trees (serial; wrapped in
 /// [`striped::Striped`], whose writers of different root children run at
-/// once: `<engine>.writers`).
+/// once, the default, or in [`Locked`], the tree-wide reader-writer lock
+/// the paper used inside Memcached: `<engine>.writers`).
 pub struct RadixTree {
     pool: Arc<Pool>,
     flavor: Flavor,

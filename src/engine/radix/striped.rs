@@ -1,15 +1,14 @@
 //! [`Striped`]: a radix tree whose writers run at once where they change
-//! different children of the root node (`<engine>.writers=striped`; the
-//! default, `locked`, is the tree-wide lock of [`Locked`], until a machine
-//! with cores of its own shows which is faster: docs/design.md §11,
-//! "Writers of different root children at once").
+//! different children of the root node (`<engine>.writers=striped`, the
+//! default since 2026-11-27; `locked` is the tree-wide lock of [`Locked`]:
+//! docs/design.md §11, "Writers of different root children at once").
 //!
 //! # Stripes
 //! A key's stripe is its unit at the root node's branch position: WORT's
 //! 16 units have a stripe each, the ART trees' 256 share
 //! [`UNIT_STRIPES`] (unit mod 64), and keys that end at the branch (the
 //! root's `end` slot) have their own. A writer takes its key's stripe
-//! (a mutex) and walks with `Scope::Below`: it may change the blocks under
+//! (a reader-writer lock, for writing) and walks with `Scope::Below`: it may change the blocks under
 //! the root node's child for its unit and that child's slot in the root
 //! node, which no other stripe's key reaches. A change of the root slot or
 //! of the root node's own words (a new root, a split of its path, a WOART
@@ -28,6 +27,10 @@
 //! root's path from that copy: a path longer than the node's header holds
 //! is otherwise read from a leaf under the root, which another stripe's
 //! writer may be freeing meanwhile.
+//!
+//! Scans, checks and `len` take every stripe for reading, so that several
+//! run at once, and a point read that falls back to a lock takes its
+//! stripe for reading.
 //!
 //! # Readers
 //! As in [`Locked`], a point read runs without a lock first and is checked
@@ -53,7 +56,7 @@ use std::ops::Bound;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::span::Span;
 use super::{whole_tree_refused, RadixTree, Scope};
@@ -80,7 +83,10 @@ const NO_ROOT: u64 = u64::MAX;
 /// prefetcher pairs lines).
 #[repr(align(128))]
 struct Stripe {
-    lock: Mutex<()>,
+    /// Written by the stripe's writers (and by whole-tree writers, who take
+    /// every stripe); read by scans, checks and locked point reads, so
+    /// that those run at once.
+    lock: RwLock<()>,
     /// Even: no writer of this stripe inside.
     version: AtomicU64,
 }
@@ -162,7 +168,7 @@ impl Striped {
             },
             stripes: (0..=UNIT_STRIPES)
                 .map(|_| Stripe {
-                    lock: Mutex::new(()),
+                    lock: RwLock::new(()),
                     version: AtomicU64::new(0),
                 })
                 .collect(),
@@ -177,14 +183,17 @@ impl Striped {
 
     /// Every stripe's lock, in order (so two whole-tree holders cannot
     /// deadlock; a stripe's writer holds one only).
-    fn hold_all(&self) -> Vec<MutexGuard<'_, ()>> {
-        self.stripes.iter().map(|s| s.lock.lock()).collect()
+    fn hold_all(&self) -> Vec<RwLockWriteGuard<'_, ()>> {
+        self.stripes.iter().map(|s| s.lock.write()).collect()
     }
 
     /// `f` on the tree with every stripe held, read only (scans, checks,
     /// locked reads of a tree without a root node).
     fn read_all<R>(&self, f: impl FnOnce(&RadixTree) -> R) -> R {
-        let _all = self.hold_all();
+        // Read locks: scans of several threads run at once (with the
+        // stripes' mutexes, until 2026-11-27, they ran one at a time).
+        let _all: Vec<RwLockReadGuard<'_, ()>> =
+            self.stripes.iter().map(|s| s.lock.read()).collect();
         // SAFETY: every stripe is held: no `&mut` to the tree exists (see
         // the `Sync` impl).
         f(unsafe { &*self.tree.get() })
@@ -235,7 +244,11 @@ impl Striped {
                 return None;
             }
             let s = &self.stripes[stripe_of(self.span, key, b)];
-            let _g = s.lock.lock();
+            let _g = if write {
+                (Some(s.lock.write()), None)
+            } else {
+                (None, Some(s.lock.read()))
+            };
             // A whole-tree writer may have moved the branch between the
             // load and the lock; it cannot while the stripe is held.
             if self.root.branch.load(Ordering::Relaxed) != b {
