@@ -75,8 +75,8 @@ use crate::pm::Pool;
 pub const UNIT_STRIPES: usize = 64;
 /// The stripe of the keys that end at the root node's branch position.
 const END_STRIPE: usize = UNIT_STRIPES;
-/// [`Root::branch`] when the root is empty or a leaf: every write then
-/// holds the whole tree.
+/// [`Root::route`] when the root is empty or a leaf: every write then
+/// holds the whole tree (and every key's stripe reads as [`END_STRIPE`]).
 const NO_ROOT: u64 = u64::MAX;
 
 /// One stripe, alone in its cache lines (128 bytes: Intel's adjacent-line
@@ -96,8 +96,9 @@ struct Stripe {
 struct Root {
     /// Even: no whole-tree writer inside.
     version: AtomicU64,
-    /// The root node's branch position, or [`NO_ROOT`].
-    branch: AtomicU64,
+    /// Where a key's stripe is read, for the root node's branch position
+    /// ([`route_for`]), or [`NO_ROOT`].
+    route: AtomicU64,
 }
 
 /// A radix tree whose writers of different stripes run at once (see the
@@ -135,19 +136,39 @@ const _: () = {
     send_sync::<RadixTree>();
 };
 
-/// The stripe of `key` when the root node branches at `branch`.
-fn stripe_of(span: Span, key: &[u8], branch: u64) -> usize {
-    match usize::try_from(branch) {
-        Ok(b) if span.len(key) > b => span.unit(key, b) as usize % UNIT_STRIPES,
-        _ => END_STRIPE,
+/// The route word of a root node that branches at unit `branch`: bits
+/// 0..32 the byte of a key that holds its unit there, 32..40 the shift
+/// and 40..48 the mask that take the unit's stripe from that byte (WORT:
+/// the high or the low nibble; the ART trees: the byte mod
+/// [`UNIT_STRIPES`]). Computed once per root shape, so that a point read
+/// finds its stripe with a load, a shift and a mask (a read's instructions
+/// are its overlap with the next one's misses: docs/design.md §11, "Lean
+/// one-key reads").
+fn route_for(span: Span, branch: usize) -> u64 {
+    let (at, shift, mask) = match span {
+        Span::Nibble => (branch / 2, if branch.is_multiple_of(2) { 4 } else { 0 }, 0x0F),
+        Span::Byte => (branch, 0, UNIT_STRIPES as u64 - 1),
+    };
+    debug_assert!(at < 0xFFFF_FFFF);
+    at as u64 | shift << 32 | mask << 40
+}
+
+/// The stripe of `key` for the route word `route`: its unit at the root
+/// node's branch position (mod [`UNIT_STRIPES`]), or [`END_STRIPE`] for a
+/// key that ends there or before (and for every key under [`NO_ROOT`]).
+#[inline]
+fn stripe_of(key: &[u8], route: u64) -> usize {
+    match key.get((route & 0xFFFF_FFFF) as usize) {
+        Some(&b) => usize::from((b >> ((route >> 32) & 7)) & (route >> 40) as u8),
+        None => END_STRIPE,
     }
 }
 
 impl Striped {
     /// Wraps `tree` (opened or created), reading as `reads` says.
     pub fn new(pool: Arc<Pool>, tree: RadixTree, reads: Reads) -> Striped {
-        let (branch, root_path) = match tree.root_shape() {
-            Some((b, path)) => (b as u64, path),
+        let (route, root_path) = match tree.root_shape() {
+            Some((b, path)) => (route_for(tree.span, b), path),
             None => (NO_ROOT, Vec::new()),
         };
         let mut settings = tree.settings();
@@ -164,7 +185,7 @@ impl Striped {
             settings,
             root: Root {
                 version: AtomicU64::new(0),
-                branch: AtomicU64::new(branch),
+                route: AtomicU64::new(route),
             },
             stripes: (0..=UNIT_STRIPES)
                 .map(|_| Stripe {
@@ -213,20 +234,20 @@ impl Striped {
         // SAFETY: every stripe is held: no other reference to the path
         // exists.
         let root_path = unsafe { &mut *self.root_path.get() };
-        let branch = match tree.root_shape() {
+        let route = match tree.root_shape() {
             Some((b, path)) => {
                 *root_path = path;
-                b as u64
+                route_for(self.span, b)
             }
             None => {
                 root_path.clear();
                 NO_ROOT
             }
         };
-        self.root.branch.store(branch, Ordering::Relaxed);
+        self.root.route.store(route, Ordering::Relaxed);
         r
         // `_w` is dropped first: the version goes even (release) after the
-        // branch's store; then the stripes are unlocked.
+        // route's store; then the stripes are unlocked.
     }
 
     /// `f` on the tree and the root's path holding `key`'s stripe only
@@ -239,11 +260,11 @@ impl Striped {
         f: impl FnOnce(&RadixTree, &[u8]) -> Option<R>,
     ) -> Option<R> {
         loop {
-            let b = self.root.branch.load(Ordering::Acquire);
-            if b == NO_ROOT {
+            let route = self.root.route.load(Ordering::Acquire);
+            if route == NO_ROOT {
                 return None;
             }
-            let s = &self.stripes[stripe_of(self.span, key, b)];
+            let s = &self.stripes[stripe_of(key, route)];
             let _g = if write {
                 (Some(s.lock.write()), None)
             } else {
@@ -251,7 +272,7 @@ impl Striped {
             };
             // A whole-tree writer may have moved the branch between the
             // load and the lock; it cannot while the stripe is held.
-            if self.root.branch.load(Ordering::Relaxed) != b {
+            if self.root.route.load(Ordering::Relaxed) != route {
                 continue;
             }
             // SAFETY: a stripe is held: no `&mut` to the tree exists, and
@@ -278,8 +299,8 @@ impl Striped {
             if rv & 1 == 1 {
                 return None;
             }
-            let b = self.root.branch.load(Ordering::Relaxed);
-            let s = &self.stripes[stripe_of(self.span, key, b)];
+            let route = self.root.route.load(Ordering::Relaxed);
+            let s = &self.stripes[stripe_of(key, route)];
             let sv = s.version.load(Ordering::Acquire);
             if sv & 1 == 1 {
                 // Its stripe's writer is inside: the lock waits for it.
@@ -332,9 +353,9 @@ impl Striped {
                 if rv & 1 == 1 {
                     break;
                 }
-                let b = self.root.branch.load(Ordering::Relaxed);
+                let route = self.root.route.load(Ordering::Relaxed);
                 for (key, seen) in keys.iter().zip(&mut seen) {
-                    let s = stripe_of(self.span, key, b);
+                    let s = stripe_of(key, route);
                     *seen = (s, self.stripes[s].version.load(Ordering::Acquire));
                 }
                 reader.get_many_into(keys, &mut bufs[..n], &mut out[..n]);
@@ -448,5 +469,39 @@ impl Engine for Striped {
     fn dram_bytes(&self) -> u64 {
         let stripes = std::mem::size_of_val::<[Stripe]>(&self.stripes) as u64;
         self.read_all(|t| t.dram_bytes()) + stripes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The route word gives every key the stripe of its unit at the
+    /// branch position (mod [`UNIT_STRIPES`]), and the end stripe to a key
+    /// that has no unit there, for both spans, even and odd nibble
+    /// positions, and every byte value; [`NO_ROOT`] gives the end stripe.
+    #[test]
+    fn route_words_give_each_key_the_stripe_of_its_unit() {
+        let keys: Vec<Vec<u8>> = (0..=255u8)
+            .map(|b| vec![b; 1])
+            .chain((0..8).map(|n| (0..n).map(|i| (i * 37 + 5) as u8).collect()))
+            .chain([vec![0x12, 0x34, 0xAB, 0xFF, 0x80, 0x7F, 0x00, 0xC3, 0x3C]])
+            .collect();
+        for span in [Span::Nibble, Span::Byte] {
+            for branch in 0..20 {
+                let route = route_for(span, branch);
+                for key in &keys {
+                    let want = if span.len(key) > branch {
+                        span.unit(key, branch) as usize % UNIT_STRIPES
+                    } else {
+                        END_STRIPE
+                    };
+                    assert_eq!(stripe_of(key, route), want, "{span:?} {branch} {key:?}");
+                }
+            }
+        }
+        for key in &keys {
+            assert_eq!(stripe_of(key, NO_ROOT), END_STRIPE);
+        }
     }
 }
