@@ -384,9 +384,10 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         "hart:persist_order=paper",
         "wort",
         "wort:writers=locked",
+        "woart",
         "woart:writers=locked",
         "art-cow",
-        "art-cow:format=2",
+        "art-cow:format=2,writers=locked",
     ] {
         let t = TempPool::new();
         drop(Db::create(&t.path, &options(engine, 64 << 20)).unwrap());

@@ -1,8 +1,10 @@
 //! Multi-threaded stress test of WORT, WOART and ART+CoW against an oracle
 //! (the test is in `common/stress.rs`), with `writers=striped`: writers of
 //! different root children run at once (`engine/radix/striped.rs`), beside
-//! scans, batched gets and batched puts, which hold the whole tree. Also
-//! WORT with the tree-wide lock (the default).
+//! scans, batched gets and batched puts, which hold the whole tree (the
+//! default since 2026-11-27). Also WORT with the tree-wide lock
+//! (`writers=locked`), and each tree with 4 writers, 2 scanners at once and
+//! locked point reads (`reads=locked`).
 //!
 //! Keys start with one of 24 bytes, so the root node has 24 children, and
 //! WORT's root 15 (their first nibbles), shared by every writer; under
@@ -132,4 +134,27 @@ fn woart_stripe_writers_under_a_long_root_path() {
 #[test]
 fn art_cow_stripe_writers_under_a_long_root_path() {
     long_root_path("art-cow:writers=striped");
+}
+
+/// Striped writers with point reads that always take their stripe's lock
+/// (`reads=locked`), and 4 writers, so that 2 scanners share the stripes
+/// at once: what a stripe held for reading allows (a review's probe).
+fn four_writers_with_locked_reads(engine: &str) {
+    let engine = format!("{engine}:reads=locked");
+    common::stress::stress_with_threads(&engine, key, ops() / 2, 4);
+}
+
+#[test]
+fn wort_scans_and_locked_reads_share_stripes() {
+    four_writers_with_locked_reads("wort");
+}
+
+#[test]
+fn woart_scans_and_locked_reads_share_stripes() {
+    four_writers_with_locked_reads("woart");
+}
+
+#[test]
+fn art_cow_scans_and_locked_reads_share_stripes() {
+    four_writers_with_locked_reads("art-cow");
 }

@@ -164,7 +164,13 @@ impl Drop for Stop<'_> {
 /// (`PMINDEX_STRESS_THREADS`, 2 by default), half as many scanners and as
 /// many batch readers.
 pub fn stress(engine: &str, key: Keys, ops: usize) {
-    let threads = env("PMINDEX_STRESS_THREADS", 2).max(1);
+    stress_with_threads(engine, key, ops, env("PMINDEX_STRESS_THREADS", 2));
+}
+
+/// [`stress`] with `threads` writers (and half as many scanners and batch
+/// readers), whatever `PMINDEX_STRESS_THREADS` says.
+pub fn stress_with_threads(engine: &str, key: Keys, ops: usize, threads: usize) {
+    let threads = threads.max(1);
     let keys = KEYS;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stress.pool");

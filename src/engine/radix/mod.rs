@@ -208,8 +208,9 @@ pub struct RadixTree {
     /// Keys in the tree (counted at open, kept in DRAM; writers of
     /// different stripes change it at once, see [`striped`]).
     count: AtomicU64,
-    /// Which blocks of the tree's chunks are in use (DRAM only). Writers
-    /// hold the tree lock already; the mutex only makes it `Sync`.
+    /// Which blocks of the tree's chunks are in use (DRAM only). Under the
+    /// tree-wide lock (`writers=locked`) it only makes the tree `Sync`;
+    /// striped writers of different stripes take it in turn.
     heap: Mutex<Chunks>,
     /// The state of a batch of puts ([`RadixTree::put_many_impl`]).
     batch: Batch,
@@ -682,7 +683,8 @@ impl SerialEngine for RadixTree {
             Some((p, lw)) => {
                 // `lookup` counted the value's lines.
                 let off = p + leaf::HEADER + lw.key_len as u64;
-                // SAFETY: `&self` is held under the tree lock: no writer runs.
+                // SAFETY: `&self` is held under the tree lock, or under the
+                // key's stripe ([`striped`]): no writer of this leaf runs.
                 f(unsafe { self.pool.bytes(off, lw.value_len as u64)? });
                 Ok(true)
             }

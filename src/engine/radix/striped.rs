@@ -8,9 +8,9 @@
 //! 16 units have a stripe each, the ART trees' 256 share
 //! [`UNIT_STRIPES`] (unit mod 64), and keys that end at the branch (the
 //! root's `end` slot) have their own. A writer takes its key's stripe
-//! (a reader-writer lock, for writing) and walks with `Scope::Below`: it may change the blocks under
-//! the root node's child for its unit and that child's slot in the root
-//! node, which no other stripe's key reaches. A change of the root slot or
+//! (a reader-writer lock, for writing) and walks with `Scope::Below`: it
+//! may change the blocks under the root node's child for its unit and
+//! that child's slot in the root node, which no other stripe's key reaches. A change of the root slot or
 //! of the root node's own words (a new root, a split of its path, a WOART
 //! or ART+CoW root that adds or drops a child, any delete in the root node)
 //! is refused before its first store, and the writer runs it again holding
@@ -123,8 +123,10 @@ pub struct Striped {
 
 // SAFETY: the tree and the root's path are reached only through `Striped::in_stripe`,
 // `Striped::whole` and `Striped::read_all`: `&RadixTree` while at least one
-// stripe is held (its writes are to atomics, mutex-guarded state and PM
-// words that no other stripe's holder touches, see the module doc), and
+// stripe is held (only a holder of a stripe for writing writes, and only
+// to atomics, mutex-guarded state and PM words that no other stripe's
+// holder reads or writes, see the module doc; holders for reading do not
+// write), and
 // `&mut RadixTree` only while every stripe is held, so never alongside
 // another reference. `RadixTree` is `Send + Sync` itself.
 unsafe impl Sync for Striped {}
@@ -146,7 +148,11 @@ const _: () = {
 /// one-key reads").
 fn route_for(span: Span, branch: usize) -> u64 {
     let (at, shift, mask) = match span {
-        Span::Nibble => (branch / 2, if branch.is_multiple_of(2) { 4 } else { 0 }, 0x0F),
+        Span::Nibble => (
+            branch / 2,
+            if branch.is_multiple_of(2) { 4 } else { 0 },
+            0x0F,
+        ),
         Span::Byte => (branch, 0, UNIT_STRIPES as u64 - 1),
     };
     debug_assert!(at < 0xFFFF_FFFF);
@@ -250,9 +256,10 @@ impl Striped {
         // route's store; then the stripes are unlocked.
     }
 
-    /// `f` on the tree and the root's path holding `key`'s stripe only
-    /// (its version odd meanwhile if `write`); `None` if the root is not a
-    /// node, or if `f` says the change needs the whole tree.
+    /// `f` on the tree and the root's path holding `key`'s stripe only, for
+    /// writing if `write` (its version odd meanwhile), else for reading (`f`
+    /// must not write then); `None` if the root is not a node, or if `f`
+    /// says the change needs the whole tree.
     fn in_stripe<R>(
         &self,
         key: &[u8],
@@ -276,7 +283,8 @@ impl Striped {
                 continue;
             }
             // SAFETY: a stripe is held: no `&mut` to the tree exists, and
-            // `f` changes only what this stripe owns (`Scope::Below`).
+            // `f` changes only what this stripe owns (`Scope::Below`), and
+            // only when the stripe is held for writing.
             let tree = unsafe { &*self.tree.get() };
             // SAFETY: as the tree's: written only with every stripe held.
             let root_path = unsafe { &*self.root_path.get() };
