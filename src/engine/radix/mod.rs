@@ -610,6 +610,119 @@ impl RadixTree {
     }
 }
 
+/// Where [`RadixTree::scan_one_stripe`] left a scan.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum StripeScan {
+    /// The scan is over: its bounds ended, or `f` said stop.
+    Done,
+    /// The next keys in bounds lie under the root node's child of this
+    /// unit (`Some`), or in its end slot (`None`), which the stripe held
+    /// does not own; nothing of it was read.
+    Next(Option<u8>),
+    /// The root is not the node the caller's root path describes (not
+    /// reached while a stripe is held, short of damage): scan holding every
+    /// stripe.
+    Whole,
+}
+
+impl RadixTree {
+    /// [`SerialEngine::scan`] of what one stripe owns (`striped.rs`): the
+    /// root node, with its path from `root_path` (as `Scope::Below`: a
+    /// long path is otherwise read from a leaf that another stripe may be
+    /// freeing), its end slot if `mine(None)`, and its children `u` with
+    /// `mine(Some(u))`, in key order, until the bounds end, `f` stops, or
+    /// the next key in bounds lies under a child (or in the end slot) that
+    /// `mine` refuses. The caller holds that stripe, for reading at least,
+    /// so no whole-tree writer and no writer of those children runs; other
+    /// stripes' writers may store into the root node's other slots
+    /// meanwhile, which this loads (whole words) but does not follow.
+    pub(super) fn scan_one_stripe(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        f: &mut ScanFn<'_>,
+        root_path: &[u8],
+        mine: &dyn Fn(Option<u8>) -> bool,
+    ) -> Result<StripeScan> {
+        let pw = self.pool.load_u64(self.root_slot())?;
+        if pw == 0 {
+            return Ok(StripeScan::Whole);
+        }
+        let kind = nodes::kind(&self.pool, pw)?;
+        if kind == Kind::Leaf {
+            return Ok(StripeScan::Whole);
+        }
+        let h = Header::decode(self.pool.load_u64(nodes::block_of(pw))?);
+        let br = root_path.len();
+        if h.depth != 0 || h.branch() != br {
+            return Ok(StripeScan::Whole);
+        }
+        let units = |b: Bound<&[u8]>| match b {
+            Bound::Included(k) | Bound::Excluded(k) => Some(self.span.all(k)),
+            Bound::Unbounded => None,
+        };
+        let b = ScanBounds {
+            lo,
+            hi,
+            lo_units: units(lo),
+            hi_units: units(hi),
+        };
+        let mut path = root_path.to_vec();
+        if b.subtree_below_lo(&path) || b.subtree_above_hi(&path) {
+            return Ok(StripeScan::Done);
+        }
+        // The end slot's key is the root's path itself: placed against the
+        // bounds without reading its leaf, which another stripe may own.
+        let end = self.pool.load_u64(nodes::block_of(pw) + END)?;
+        if end != 0 && !b.key_below_lo(&path) {
+            if b.key_above_hi(&path) {
+                return Ok(StripeScan::Done);
+            }
+            if !mine(None) {
+                return Ok(StripeScan::Next(None));
+            }
+            if nodes::kind(&self.pool, end)? != Kind::Leaf {
+                return Err(Error::corrupt(end, "radix: node in an end slot"));
+            }
+            if !self.scan_rec(end, br, &mut path, &b, f)? {
+                return Ok(StripeScan::Done);
+            }
+        }
+        let entries = nodes::entries(&self.pool, pw, kind)?;
+        let pm = self.pool.words();
+        let mut prefetched = 0;
+        for (i, e) in entries.iter().enumerate() {
+            if e.ptr == 0 {
+                continue;
+            }
+            path.truncate(br);
+            path.push(e.unit);
+            if b.subtree_below_lo(&path) {
+                continue;
+            }
+            if b.subtree_above_hi(&path) {
+                return Ok(StripeScan::Done);
+            }
+            if !mine(Some(e.unit)) {
+                return Ok(StripeScan::Next(Some(e.unit)));
+            }
+            // As `scan_rec`: the next children's first lines (a hint; one
+            // of another stripe's costs a load at most).
+            let ahead_end = (i + 1 + SCAN_AHEAD).min(entries.len());
+            for ahead in &entries[prefetched.max(i + 1)..ahead_end] {
+                if ahead.ptr != 0 {
+                    pm.prefetch(ahead.ptr);
+                }
+            }
+            prefetched = ahead_end;
+            if !self.scan_rec(e.ptr, br + 1, &mut path, &b, f)? {
+                return Ok(StripeScan::Done);
+            }
+        }
+        Ok(StripeScan::Done)
+    }
+}
+
 /// Children of a node whose first lines a scan asks for before it walks
 /// them.
 const SCAN_AHEAD: usize = 8;
@@ -653,6 +766,23 @@ impl ScanBounds<'_> {
         self.hi_units
             .as_ref()
             .is_some_and(|h| cmp_prefix(p, h).is_gt())
+    }
+    /// Whether the key of units `p` (whole: units in order compare as the
+    /// key's bytes do) lies below the lower bound.
+    fn key_below_lo(&self, p: &[u8]) -> bool {
+        match (self.lo, &self.lo_units) {
+            (Bound::Included(_), Some(l)) => p < l.as_slice(),
+            (Bound::Excluded(_), Some(l)) => p <= l.as_slice(),
+            _ => false,
+        }
+    }
+    /// Whether the key of units `p` lies above the upper bound.
+    fn key_above_hi(&self, p: &[u8]) -> bool {
+        match (self.hi, &self.hi_units) {
+            (Bound::Included(_), Some(h)) => p > h.as_slice(),
+            (Bound::Excluded(_), Some(h)) => p >= h.as_slice(),
+            _ => false,
+        }
     }
 }
 

@@ -59,7 +59,7 @@ use std::sync::Arc;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::span::Span;
-use super::{whole_tree_refused, RadixTree, Scope};
+use super::{whole_tree_refused, RadixTree, Scope, StripeScan};
 use crate::engine::locked::{answer, Writing};
 #[cfg(doc)]
 use crate::engine::Locked;
@@ -157,6 +157,24 @@ fn route_for(span: Span, branch: usize) -> u64 {
     };
     debug_assert!(at < 0xFFFF_FFFF);
     at as u64 | shift << 32 | mask << 40
+}
+
+/// The first key under the root node's child of `unit` (`None`: the key
+/// of its end slot), for a root whose path is `root_path`: the path and
+/// the unit as bytes, a WORT key ending in the child's nibble padded with
+/// a 0 nibble.
+fn child_start(span: Span, root_path: &[u8], unit: Option<u8>) -> Vec<u8> {
+    let units = root_path.iter().copied().chain(unit);
+    match span {
+        Span::Byte => units.collect(),
+        Span::Nibble => {
+            let units: Vec<u8> = units.collect();
+            units
+                .chunks(2)
+                .map(|p| p[0] << 4 | p.get(1).copied().unwrap_or(0))
+                .collect()
+        }
+    }
 }
 
 /// The stripe of `key` for the route word `route`: its unit at the root
@@ -465,7 +483,66 @@ impl Engine for Striped {
                 .ok_or_else(whole_tree_refused)
         })
     }
+    /// One stripe at a time, for reading: the stripe of the child of the
+    /// root node where the scan is, until the scan needs another child
+    /// ([`RadixTree::scan_one_stripe`]); then that one's, from the child's
+    /// first key on. A scan of a few keys takes one or two stripes, not all
+    /// 65, and never holds two, so it waits for no whole-tree writer while
+    /// holding one. Between two stripes the root may change; the scan goes
+    /// on from the next child's first key whatever the root then is. It
+    /// takes every stripe (as before 2026-11-27) when the root is not a
+    /// node, or when two tries in a row made no progress (whole-tree writes
+    /// moving the root meanwhile).
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()> {
+        let mut from: Bound<Vec<u8>> = lo.map(<[u8]>::to_vec);
+        let mut stalled = 0;
+        loop {
+            let route = self.root.route.load(Ordering::Acquire);
+            if route == NO_ROOT || stalled == 2 {
+                break;
+            }
+            let s = match &from {
+                Bound::Included(k) | Bound::Excluded(k) => stripe_of(k, route),
+                Bound::Unbounded => END_STRIPE,
+            };
+            let _g = self.stripes[s].lock.read();
+            if self.root.route.load(Ordering::Relaxed) != route {
+                continue;
+            }
+            // SAFETY: a stripe is held for reading: no `&mut` to the tree
+            // exists, and the scan writes nothing.
+            let tree = unsafe { &*self.tree.get() };
+            // SAFETY: as the tree's: written only with every stripe held.
+            let root_path = unsafe { &*self.root_path.get() };
+            let mine = |u: Option<u8>| match u {
+                Some(u) => usize::from(u) % UNIT_STRIPES == s,
+                None => s == END_STRIPE,
+            };
+            let mut seen = 0u64;
+            let mut counted = |k: &[u8], v: &[u8]| {
+                seen += 1;
+                f(k, v)
+            };
+            let lo = from.as_ref().map(Vec::as_slice);
+            match tree.scan_one_stripe(lo, hi, &mut counted, root_path, &mine)? {
+                StripeScan::Done => return Ok(()),
+                StripeScan::Whole => break,
+                StripeScan::Next(u) => {
+                    // Every key in bounds before that child was given to
+                    // `f`: on from its first key.
+                    let start = child_start(self.span, root_path, u);
+                    let later = match &from {
+                        Bound::Included(k) | Bound::Excluded(k) => start > *k,
+                        Bound::Unbounded => true,
+                    };
+                    stalled = if seen == 0 && !later { stalled + 1 } else { 0 };
+                    if later {
+                        from = Bound::Included(start);
+                    }
+                }
+            }
+        }
+        let lo = from.as_ref().map(Vec::as_slice);
         self.read_all(|t| t.scan(lo, hi, f))
     }
     fn len(&self) -> u64 {
@@ -510,6 +587,47 @@ mod tests {
         }
         for key in &keys {
             assert_eq!(stripe_of(key, NO_ROOT), END_STRIPE);
+        }
+    }
+
+    /// A child's first key: the root's path and the unit as bytes, a WORT
+    /// key whose last nibble is the child's padded with 0 (so no key under
+    /// the child sorts before it, and every key under an earlier child or
+    /// in the end slot sorts before it); the end slot's key is the path.
+    #[test]
+    fn a_childs_first_key_is_its_path_and_unit() {
+        assert_eq!(child_start(Span::Byte, &[7, 9], Some(3)), vec![7, 9, 3]);
+        assert_eq!(child_start(Span::Byte, &[], Some(0xFF)), vec![0xFF]);
+        assert_eq!(child_start(Span::Byte, &[7], None), vec![7]);
+        assert_eq!(child_start(Span::Nibble, &[], Some(0xA)), vec![0xA0]);
+        assert_eq!(child_start(Span::Nibble, &[1], Some(0xA)), vec![0x1A]);
+        assert_eq!(child_start(Span::Nibble, &[1, 2], None), vec![0x12]);
+        assert_eq!(
+            child_start(Span::Nibble, &[1, 2, 3], Some(4)),
+            vec![0x12, 0x34]
+        );
+        // Against every key of two bytes: under the child (its units from
+        // the path's on equal) exactly when at or after the first key and
+        // before the next child's.
+        for (path, unit) in [
+            (&[][..], 5u8),
+            (&[3][..], 0),
+            (&[3][..], 15),
+            (&[0xA, 0xB][..], 9),
+        ] {
+            let first = child_start(Span::Nibble, path, Some(unit));
+            let next = (unit < 15).then(|| child_start(Span::Nibble, path, Some(unit + 1)));
+            for k in 0..=u16::MAX {
+                let key = k.to_be_bytes();
+                let units = Span::Nibble.all(&key);
+                let under = units.starts_with(path) && units[path.len()] == unit;
+                let within = key.as_slice() >= first.as_slice()
+                    && next.as_ref().is_none_or(|n| key.as_slice() < n.as_slice());
+                let same_prefix = units.starts_with(path);
+                if same_prefix {
+                    assert_eq!(under, within, "{path:?} {unit} {key:?}");
+                }
+            }
         }
     }
 }
