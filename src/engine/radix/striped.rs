@@ -28,9 +28,10 @@
 //! is otherwise read from a leaf under the root, which another stripe's
 //! writer may be freeing meanwhile.
 //!
-//! Scans, checks and `len` take every stripe for reading, so that several
-//! run at once, and a point read that falls back to a lock takes its
-//! stripe for reading.
+//! A scan takes one stripe at a time for reading, that of the root's
+//! child it is in (see [`Striped::scan`]); checks and `len` take every
+//! stripe for reading, and a point read that falls back to a lock takes
+//! its stripe for reading, so that all of these run at once.
 //!
 //! # Readers
 //! As in [`Locked`], a point read runs without a lock first and is checked
