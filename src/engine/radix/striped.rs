@@ -486,7 +486,7 @@ impl Engine for Striped {
     }
     /// One stripe at a time, for reading: the stripe of the child of the
     /// root node where the scan is, until the scan needs another child
-    /// ([`RadixTree::scan_one_stripe`]); then that one's, from the child's
+    /// (`RadixTree::scan_one_stripe`); then that one's, from the child's
     /// first key on. A scan of a few keys takes one or two stripes, not all
     /// 65, and never holds two, so it waits for no whole-tree writer while
     /// holding one. Between two stripes the root may change; the scan goes
