@@ -826,6 +826,12 @@ impl RadixTree {
             }
             let h = Header::decode(w);
             let b = h.branch();
+            // A node branches at or below the depth it is reached at (a
+            // crashed split leaves its depth stale, never its branch), so
+            // `d` grows each step and a cycle (damage) ends here.
+            if b < d {
+                return Err(Error::corrupt(p, "radix: node branches above its depth"));
+            }
             if klen < b {
                 return Ok(Some(false));
             }
