@@ -1,10 +1,12 @@
 //! Multi-threaded stress test of WORT, WOART and ART+CoW against an oracle
 //! (the test is in `common/stress.rs`), with `writers=striped`: writers of
-//! different root children run at once (`engine/radix/striped.rs`), beside
-//! scans, batched gets and batched puts, which hold the whole tree (the
-//! default since 2026-11-27). Also WORT with the tree-wide lock
-//! (`writers=locked`), and each tree with 4 writers, 2 scanners at once and
-//! locked point reads (`reads=locked`).
+//! different root children run at once (`engine/radix/striped.rs`; the
+//! default since 2026-11-27), beside scans (one root child's stripe at a
+//! time), batched gets and batched puts. Also WORT with the tree-wide lock
+//! (`writers=locked`), each tree with 4 writers, 2 scanners at once and
+//! locked point reads (`reads=locked`), and bounded, early-stopping scans
+//! against writers that reshape the root between stripes
+//! (`*_scans_miss_no_stable_key`).
 //!
 //! Keys start with one of 24 bytes, so the root node has 24 children, and
 //! WORT's root 15 (their first nibbles), shared by every writer; under
@@ -19,6 +21,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -157,4 +160,173 @@ fn woart_scans_and_locked_reads_share_stripes() {
 #[test]
 fn art_cow_scans_and_locked_reads_share_stripes() {
     four_writers_with_locked_reads("art-cow");
+}
+
+/// Keys that stay for a whole [`scans_miss_no_stable_key`] run: "P" (in
+/// the root's end slot whenever the root's path is "P"), "P" + u for
+/// every other third unit u, and "P" + u + "s" for every third.
+fn stable_keys() -> BTreeSet<Vec<u8>> {
+    let mut s = BTreeSet::new();
+    s.insert(b"P".to_vec());
+    for u in (0..=255u8).step_by(3) {
+        s.insert(vec![b'P', u, b's']);
+        if u % 2 == 0 {
+            s.insert(vec![b'P', u]);
+        }
+    }
+    s
+}
+
+fn in_bounds(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    (match lo {
+        Bound::Included(l) => k >= l,
+        Bound::Excluded(l) => k > l,
+        Bound::Unbounded => true,
+    }) && (match hi {
+        Bound::Included(h) => k <= h,
+        Bound::Excluded(h) => k < h,
+        Bound::Unbounded => true,
+    })
+}
+
+/// Striped scans, which hold one root child's stripe at a time and resume
+/// at the next child's first key, against writers that change the root
+/// between stripes: one puts and deletes keys off the root's path ("Q",
+/// "O", "A", ...: the root's path flips between "P", "" and, for WORT, an
+/// odd nibble path, each a whole-tree write), one writes under the root's
+/// children. A scanner runs bounds drawn from the stable keys and from
+/// child starts ("P" + u, + 0, + 0xFF), included, excluded or unbounded,
+/// and stops early at random; every scan must return its keys in order,
+/// once, in bounds, with their values, and every stable key in bounds up
+/// to where it stopped. `PMINDEX_STRESS_SCANS` scans per tree (default
+/// 20,000). Written by a review of the one-stripe scans (2026-11-27); it
+/// fails with a child's first key skipped (`child_start` one unit off),
+/// with a scan that ends at the first other stripe, and with `mine`
+/// always true.
+fn scans_miss_no_stable_key(engine: &str) {
+    let db = Db::create_anonymous(&common::options(engine, 256 << 20)).unwrap();
+    let stable = stable_keys();
+    for k in &stable {
+        db.put(k, k).unwrap();
+    }
+    let mut probes: Vec<Vec<u8>> = stable.iter().cloned().collect();
+    for u in 0..=255u8 {
+        probes.push(vec![b'P', u]);
+        probes.push(vec![b'P', u, 0]);
+        probes.push(vec![b'P', u, 0xFF]);
+    }
+    for p in [
+        &b""[..],
+        b"A",
+        b"O",
+        b"P",
+        b"P\x00",
+        b"Q",
+        b"Q\x00",
+        b"R",
+        b"\xff",
+        b"\x50\x0f",
+    ] {
+        probes.push(p.to_vec());
+    }
+    let scans = env("PMINDEX_STRESS_SCANS", 20_000);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writers = [
+            // Whole-tree writes: keys off the root's path.
+            s.spawn(|| {
+                let mut rng = SmallRng::seed_from_u64(1);
+                let keys: [&[u8]; 5] = [b"Q", b"O", b"A", b"Q\x01", b"PZ\x00"];
+                while !stop.load(Ordering::Relaxed) {
+                    let k = keys[rng.gen_range(0..keys.len())];
+                    db.put(k, k).unwrap();
+                    std::thread::yield_now();
+                    db.delete(k).unwrap();
+                }
+            }),
+            // Stripe writes below the root's children.
+            s.spawn(|| {
+                let mut rng = SmallRng::seed_from_u64(2);
+                while !stop.load(Ordering::Relaxed) {
+                    let k = vec![b'P', rng.gen(), b'v', rng.gen()];
+                    db.put(&k, &k).unwrap();
+                    db.delete(&k).unwrap();
+                }
+            }),
+        ];
+        let scanner = s.spawn(|| {
+            let _stop = Stop(&stop);
+            let mut rng = SmallRng::seed_from_u64(3);
+            for _ in 0..scans {
+                let bound = |rng: &mut SmallRng| -> Bound<Vec<u8>> {
+                    let p = probes[rng.gen_range(0..probes.len())].clone();
+                    match rng.gen_range(0..5) {
+                        0 | 1 => Bound::Included(p),
+                        2 | 3 => Bound::Excluded(p),
+                        _ => Bound::Unbounded,
+                    }
+                };
+                let (lo, hi) = (bound(&mut rng), bound(&mut rng));
+                let (lo, hi) = (
+                    lo.as_ref().map(Vec::as_slice),
+                    hi.as_ref().map(Vec::as_slice),
+                );
+                let limit = rng.gen_bool(0.3).then(|| rng.gen_range(1..20));
+                let mut got: Vec<Vec<u8>> = Vec::new();
+                db.scan_with(lo, hi, |k, v| {
+                    assert_eq!(k, v, "{engine}: the value of {k:?}");
+                    assert!(
+                        in_bounds(k, lo, hi),
+                        "{engine}: {k:?} out of {lo:?}..{hi:?}"
+                    );
+                    if let Some(p) = got.last() {
+                        assert!(
+                            p.as_slice() < k,
+                            "{engine}: {p:?} then {k:?} in {lo:?}..{hi:?}"
+                        );
+                    }
+                    got.push(k.to_vec());
+                    limit.is_none_or(|n| got.len() < n)
+                })
+                .unwrap();
+                let stopped = limit.is_some_and(|n| got.len() == n);
+                let seen: BTreeSet<&Vec<u8>> = got.iter().collect();
+                for k in stable.iter().filter(|k| in_bounds(k, lo, hi)) {
+                    if stopped && Some(k) > got.last() {
+                        break;
+                    }
+                    assert!(
+                        seen.contains(k),
+                        "{engine}: stable {k:?} skipped in {lo:?}..{hi:?} (got {got:?})"
+                    );
+                }
+            }
+        });
+        let r = scanner.join();
+        for w in writers {
+            w.join().unwrap();
+        }
+        if let Err(e) = r {
+            std::panic::resume_unwind(e);
+        }
+    });
+    db.check().unwrap();
+    for k in &stable {
+        assert_eq!(db.get(k).unwrap().as_deref(), Some(k.as_slice()));
+    }
+}
+
+#[test]
+fn wort_scans_miss_no_stable_key() {
+    scans_miss_no_stable_key("wort:writers=striped");
+}
+
+#[test]
+fn woart_scans_miss_no_stable_key() {
+    scans_miss_no_stable_key("woart:writers=striped");
+}
+
+#[test]
+fn art_cow_scans_miss_no_stable_key() {
+    scans_miss_no_stable_key("art-cow:writers=striped");
 }

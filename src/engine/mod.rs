@@ -117,6 +117,10 @@ pub trait Engine: Send + Sync {
     /// Removes `key`; returns whether it was present. Durable on return.
     fn delete(&self, key: &[u8]) -> Result<bool>;
     /// Calls `f` for each key in `lo..hi` (byte order) until it returns false.
+    /// `f` may run under the engine's read locks (the radix trees' striped
+    /// scans hold one stripe at a time, a whole-tree scan all of them):
+    /// it must not call back into the engine, where a write would wait
+    /// for itself.
     fn scan(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut ScanFn<'_>) -> Result<()>;
     /// Number of keys.
     fn len(&self) -> u64;
