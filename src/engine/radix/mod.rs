@@ -575,11 +575,36 @@ impl RadixTree {
             }
         }
         let entries = nodes::entries(&self.pool, ptr, kind)?;
-        // From the first child in bounds on, the children's first lines
-        // start loading `SCAN_AHEAD` entries before the walk reaches them,
-        // so that the misses of siblings (in the bottom nodes, a leaf each)
-        // overlap instead of coming one after another (docs/design.md §11,
-        // "Ordered scans").
+        Ok(
+            match self.scan_children(&entries, br, path, b, f, |_| true)? {
+                Children::Walked => true,
+                Children::Stopped => false,
+                // Not reached: every child is this walk's.
+                Children::NotMine(_) => true,
+            },
+        )
+    }
+
+    /// Walks the children `entries` of a node that branches at `br` in
+    /// order (`path[..br]` the units above them), pruned by the bounds, up
+    /// to the first child in bounds whose unit `mine` refuses, which it
+    /// does not read. From the first child in bounds on, the children's
+    /// first lines start loading `SCAN_AHEAD` entries before the walk
+    /// reaches them, so that the misses of siblings (in the bottom nodes,
+    /// a leaf each) overlap instead of coming one after another
+    /// (docs/design.md §11, "Ordered scans"); one of a child that is not
+    /// `mine` is a hint (a load at most). Inlined into both callers: a
+    /// call per node cost scans 2-3% (1M sparse keys, 100-key scans).
+    #[inline(always)]
+    fn scan_children(
+        &self,
+        entries: &[nodes::Entry],
+        br: usize,
+        path: &mut Vec<u8>,
+        b: &ScanBounds<'_>,
+        f: &mut ScanFn<'_>,
+        mine: impl Fn(u8) -> bool,
+    ) -> Result<Children> {
         let pm = self.pool.words();
         // Entries before this one have been asked for.
         let mut prefetched = 0;
@@ -593,7 +618,10 @@ impl RadixTree {
                 continue;
             }
             if b.subtree_above_hi(path) {
-                return Ok(false);
+                return Ok(Children::Stopped);
+            }
+            if !mine(e.unit) {
+                return Ok(Children::NotMine(e.unit));
             }
             let end = (i + 1 + SCAN_AHEAD).min(entries.len());
             for ahead in &entries[prefetched.max(i + 1)..end] {
@@ -603,11 +631,21 @@ impl RadixTree {
             }
             prefetched = end;
             if !self.scan_rec(e.ptr, br + 1, path, b, f)? {
-                return Ok(false);
+                return Ok(Children::Stopped);
             }
         }
-        Ok(true)
+        Ok(Children::Walked)
     }
+}
+
+/// Where [`RadixTree::scan_children`] left a node's children.
+enum Children {
+    /// All of them in bounds were walked; the scan goes on after them.
+    Walked,
+    /// The bounds ended, or `f` said stop.
+    Stopped,
+    /// The child of this unit, in bounds, is not the caller's to walk.
+    NotMine(u8),
 }
 
 /// Where [`RadixTree::scan_one_stripe`] left a scan.
@@ -689,37 +727,13 @@ impl RadixTree {
             }
         }
         let entries = nodes::entries(&self.pool, pw, kind)?;
-        let pm = self.pool.words();
-        let mut prefetched = 0;
-        for (i, e) in entries.iter().enumerate() {
-            if e.ptr == 0 {
-                continue;
-            }
-            path.truncate(br);
-            path.push(e.unit);
-            if b.subtree_below_lo(&path) {
-                continue;
-            }
-            if b.subtree_above_hi(&path) {
-                return Ok(StripeScan::Done);
-            }
-            if !mine(Some(e.unit)) {
-                return Ok(StripeScan::Next(Some(e.unit)));
-            }
-            // As `scan_rec`: the next children's first lines (a hint; one
-            // of another stripe's costs a load at most).
-            let ahead_end = (i + 1 + SCAN_AHEAD).min(entries.len());
-            for ahead in &entries[prefetched.max(i + 1)..ahead_end] {
-                if ahead.ptr != 0 {
-                    pm.prefetch(ahead.ptr);
-                }
-            }
-            prefetched = ahead_end;
-            if !self.scan_rec(e.ptr, br + 1, &mut path, &b, f)? {
-                return Ok(StripeScan::Done);
-            }
-        }
-        Ok(StripeScan::Done)
+        let mine_unit = |u: u8| mine(Some(u));
+        Ok(
+            match self.scan_children(&entries, br, &mut path, &b, f, mine_unit)? {
+                Children::Walked | Children::Stopped => StripeScan::Done,
+                Children::NotMine(u) => StripeScan::Next(Some(u)),
+            },
+        )
     }
 }
 
