@@ -930,7 +930,8 @@ fn a_stripe_writer_changes_nothing_but_its_own_child_of_the_root() {
 /// Damage: a child slot below the root points back at the root node, a
 /// cycle. Every walk sees the node branch above the depth it was reached
 /// at and fails, through the tree and through the striped wrapper (its
-/// lock-free reader, batched reader, one-stripe scan and stripe writers).
+/// lock-free reader, batched reader, one-stripe scan, stripe writers and
+/// batched puts).
 /// Before, a delete of a key under the cycle walked it for ever.
 #[test]
 fn a_child_pointing_back_at_an_ancestor_is_an_error_not_an_endless_walk() {
@@ -971,12 +972,14 @@ fn a_child_pointing_back_at_an_ancestor_is_an_error_not_an_endless_walk() {
         cyclic(all(&|f| t.scan(Bound::Unbounded, Bound::Unbounded, f)));
         cyclic(t.check_impl().map(|_| ()));
         cyclic(t.put(&[1, 1, 1, 7], b"z", PutMode::Upsert).map(|_| ()));
+        cyclic(t.put_many(&[(&[1, 1, 1, 7], b"z")]));
         cyclic(t.delete(key).map(|_| ()));
         let db = striped::Striped::new(Arc::clone(&pool), t, Reads::Optimistic);
         cyclic(db.get_with(key, &mut |_| ()).map(|_| ()));
         cyclic(db.get_many(&[key], &mut |_, _| ()));
         cyclic(all(&|f| db.scan(Bound::Unbounded, Bound::Unbounded, f)));
         cyclic(db.put(&[1, 1, 1, 7], b"z", PutMode::Upsert).map(|_| ()));
+        cyclic(db.put_many(&[(&[1, 1, 1, 7], b"z")]));
         cyclic(db.delete(key).map(|_| ()));
     }
 }
