@@ -68,8 +68,11 @@ fn damage_once(rng: &mut SmallRng, image: &mut [u8], lines: &[usize], pointers: 
         5 => other + 8 * rng.gen_range(1..8),
         6 => word_at(image, other as usize + 8 * rng.gen_range(0..8)),
         _ if pointers.len() >= 2 => {
-            at = pointers[rng.gen_range(0..pointers.len())];
-            word_at(image, pointers[rng.gen_range(0..pointers.len())])
+            // Two different words: a copy onto itself changes nothing.
+            let i = rng.gen_range(0..pointers.len());
+            let j = (i + rng.gen_range(1..pointers.len())) % pointers.len();
+            at = pointers[i];
+            word_at(image, pointers[j])
         }
         _ => other,
     };
@@ -79,7 +82,8 @@ fn damage_once(rng: &mut SmallRng, image: &mut [u8], lines: &[usize], pointers: 
 }
 
 /// The aligned words of the `lines` (sorted) that name one of them once
-/// the low 7 bits (a leaf tag and a WORT slot map) are cleared: the
+/// the low 6 bits (a radix tree's leaf tag and WORT slot map,
+/// `nodes::TAGS`) are cleared: the
 /// pointers of `image`, as far as their values tell.
 fn pointer_words(image: &[u8], lines: &[usize]) -> Vec<usize> {
     let mut out = Vec::new();
@@ -88,7 +92,7 @@ fn pointer_words(image: &[u8], lines: &[usize]) -> Vec<usize> {
             let Some(w) = image.get(at..at + 8) else {
                 continue;
             };
-            let v = u64::from_le_bytes(w.try_into().expect("8 bytes")) & !0x7F;
+            let v = u64::from_le_bytes(w.try_into().expect("8 bytes")) & !0x3F;
             if v != 0 && lines.binary_search(&(v as usize & !63)).is_ok() {
                 out.push(at);
             }
