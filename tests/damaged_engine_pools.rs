@@ -7,12 +7,12 @@
 //!
 //! Each case makes 1 to 4 changes (a flipped bit, or a word overwritten
 //! with 0, all ones, a small or random number, another structure's
-//! offset, or a copy of another word) in lines of the pool that hold data (the allocator's records,
-//! the engine's superblock or root, chunk headers, leaves, nodes, values),
-//! opens the image in anonymous memory and runs a
-//! fixed workload on it in a thread of its own, which must finish within a
-//! deadline. `PMINDEX_DAMAGE_CASES=N` runs N cases per engine instead of
-//! the quick default.
+//! offset, or a copy of another word) in lines of the pool that hold data
+//! (the allocator's records, the engine's superblock or root, chunk
+//! headers, leaves, nodes, values), opens the image in anonymous memory
+//! and runs a fixed workload on it in a thread of its own, which must
+//! finish within a deadline. `PMINDEX_DAMAGE_CASES=N` runs N cases per
+//! engine instead of the quick default.
 
 mod common;
 
@@ -83,8 +83,8 @@ fn damage_once(rng: &mut SmallRng, image: &mut [u8], lines: &[usize], pointers: 
 
 /// The aligned words of the `lines` (sorted) that name one of them once
 /// the low 6 bits (a radix tree's leaf tag and WORT slot map,
-/// `nodes::TAGS`) are cleared: the
-/// pointers of `image`, as far as their values tell.
+/// `nodes::TAGS`) are cleared: the pointers of `image`, as far as their
+/// values tell.
 fn pointer_words(image: &[u8], lines: &[usize]) -> Vec<usize> {
     let mut out = Vec::new();
     for &line in lines {

@@ -25,6 +25,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::in_bounds;
 use common::stress::{env, stress, Stop, KEYS};
 use pmindex::Db;
 use rand::rngs::SmallRng;
@@ -175,18 +176,6 @@ fn stable_keys() -> BTreeSet<Vec<u8>> {
         }
     }
     s
-}
-
-fn in_bounds(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
-    (match lo {
-        Bound::Included(l) => k >= l,
-        Bound::Excluded(l) => k > l,
-        Bound::Unbounded => true,
-    }) && (match hi {
-        Bound::Included(h) => k <= h,
-        Bound::Excluded(h) => k < h,
-        Bound::Unbounded => true,
-    })
 }
 
 /// Striped scans, which hold one root child's stripe at a time and resume

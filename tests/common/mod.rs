@@ -115,6 +115,19 @@ pub fn show_bound(b: Bound<&[u8]>) -> String {
     }
 }
 
+/// Whether `k` lies between `lo` and `hi` (byte order).
+pub fn in_bounds(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    (match lo {
+        Bound::Included(l) => k >= l,
+        Bound::Excluded(l) => k > l,
+        Bound::Unbounded => true,
+    }) && (match hi {
+        Bound::Included(h) => k <= h,
+        Bound::Excluded(h) => k < h,
+        Bound::Unbounded => true,
+    })
+}
+
 /// What `scan(lo, hi, limit)` must return on `model`. Written with a filter,
 /// not `BTreeMap::range`, so inverted and empty ranges need no special case.
 pub fn model_scan(
@@ -123,19 +136,9 @@ pub fn model_scan(
     hi: Bound<&[u8]>,
     limit: Option<usize>,
 ) -> Vec<Pair> {
-    let above_lo = |k: &[u8]| match lo {
-        Bound::Included(l) => k >= l,
-        Bound::Excluded(l) => k > l,
-        Bound::Unbounded => true,
-    };
-    let below_hi = |k: &[u8]| match hi {
-        Bound::Included(h) => k <= h,
-        Bound::Excluded(h) => k < h,
-        Bound::Unbounded => true,
-    };
     model
         .iter()
-        .filter(|(k, _)| above_lo(k) && below_hi(k))
+        .filter(|(k, _)| in_bounds(k, lo, hi))
         .take(limit.unwrap_or(usize::MAX))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
