@@ -23,6 +23,26 @@ mod locked;
 pub mod pmlog;
 pub mod radix;
 
+/// This thread's number: threads are numbered 0, 1, 2, ... in the order
+/// they first ask. Engines share per-thread state by it (`hart`'s
+/// allocation stripes, the radix trees' heap caches), so that up to as
+/// many threads as they have shares never share one.
+pub(crate) fn thread_number() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    MINE.try_with(|m| {
+        if m.get() == usize::MAX {
+            m.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        m.get()
+    })
+    .unwrap_or(0)
+}
+
 /// Longest key (memcached's limit).
 pub const MAX_KEY_LEN: usize = 250;
 /// Longest value.

@@ -317,18 +317,7 @@ impl art::LeafValue for LeafRef {
 /// any (see [`Hart::insert_stripe`]): threads take stripes in turn at their
 /// first insert, so up to [`STRIPES`] threads never share one.
 fn thread_stripe() -> usize {
-    use std::cell::Cell;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    MINE.try_with(|m| {
-        if m.get() == usize::MAX {
-            m.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
-        }
-        m.get()
-    })
-    .unwrap_or(0)
+    crate::engine::thread_number() % STRIPES
 }
 
 /// Reads leaf keys from PM for the ART (the ART key: the key without its

@@ -152,6 +152,8 @@ fn decode(word: u64, between: bool) -> Option<u8> {
 pub struct Block {
     off: u64,
     zeroed: bool,
+    /// Its class: an index into [`SIZES`], or [`LARGE`].
+    class: u8,
     /// What a pointer to it carries ([`super::nodes::TAGS`]): the leaf tag
     /// for a leaf, or a WORT node's slot map, in a tree of format 4; else 0
     /// ([`Block::tagged`]).
@@ -164,6 +166,11 @@ impl Block {
         self.off
     }
 
+    /// Its class: an index into [`SIZES`], or [`LARGE`].
+    pub fn class(&self) -> u8 {
+        self.class
+    }
+
     /// The pointer word that publishes it: its offset and its tag.
     pub fn word(&self) -> u64 {
         self.off | self.tag
@@ -174,6 +181,17 @@ impl Block {
     pub fn tagged(self, tag: u64) -> Block {
         debug_assert_eq!(tag & !super::nodes::TAGS, 0);
         Block { tag, ..self }
+    }
+
+    /// The block, untagged and no longer counted as never written (it may
+    /// have been written since it was reserved): how a block that was
+    /// reserved and not published is kept for the next reservation.
+    pub fn kept(self) -> Block {
+        Block {
+            zeroed: false,
+            tag: 0,
+            ..self
+        }
     }
 
     /// The block has not been written since the pool was created: it is
@@ -441,6 +459,7 @@ impl Chunks {
             return Ok(Block {
                 off: ch.start + FIRST,
                 zeroed,
+                class: LARGE,
                 tag: 0,
             });
         }
@@ -475,6 +494,7 @@ impl Chunks {
         Ok(Block {
             off: start + FIRST + u64::from(i) * SIZES[k],
             zeroed,
+            class,
             tag: 0,
         })
     }
@@ -504,6 +524,30 @@ impl Chunks {
         }
         self.partial[usize::from(class)].insert((start, c));
         Ok(())
+    }
+
+    /// [`Chunks::release`] of a small block that stays reserved, for the
+    /// caller to hand out again ([`super::caches`]): the same checks, and
+    /// the block back as a reserved one that may have been written. A
+    /// large block is released (its chunk goes back to the substrate), and
+    /// `None` returned.
+    pub fn keep(&mut self, pool: &Pool, off: u64) -> Result<Option<Block>> {
+        let (c, i) = self
+            .locate(off)
+            .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
+        let ch = self.chunk(c);
+        if ch.used[(i / 64) as usize] & 1 << (i % 64) == 0 {
+            return Err(Error::corrupt(off, "radix: release of a free block"));
+        }
+        if ch.class == LARGE {
+            return self.release(pool, off).map(|()| None);
+        }
+        Ok(Some(Block {
+            off,
+            zeroed: false,
+            class: ch.class,
+            tag: 0,
+        }))
     }
 
     /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks
@@ -615,6 +659,11 @@ impl Chunks {
             self.chunk_mut(p).next = next;
         }
         Ok(())
+    }
+
+    /// The heap carves the sizes between powers of two too (format 3).
+    pub fn between(&self) -> bool {
+        self.between
     }
 
     /// Every chunk's offset (the substrate blocks the tree owns).

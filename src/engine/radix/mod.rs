@@ -39,6 +39,7 @@
 //! Each case is counted in [`crate::pm::cases`].
 
 mod batch;
+mod caches;
 pub mod chunks;
 pub mod header;
 pub mod leaf;
@@ -61,6 +62,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::pm::Pool;
 use batch::{Batch, DEFERRED};
+use caches::Caches;
 use chunks::{Block, Chunks};
 use header::Header;
 use nodes::{Kind, END};
@@ -205,13 +207,15 @@ pub struct RadixTree {
     span: Span,
     /// The superblock.
     sb: u64,
-    /// Keys in the tree (counted at open, kept in DRAM; writers of
-    /// different stripes change it at once, see [`striped`]).
-    count: AtomicU64,
     /// Which blocks of the tree's chunks are in use (DRAM only). Under the
     /// tree-wide lock (`writers=locked`) it only makes the tree `Sync`;
-    /// striped writers of different stripes take it in turn.
+    /// striped writers of different stripes take it in turn, through
+    /// `caches`.
     heap: Mutex<Chunks>,
+    /// Per-thread blocks reserved ahead and released blocks not yet given
+    /// back to `heap`, and the key count (counted at open, kept in DRAM;
+    /// writers of different stripes change it at once, see [`striped`]).
+    caches: Caches,
     /// The state of a batch of puts ([`RadixTree::put_many_impl`]).
     batch: Batch,
     /// The superblock's format version (2, 3 or 4).
@@ -315,7 +319,7 @@ impl RadixTree {
             pool,
             flavor,
             sb,
-            count: AtomicU64::new(0),
+            caches: Caches::new(heap.between()),
             heap: Mutex::new(heap),
             batch: Batch::default(),
             version,
@@ -324,14 +328,27 @@ impl RadixTree {
     }
 
     /// Reserves a block of at least `size` bytes (DRAM only, unless a new
-    /// chunk is taken: see [`chunks`]).
+    /// chunk is taken: see [`chunks`]), through this thread's cache.
     fn reserve(&self, size: u64) -> Result<Block> {
-        self.heap.lock().reserve(&self.pool, size)
+        self.caches.reserve(&self.heap, &self.pool, size)
+    }
+
+    /// [`Self::reserve`] with the whole tree held: from the heap itself,
+    /// no lock taken; if it is out of space, the threads' caches go back
+    /// to it first.
+    fn reserve_whole(&mut self, size: u64) -> Result<Block> {
+        match self.heap.get_mut().reserve(&self.pool, size) {
+            Err(Error::PoolFull { .. }) => {
+                self.caches.give_all_back(&self.heap, &self.pool)?;
+                self.heap.get_mut().reserve(&self.pool, size)
+            }
+            r => r,
+        }
     }
 
     /// Gives back a reserved block that will not be published.
     fn cancel(&self, b: Block) -> Result<()> {
-        self.heap.lock().cancel(&self.pool, b)
+        self.caches.cancel(&self.heap, &self.pool, b)
     }
 
     /// Gives back a block the tree no longer reaches; the store that
@@ -357,7 +374,7 @@ impl RadixTree {
             self.batch.deferred_len.store(n + 1, Ordering::Relaxed);
             return Ok(());
         }
-        self.heap.lock().release(&self.pool, off)
+        self.caches.release(&self.heap, &self.pool, off)
     }
 
     /// [`RadixTree::release`] of a block that a commit unlinked: the change
@@ -870,7 +887,7 @@ impl SerialEngine for RadixTree {
     }
 
     fn len(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.caches.count()
     }
 
     fn check(&self) -> Result<CheckReport> {
@@ -878,7 +895,9 @@ impl SerialEngine for RadixTree {
     }
 
     fn dram_bytes(&self) -> u64 {
-        std::mem::size_of::<Self>() as u64 + self.heap.lock().dram_bytes()
+        std::mem::size_of::<Self>() as u64
+            + self.heap.lock().dram_bytes()
+            + self.caches.dram_bytes()
     }
 
     fn optimistic_reader(&self) -> Option<Box<dyn super::OptimisticRead>> {

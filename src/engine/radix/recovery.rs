@@ -39,8 +39,7 @@ impl RadixTree {
         }
         let mut w = Walk { fix: true, keys: 0 };
         self.visit(self.root_slot(), 0, &mut Vec::new(), false, &mut w)?;
-        self.count
-            .store(w.keys, std::sync::atomic::Ordering::Relaxed);
+        self.caches.set_count(w.keys);
         Ok(())
     }
 
@@ -78,10 +77,22 @@ impl RadixTree {
             keys: 0,
         };
         self.visit(self.root_slot(), 0, &mut Vec::new(), false, &mut w)?;
+        // The blocks the threads' caches hold are in use in the map and
+        // must not be reached (`caches`). Read before the heap is locked:
+        // a shard is always taken before the heap.
+        let cached = self.caches.cached();
         let heap = self.heap.lock();
         let mut fresh = heap.unmarked();
         self.mark(&mut fresh, self.root_slot(), 0)
             .map_err(|e| Error::CheckFailed(format!("{}: {e}", self.flavor.name())))?;
+        for off in cached {
+            fresh.mark(off).map_err(|e| {
+                Error::CheckFailed(format!(
+                    "{}: a block in a thread's cache: {e}",
+                    self.flavor.name()
+                ))
+            })?;
+        }
         for ((o, have), (_, reached)) in heap.used_blocks().into_iter().zip(fresh.used_blocks()) {
             if have != reached {
                 let i = have

@@ -642,11 +642,50 @@ fn check_finds_a_dram_map_that_differs_from_the_tree() {
     assert!(e.contains("leak"), "{e}");
     t.cancel(b).unwrap();
     t.check_impl().unwrap();
-    // Reached, but free in DRAM: it would be handed out twice.
+    // Reached, but released: it would be handed out twice. The releasing
+    // thread keeps it ready (`caches`), where `check` finds it.
     let (leaf, _) = t.search().lookup(&5u32.to_be_bytes()).unwrap().unwrap();
     t.release(leaf).unwrap();
     let e = t.check_impl().unwrap_err().to_string();
+    assert!(e.contains("a block in a thread's cache"), "{e}");
+    // Given back to the heap: free in the map.
+    t.caches.give_all_back(&t.heap, &t.pool).unwrap();
+    let e = t.check_impl().unwrap_err().to_string();
     assert!(e.contains("free in the DRAM map"), "{e}");
+}
+
+/// Blocks a thread's cache holds ready (`caches`) are in use in the DRAM
+/// map and not reached: `check` accepts them, and reports one that the
+/// tree reaches too (it would be handed out while in use).
+#[test]
+fn check_counts_cached_blocks_and_refuses_one_the_tree_reaches() {
+    let pool = Arc::new(Pool::create_anonymous(16 << 20, "woart", &Default::default()).unwrap());
+    let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Woart).unwrap();
+    for i in 0..100u32 {
+        t.put(&i.to_be_bytes(), b"v", PutMode::Upsert).unwrap();
+    }
+    let cached = t.caches.cached();
+    assert!(!cached.is_empty(), "the writer keeps blocks ready");
+    t.check_impl().unwrap();
+    // A leaf's slot pointed at a cached block holding a copy of the leaf.
+    let (leaf, _) = t.search().lookup(&5u32.to_be_bytes()).unwrap().unwrap();
+    let copy = *cached
+        .iter()
+        .find(|&&o| t.block_size(o).unwrap() == 64)
+        .expect("a leaf's size is cached");
+    for w in 0..8 {
+        let word = pool.load_u64(leaf + 8 * w).unwrap();
+        pool.store_u64(copy + 8 * w, word).unwrap();
+    }
+    let (slot, word, _) = pointer_words(&t)
+        .into_iter()
+        .find(|&(_, w, _)| nodes::block_of(w) == leaf)
+        .unwrap();
+    pool.store_u64(slot, copy | (word & nodes::TAGS)).unwrap();
+    let (found, _) = t.search().lookup(&5u32.to_be_bytes()).unwrap().unwrap();
+    assert_eq!(found, copy, "the tree reaches the cached block");
+    let e = t.check_impl().unwrap_err().to_string();
+    assert!(e.contains("a block in a thread's cache"), "{e}");
 }
 
 /// Every pointer word of a tree (root, `end` slots, children), with

@@ -276,7 +276,7 @@ impl RadixTree {
         let mut pre = self.new_leaf(key, value).ok();
         let r = self.put_walk(key, value, mode, &mut pre, scope);
         if let Ok(Some(PutOutcome::Inserted)) = r {
-            self.count.fetch_add(1, Ordering::Relaxed);
+            self.caches.count_add(1);
         }
         let r = self.late_error(r);
         match pre {
@@ -326,16 +326,15 @@ impl RadixTree {
         for batch in items.chunks(crate::engine::BATCH) {
             let keys: Vec<&[u8]> = batch.iter().map(|(k, _)| *k).collect();
             self.search().lookup_many(&keys, |_, _| {});
-            // The blocks under one hold of the heap's lock: a locked
-            // instruction waits for the write-backs before it, as a fence
-            // does, so one per leaf would make the leaves' write-backs run
-            // one after another.
+            // The blocks from the heap itself, without a lock (the whole
+            // tree is held): a locked instruction waits for the write-backs
+            // before it, as a fence does, so one per leaf would make the
+            // leaves' write-backs run one after another.
             let mut failed = None;
             let mut blocks = Vec::with_capacity(batch.len());
             {
-                let heap = self.heap.get_mut();
                 for (key, value) in batch {
-                    match heap.reserve(&self.pool, leaf_size(key, value)) {
+                    match self.reserve_whole(leaf_size(key, value)) {
                         Ok(b) => blocks.push(b),
                         Err(e) => {
                             failed = Some(e);
@@ -379,7 +378,7 @@ impl RadixTree {
                         break;
                     }
                     Ok(Some(PutOutcome::Inserted)) => {
-                        self.count.fetch_add(1, Ordering::Relaxed);
+                        self.caches.count_add(1);
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -863,7 +862,7 @@ impl RadixTree {
             // null); the leaf is released.
             let old = self.retract(slot, 0)?;
             // Counted at the commit: a failing release (damage) comes after.
-            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.caches.count_add(u64::MAX);
             self.release_unlinked(old);
             return Ok(Some(true));
         };
@@ -895,12 +894,12 @@ impl RadixTree {
                 rest.first().map_or(0, |c| c.1)
             };
             self.merge(nslot, n, q, nd)?;
-            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.caches.count_add(u64::MAX);
             self.release_unlinked(leaf);
             return Ok(Some(true));
         }
         let in_place = self.remove_child(nslot, n, nkind, pos, slot, &rest, rest_end)?;
-        self.count.fetch_sub(1, Ordering::Relaxed);
+        self.caches.count_add(u64::MAX);
         self.release_unlinked(leaf);
         if in_place && self.flavor != Flavor::Wort {
             if let Some(to) = nkind.shrunk(n_rest) {

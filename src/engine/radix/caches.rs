@@ -1,0 +1,378 @@
+//! Per-thread shards of a radix tree's DRAM state: blocks reserved ahead
+//! from the block heap, and the key count.
+//!
+//! Writers of different stripes run at once ([`super::striped`]). Every
+//! put reserved its leaf (and a split or growth its node) under the heap's
+//! one mutex, and every insert and delete changed one shared key count; at
+//! two threads on 1M sparse keys, about a fifth of the heap's acquisitions
+//! found it taken, and two threads inserted at 1.3-1.4x one thread's rate
+//! (docs/design.md §11, "Reservations ahead, per thread"). So a thread
+//! works through a shard of its own (threads take shards in turn,
+//! [`crate::engine::thread_number`]):
+//!
+//! - **`ready`**: per block class, blocks the thread reserved from the heap
+//!   in a group (up to [`refill`] of them under one hold) and hands out one
+//!   by one, the last one put there first. A reserved block that is not
+//!   published goes back there, as a block that may have been written
+//!   ([`Block::kept`]); so does a block the tree unlinked, once the heap
+//!   has checked it ([`Caches::release`]), up to twice a group.
+//! - **`count`**: keys this shard's threads added minus those they removed
+//!   (wrapping); the tree's count is the one counted at open plus every
+//!   shard's.
+//!
+//! A block the tree unlinks still takes the heap's mutex, one at a time:
+//! the heap checks it (a pointer that is not a block, or a block already
+//! free, is an error of the operation that unlinked it). Gathering them and
+//! giving them back 32 at a time was tried: a thread that held the heap
+//! for 32 releases made the other wait long enough to sleep, and updates
+//! at two threads ran at 0.95-2.0x one thread's rate from run to run.
+//!
+//! Nothing here is in PM. For a crash, a block in a cache is a block the
+//! tree does not reach, hence free after it, as a reserved block always
+//! was; the heap still hands out a block once, and takes back only what a
+//! durable store unlinked. `check` counts the cached blocks as in use and
+//! not reached (a cached block that the tree reaches is an error). When
+//! the heap is out of space, every shard's blocks go back to it before the
+//! pool is called full ([`Caches::reserve`]).
+//!
+//! Lock order: a shard, then the heap; never two shards at once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::chunks::{class_of, Block, Chunks, LARGE, SIZES};
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// Shards per tree: threads beyond this many share them.
+pub const SHARDS: usize = 16;
+
+/// Blocks of `size` bytes reserved per hold of the heap: 16 of the small
+/// ones (leaves, WORT nodes, NODE4 and NODE16), fewer of the large ones,
+/// so that a thread keeps at most about 8 KiB of a class aside.
+pub fn refill(size: u64) -> usize {
+    (8192 / size).clamp(1, 16) as usize
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Reserved blocks by class ([`SIZES`] index), handed out from the end.
+    ready: Vec<Vec<Block>>,
+}
+
+impl Cache {
+    fn ready_mut(&mut self, class: u8) -> &mut Vec<Block> {
+        let k = usize::from(class);
+        if self.ready.len() <= k {
+            self.ready.resize_with(SIZES.len(), Vec::new);
+        }
+        &mut self.ready[k]
+    }
+
+    /// Gives every block back to `heap`; the first error, after trying
+    /// all.
+    fn give_back(&mut self, heap: &mut Chunks, pool: &Pool) -> Result<()> {
+        let mut r = Ok(());
+        for b in self.ready.iter_mut().flat_map(|v| v.drain(..)) {
+            r = r.and(heap.cancel(pool, b));
+        }
+        r
+    }
+}
+
+/// One thread's share; a line pair of its own, so that two threads'
+/// shards never share a line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard {
+    cache: Mutex<Cache>,
+    /// Keys added minus keys removed by this shard's threads (wrapping).
+    count: AtomicU64,
+}
+
+/// The shards of one tree.
+pub struct Caches {
+    shards: Box<[Shard]>,
+    /// Keys counted at open.
+    base: AtomicU64,
+    /// The heap carves the sizes between powers of two (format 3 on).
+    between: bool,
+}
+
+impl Caches {
+    pub fn new(between: bool) -> Caches {
+        Caches {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            base: AtomicU64::new(0),
+            between,
+        }
+    }
+
+    fn mine(&self) -> &Shard {
+        &self.shards[crate::engine::thread_number() % SHARDS]
+    }
+
+    /// A block of at least `size` bytes: from this thread's cache, or a
+    /// group from `heap` (one hold). If the heap is out of space, every
+    /// cache is given back to it first, then it is asked once more, so
+    /// that "pool full" means what it says.
+    pub fn reserve(&self, heap: &Mutex<Chunks>, pool: &Pool, size: u64) -> Result<Block> {
+        let class = class_of(size, self.between);
+        let first = if class == LARGE {
+            heap.lock().reserve(pool, size)
+        } else {
+            let mut c = self.mine().cache.lock();
+            let ready = c.ready_mut(class);
+            if let Some(b) = ready.pop() {
+                return Ok(b);
+            }
+            let mut h = heap.lock();
+            let first = h.reserve(pool, size);
+            if first.is_ok() {
+                for _ in 1..refill(size) {
+                    match h.reserve(pool, size) {
+                        Ok(b) => ready.push(b),
+                        // A later reservation's failure is the next
+                        // caller's, when it meets it.
+                        Err(_) => break,
+                    }
+                }
+                // Handed out from the end: lowest offsets first, as the
+                // heap would.
+                ready.reverse();
+            }
+            first
+        };
+        match first {
+            Err(Error::PoolFull { .. }) => {
+                self.give_all_back(heap, pool)?;
+                heap.lock().reserve(pool, size)
+            }
+            r => r,
+        }
+    }
+
+    /// Takes back a reserved block that will not be published.
+    pub fn cancel(&self, heap: &Mutex<Chunks>, pool: &Pool, b: Block) -> Result<()> {
+        if b.class() == LARGE {
+            return heap.lock().cancel(pool, b);
+        }
+        // It may have been written: the next user must not take its
+        // lines for zero (a node's child slots would hold whatever the
+        // leaf written there left).
+        self.mine().cache.lock().ready_mut(b.class()).push(b.kept());
+        Ok(())
+    }
+
+    /// Takes a block the tree no longer reaches (the store that unlinked it
+    /// is durable). The heap checks it ([`Chunks::keep`]) and, while this
+    /// thread has fewer than twice a group of its class ready, keeps it
+    /// reserved for this thread's next reservation: a block just read is
+    /// in the CPU's cache, as the heap's lowest free block was (an update
+    /// writes its new leaf where the last one's old leaf was).
+    pub fn release(&self, heap: &Mutex<Chunks>, pool: &Pool, off: u64) -> Result<()> {
+        let mut c = self.mine().cache.lock();
+        let mut h = heap.lock();
+        let Some(b) = h.keep(pool, off)? else {
+            return Ok(());
+        };
+        let ready = c.ready_mut(b.class());
+        // Still in use in the heap's map while it is kept, so the heap
+        // cannot see a second release of it; this thread's cache can (a
+        // damaged tree that reaches a block twice; one kept by another
+        // thread is found by `check`, and at open).
+        if ready.iter().any(|r| r.offset() == off) {
+            return Err(Error::corrupt(off, "radix: release of a free block"));
+        }
+        if ready.len() >= 2 * refill(SIZES[usize::from(b.class())]) {
+            return h.cancel(pool, b);
+        }
+        ready.push(b);
+        Ok(())
+    }
+
+    /// Gives every shard's blocks back to `heap` (one shard at a time);
+    /// the first error, after trying all.
+    pub fn give_all_back(&self, heap: &Mutex<Chunks>, pool: &Pool) -> Result<()> {
+        let mut r = Ok(());
+        for s in self.shards.iter() {
+            let mut c = s.cache.lock();
+            r = r.and(c.give_back(&mut heap.lock(), pool));
+        }
+        r
+    }
+
+    /// Offsets of every cached block: in use in the heap's map, not
+    /// reached by the tree.
+    pub fn cached(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let c = s.cache.lock();
+            out.extend(c.ready.iter().flatten().map(Block::offset));
+        }
+        out
+    }
+
+    /// DRAM bytes of the caches.
+    pub fn dram_bytes(&self) -> u64 {
+        let mut n = std::mem::size_of_val(&*self.shards) as u64;
+        for s in self.shards.iter() {
+            let c = s.cache.lock();
+            n += c.ready.iter().map(|v| v.capacity() as u64).sum::<u64>()
+                * std::mem::size_of::<Block>() as u64;
+        }
+        n
+    }
+
+    /// One key more (`1`) or fewer (`u64::MAX`, that is -1).
+    pub fn count_add(&self, n: u64) {
+        self.mine().count.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Keys in the tree: exact when no writer is inside.
+    pub fn count(&self) -> u64 {
+        let shards = self.shards.iter().map(|s| s.count.load(Ordering::Relaxed));
+        shards.fold(self.base.load(Ordering::Relaxed), u64::wrapping_add)
+    }
+
+    /// Sets the count (at open, with no writer inside).
+    pub fn set_count(&self, n: u64) {
+        self.base.store(n, Ordering::Relaxed);
+        for s in self.shards.iter() {
+            s.count.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fresh(bytes: u64) -> (Pool, Mutex<Chunks>, Caches) {
+        let pool = Pool::create_anonymous(bytes, "test", &Default::default()).unwrap();
+        let head = pool.root_slot(1).unwrap();
+        let heap = Chunks::load(&pool, head, true).unwrap();
+        (pool, Mutex::new(heap), Caches::new(true))
+    }
+
+    /// A thread takes a group under one hold and hands it out lowest
+    /// first; the group's blocks are distinct and in use in the heap.
+    #[test]
+    fn a_thread_reserves_a_group_and_hands_it_out_in_order() {
+        let (pool, heap, c) = fresh(8 << 20);
+        let a = c.reserve(&heap, &pool, 40).unwrap();
+        assert_eq!(c.cached().len(), refill(64) - 1);
+        let mut offs = vec![a.offset()];
+        for _ in 1..refill(64) {
+            offs.push(c.reserve(&heap, &pool, 64).unwrap().offset());
+        }
+        assert!(offs.windows(2).all(|w| w[0] < w[1]), "{offs:?}");
+        assert!(c.cached().is_empty());
+        // The heap has them all in use: its next block is the one after.
+        let next = heap.lock().reserve(&pool, 64).unwrap();
+        assert!(next.offset() > *offs.last().unwrap());
+        assert_eq!(refill(3072), 2);
+        assert_eq!(refill(32768), 1);
+    }
+
+    /// A cancelled block is handed out next, and no longer as never
+    /// written: it may hold a leaf written before the cancel, and a node
+    /// that took its lines for zero would list that leaf's bytes as
+    /// children. (The conformance suite's random runs found this: a scan
+    /// met "access past the end of the pool".)
+    #[test]
+    fn a_cancelled_block_comes_back_first_and_not_as_zeroed() {
+        let (pool, heap, c) = fresh(8 << 20);
+        let b = c.reserve(&heap, &pool, 64).unwrap();
+        assert!(b.zeroed(), "a new pool's first block was never written");
+        let off = b.offset();
+        c.cancel(&heap, &pool, b).unwrap();
+        let again = c.reserve(&heap, &pool, 64).unwrap();
+        assert_eq!(again.offset(), off);
+        assert!(!again.zeroed());
+        assert_eq!(again.word(), off, "no tag kept");
+    }
+
+    /// A released block is checked at once (an error for a pointer that
+    /// is not a block, or a block already free) and kept ready for this
+    /// thread, up to twice a group; the rest go back to the heap.
+    #[test]
+    fn a_released_block_is_checked_and_kept_for_the_next_reservation() {
+        let (pool, heap, c) = fresh(8 << 20);
+        let blocks: Vec<u64> = (0..40)
+            .map(|_| c.reserve(&heap, &pool, 64).unwrap().offset())
+            .collect();
+        assert!(c.cached().len() < refill(64));
+        c.release(&heap, &pool, blocks[3]).unwrap();
+        let again = c.reserve(&heap, &pool, 64).unwrap();
+        assert_eq!(again.offset(), blocks[3], "the block just released first");
+        assert!(!again.zeroed());
+        let e = c.release(&heap, &pool, blocks[4] + 8).unwrap_err();
+        assert!(e.to_string().contains("no block"), "{e}");
+        // Drain what is ready, then release 40: 32 kept, 8 free in the heap.
+        while !c.cached().is_empty() {
+            let _ = c.reserve(&heap, &pool, 64).unwrap();
+        }
+        for &o in &blocks {
+            if o != blocks[3] {
+                c.release(&heap, &pool, o).unwrap();
+            }
+        }
+        c.release(&heap, &pool, again.offset()).unwrap();
+        assert_eq!(c.cached().len(), 2 * refill(64));
+        let e = c.release(&heap, &pool, blocks[0]).unwrap_err();
+        assert!(e.to_string().contains("free block"), "{e}");
+        let from_heap = heap.lock().reserve(&pool, 64).unwrap().offset();
+        assert!(blocks.contains(&from_heap), "a block past the cap is free");
+    }
+
+    /// The pool is full only when the heap is, with every thread's cache
+    /// given back to it: a block another thread holds ready is used.
+    #[test]
+    fn pool_full_means_no_thread_holds_a_ready_block() {
+        let (pool, heap, c) = fresh(1 << 20);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let b = c.reserve(&heap, &pool, 64).unwrap();
+                heap.lock().cancel(&pool, b).unwrap();
+            });
+        });
+        assert_eq!(c.cached().len(), refill(64) - 1, "the other thread's");
+        let mut mine = Vec::new();
+        let e = loop {
+            match c.reserve(&heap, &pool, 64) {
+                Ok(b) => mine.push(b.offset()),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(e, Error::PoolFull { .. }), "{e}");
+        assert!(c.cached().is_empty(), "{:?}", c.cached());
+        mine.sort_unstable();
+        mine.dedup();
+        // Every block of every chunk: the other thread's 15 among them.
+        let chunks = heap.lock().offsets().count();
+        let per_chunk = ((crate::pm::CHUNK_SIZE - super::super::chunks::FIRST) / 64) as usize;
+        assert_eq!(mine.len(), chunks * per_chunk);
+    }
+
+    #[test]
+    fn the_count_adds_every_shard_to_the_base() {
+        let (_pool, _heap, c) = fresh(1 << 20);
+        c.set_count(10);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for _ in 0..5 {
+                        c.count_add(1);
+                    }
+                    c.count_add(u64::MAX);
+                });
+            }
+        });
+        c.count_add(u64::MAX);
+        assert_eq!(c.count(), 10 + 3 * 4 - 1);
+        c.set_count(3);
+        assert_eq!(c.count(), 3);
+    }
+}
