@@ -173,22 +173,20 @@ impl Caches {
     /// writes its new leaf where the last one's old leaf was).
     pub fn release(&self, heap: &Mutex<Chunks>, pool: &Pool, off: u64) -> Result<()> {
         let mut c = self.mine().cache.lock();
-        let mut h = heap.lock();
-        let Some(b) = h.keep(pool, off)? else {
-            return Ok(());
-        };
-        let ready = c.ready_mut(b.class());
-        // Still in use in the heap's map while it is kept, so the heap
-        // cannot see a second release of it; this thread's cache can (a
-        // damaged tree that reaches a block twice; one kept by another
-        // thread is found by `check`, and at open).
-        if ready.iter().any(|r| r.offset() == off) {
-            return Err(Error::corrupt(off, "radix: release of a free block"));
+        let kept = heap.lock().keep(pool, off, |class| {
+            let ready = c.ready_mut(class);
+            // Still in use in the heap's map while it is kept, so the heap
+            // cannot see a second release of it; this thread's cache can
+            // (a damaged tree that reaches a block twice; one kept by
+            // another thread is found by `check`, and at open).
+            if ready.iter().any(|r| r.offset() == off) {
+                return Err(Error::corrupt(off, "radix: release of a free block"));
+            }
+            Ok(ready.len() < 2 * refill(SIZES[usize::from(class)]))
+        })?;
+        if let Some(b) = kept {
+            c.ready_mut(b.class()).push(b);
         }
-        if ready.len() >= 2 * refill(SIZES[usize::from(b.class())]) {
-            return h.cancel(pool, b);
-        }
-        ready.push(b);
         Ok(())
     }
 

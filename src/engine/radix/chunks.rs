@@ -507,6 +507,22 @@ impl Chunks {
     /// Gives back a block the tree no longer reaches. The store that
     /// unlinked it must be durable already (see the module doc).
     pub fn release(&mut self, pool: &Pool, off: u64) -> Result<()> {
+        self.keep(pool, off, |_| Ok(false)).map(|_| ())
+    }
+
+    /// [`Chunks::release`], except that once the block is checked, `keep`
+    /// is asked (with the block's class, for a small block) whether the
+    /// caller keeps it reserved, to hand out again ([`super::caches`]):
+    /// then it is returned as a reserved block that may have been written.
+    /// An error from `keep` is returned, and the block stays as it was. A
+    /// large block is always released (its chunk goes back to the
+    /// substrate).
+    pub fn keep(
+        &mut self,
+        pool: &Pool,
+        off: u64,
+        keep: impl FnOnce(u8) -> Result<bool>,
+    ) -> Result<Option<Block>> {
         let (c, i) = self
             .locate(off)
             .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
@@ -515,39 +531,24 @@ impl Chunks {
         if ch.used[w] & 1 << b == 0 {
             return Err(Error::corrupt(off, "radix: release of a free block"));
         }
+        let (start, class) = (ch.start, ch.class);
+        if class != LARGE && keep(class)? {
+            return Ok(Some(Block {
+                off,
+                zeroed: false,
+                class,
+                tag: 0,
+            }));
+        }
+        let ch = self.chunk_mut(c);
         ch.used[w] &= !(1 << b);
         ch.low = ch.low.min(w);
         ch.free += 1;
-        let (start, class) = (ch.start, ch.class);
         if class == LARGE {
-            return self.unlink(pool, start);
+            return self.unlink(pool, start).map(|()| None);
         }
         self.partial[usize::from(class)].insert((start, c));
-        Ok(())
-    }
-
-    /// [`Chunks::release`] of a small block that stays reserved, for the
-    /// caller to hand out again ([`super::caches`]): the same checks, and
-    /// the block back as a reserved one that may have been written. A
-    /// large block is released (its chunk goes back to the substrate), and
-    /// `None` returned.
-    pub fn keep(&mut self, pool: &Pool, off: u64) -> Result<Option<Block>> {
-        let (c, i) = self
-            .locate(off)
-            .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
-        let ch = self.chunk(c);
-        if ch.used[(i / 64) as usize] & 1 << (i % 64) == 0 {
-            return Err(Error::corrupt(off, "radix: release of a free block"));
-        }
-        if ch.class == LARGE {
-            return self.release(pool, off).map(|()| None);
-        }
-        Ok(Some(Block {
-            off,
-            zeroed: false,
-            class: ch.class,
-            tag: 0,
-        }))
+        Ok(None)
     }
 
     /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks
