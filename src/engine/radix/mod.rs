@@ -212,9 +212,10 @@ pub struct RadixTree {
     /// striped writers of different stripes take it in turn, through
     /// `caches`.
     heap: Mutex<Chunks>,
-    /// Per-thread blocks reserved ahead and released blocks not yet given
-    /// back to `heap`, and the key count (counted at open, kept in DRAM;
-    /// writers of different stripes change it at once, see [`striped`]).
+    /// Per-thread blocks reserved ahead of use (from `heap` in groups, or
+    /// kept when released), and the key count (counted at open, kept in
+    /// DRAM; writers of different stripes change it at once, see
+    /// [`striped`]).
     caches: Caches,
     /// The state of a batch of puts ([`RadixTree::put_many_impl`]).
     batch: Batch,
