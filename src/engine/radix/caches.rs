@@ -51,21 +51,105 @@ pub const SHARDS: usize = 16;
 /// Blocks of `size` bytes reserved per hold of the heap: 16 of the small
 /// ones (leaves, WORT nodes, NODE4 and NODE16), fewer of the large ones,
 /// so that a thread keeps at most about 8 KiB of a class aside.
-pub fn refill(size: u64) -> usize {
-    (8192 / size).clamp(1, 16) as usize
+pub const fn refill(size: u64) -> usize {
+    let n = 8192 / size;
+    (if n < 1 {
+        1
+    } else if n > 16 {
+        16
+    } else {
+        n
+    }) as usize
+}
+
+/// Released blocks a thread keeps per class: twice a group
+/// ([`Caches::release`]).
+const KEEP: [usize; SIZES.len()] = {
+    let mut keep = [0; SIZES.len()];
+    let mut k = 0;
+    while k < SIZES.len() {
+        keep[k] = 2 * refill(SIZES[k]);
+        k += 1;
+    }
+    keep
+};
+
+/// The reserved blocks of one class, handed out from the end, each as one
+/// word ([`Block::ready_word`]).
+///
+/// A release looks for its block here (a second release of a block kept
+/// for this thread). Scanning the list each time, up to twice a group,
+/// cost a WORT delete about 240 instructions once the list was full
+/// (docs/design.md §11, "Reservations ahead, per thread"), so a 256-bit
+/// filter answers most releases first: a bit per hash of the offsets put
+/// here. A pop leaves its bit set; a scan that then finds nothing
+/// rebuilds the filter from the list.
+#[derive(Default)]
+struct Ready {
+    words: Vec<u64>,
+    seen: [u64; 4],
+}
+
+/// The filter word and bit of the block at `off` (line-aligned).
+fn filter_bit(off: u64) -> (usize, u64) {
+    let h = ((off >> 6) ^ (off >> 14)) as usize & 255;
+    (h >> 6, 1 << (h & 63))
+}
+
+impl Ready {
+    fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    fn push(&mut self, b: &Block) {
+        let w = b.ready_word();
+        let (i, m) = filter_bit(w);
+        self.seen[i] |= m;
+        self.words.push(w);
+    }
+
+    fn pop(&mut self, class: u8) -> Option<Block> {
+        self.words.pop().map(|w| Block::from_ready_word(w, class))
+    }
+
+    /// Whether the block at `off` is here.
+    fn holds(&mut self, off: u64) -> bool {
+        let (i, m) = filter_bit(off);
+        if self.seen[i] & m == 0 {
+            return false;
+        }
+        if self.words.iter().any(|&w| w & !1 == off) {
+            return true;
+        }
+        self.seen = [0; 4];
+        for &w in &self.words {
+            let (i, m) = filter_bit(w);
+            self.seen[i] |= m;
+        }
+        false
+    }
+
+    fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.words.iter().map(|&w| w & !1)
+    }
+
+    /// Reverses the list (a group just reserved: lowest offsets out first).
+    fn reverse(&mut self) {
+        self.words.reverse();
+    }
 }
 
 #[derive(Default)]
 struct Cache {
-    /// Reserved blocks by class ([`SIZES`] index), handed out from the end.
-    ready: Vec<Vec<Block>>,
+    /// Reserved blocks by class ([`SIZES`] index).
+    ready: Vec<Ready>,
 }
 
 impl Cache {
-    fn ready_mut(&mut self, class: u8) -> &mut Vec<Block> {
+    fn ready_mut(&mut self, class: u8) -> &mut Ready {
         let k = usize::from(class);
         if self.ready.len() <= k {
-            self.ready.resize_with(SIZES.len(), Vec::new);
+            self.ready.resize_with(SIZES.len(), Ready::default);
         }
         &mut self.ready[k]
     }
@@ -74,8 +158,11 @@ impl Cache {
     /// all.
     fn give_back(&mut self, heap: &mut Chunks, pool: &Pool) -> Result<()> {
         let mut r = Ok(());
-        for b in self.ready.iter_mut().flat_map(|v| v.drain(..)) {
-            r = r.and(heap.cancel(pool, b));
+        for (k, ready) in self.ready.iter_mut().enumerate() {
+            let class = u8::try_from(k).expect("fewer than 256 classes");
+            while let Some(b) = ready.pop(class) {
+                r = r.and(heap.cancel(pool, b));
+            }
         }
         r
     }
@@ -124,7 +211,7 @@ impl Caches {
         } else {
             let mut c = self.mine().cache.lock();
             let ready = c.ready_mut(class);
-            if let Some(b) = ready.pop() {
+            if let Some(b) = ready.pop(class) {
                 return Ok(b);
             }
             let mut h = heap.lock();
@@ -132,7 +219,7 @@ impl Caches {
             if first.is_ok() {
                 for _ in 1..refill(size) {
                     match h.reserve(pool, size) {
-                        Ok(b) => ready.push(b),
+                        Ok(b) => ready.push(&b),
                         // A later reservation's failure is the next
                         // caller's, when it meets it.
                         Err(_) => break,
@@ -161,7 +248,11 @@ impl Caches {
         // It may have been written: the next user must not take its
         // lines for zero (a node's child slots would hold whatever the
         // leaf written there left).
-        self.mine().cache.lock().ready_mut(b.class()).push(b.kept());
+        self.mine()
+            .cache
+            .lock()
+            .ready_mut(b.class())
+            .push(&b.kept());
         Ok(())
     }
 
@@ -179,13 +270,13 @@ impl Caches {
             // cannot see a second release of it; this thread's cache can
             // (a damaged tree that reaches a block twice; one kept by
             // another thread is found by `check`, and at open).
-            if ready.iter().any(|r| r.offset() == off) {
+            if ready.holds(off) {
                 return Err(Error::corrupt(off, "radix: release of a free block"));
             }
-            Ok(ready.len() < 2 * refill(SIZES[usize::from(class)]))
+            Ok(ready.len() < KEEP[usize::from(class)])
         })?;
         if let Some(b) = kept {
-            c.ready_mut(b.class()).push(b);
+            c.ready_mut(b.class()).push(&b);
         }
         Ok(())
     }
@@ -207,7 +298,7 @@ impl Caches {
         let mut out = Vec::new();
         for s in self.shards.iter() {
             let c = s.cache.lock();
-            out.extend(c.ready.iter().flatten().map(Block::offset));
+            out.extend(c.ready.iter().flat_map(Ready::offsets));
         }
         out
     }
@@ -217,8 +308,10 @@ impl Caches {
         let mut n = std::mem::size_of_val(&*self.shards) as u64;
         for s in self.shards.iter() {
             let c = s.cache.lock();
-            n += c.ready.iter().map(|v| v.capacity() as u64).sum::<u64>()
-                * std::mem::size_of::<Block>() as u64;
+            let lists = c.ready.iter();
+            n += lists
+                .map(|r| std::mem::size_of::<Ready>() as u64 + r.words.capacity() as u64 * 8)
+                .sum::<u64>();
         }
         n
     }
@@ -323,6 +416,47 @@ mod tests {
         assert!(e.to_string().contains("free block"), "{e}");
         let from_heap = heap.lock().reserve(&pool, 64).unwrap().offset();
         assert!(blocks.contains(&from_heap), "a block past the cap is free");
+    }
+
+    /// A list's filter never hides a block the list holds, through pushes,
+    /// pops (which leave their bits set) and the rebuilds that stale bits
+    /// bring; and it answers most offsets it does not hold without a scan.
+    #[test]
+    fn a_ready_list_finds_exactly_the_blocks_it_holds() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut r = Ready::default();
+        let mut model: Vec<u64> = Vec::new();
+        let (mut absent, mut filtered) = (0, 0);
+        for step in 0..20_000 {
+            let off = 64 * rng.gen_range(1..4096u64);
+            if rng.gen_bool(0.5) && model.len() < 40 && !model.contains(&off) {
+                let b = Block::from_ready_word(off | u64::from(step % 3 == 0), 2);
+                r.push(&b);
+                model.push(off);
+            } else if rng.gen_bool(0.3) {
+                let b = r.pop(2);
+                assert_eq!(b.map(|b| b.offset()), model.pop());
+            }
+            let probe = if rng.gen_bool(0.5) && !model.is_empty() {
+                model[rng.gen_range(0..model.len())]
+            } else {
+                off
+            };
+            let (i, m) = filter_bit(probe);
+            let unfiltered = r.seen[i] & m != 0;
+            let held = model.contains(&probe);
+            assert_eq!(r.holds(probe), held, "step {step}: {probe:#x}");
+            if !held {
+                absent += 1;
+                filtered += usize::from(!unfiltered);
+            }
+        }
+        assert_eq!(r.offsets().collect::<Vec<_>>(), model);
+        assert!(
+            filtered * 2 > absent,
+            "{filtered} of {absent} without a scan"
+        );
     }
 
     /// The pool is full only when the heap is, with every thread's cache

@@ -194,6 +194,25 @@ impl Block {
         }
     }
 
+    /// The block as one word for a thread's cache ([`super::caches`]): its
+    /// offset (line-aligned), with bit 0 set if it was never written. Its
+    /// class is the cache's list; its tag is 0 (set at publication).
+    pub fn ready_word(&self) -> u64 {
+        debug_assert_eq!(self.off & 63, 0, "blocks are line-aligned");
+        debug_assert_eq!(self.tag, 0, "a reserved block is untagged");
+        self.off | u64::from(self.zeroed)
+    }
+
+    /// The block that [`Block::ready_word`] gave `w`, of class `class`.
+    pub fn from_ready_word(w: u64, class: u8) -> Block {
+        Block {
+            off: w & !1,
+            zeroed: w & 1 == 1,
+            class,
+            tag: 0,
+        }
+    }
+
     /// The block has not been written since the pool was created: it is
     /// zero in PM and in the mapping, and its lines that are left unwritten
     /// stay zero after any crash ([`crate::pm::Reservation::zeroed`]).

@@ -295,6 +295,15 @@ pub unsafe fn value(pool: &Pool, leaf: u64, w: LeafWord) -> Result<&[u8]> {
     unsafe { pool.bytes(off, w.value_len as u64) }
 }
 
+/// Whether the leaf at `leaf` holds `key`: compared in place, with the
+/// lines counted as [`key_vec`] counts them (the leaf's word, then its
+/// key's bytes).
+pub(super) fn holds(pool: &Pool, leaf: u64, key: &[u8]) -> Result<bool> {
+    let w = word(pool, leaf)?;
+    pool.touch(block_of(leaf) + HEADER, w.key_len as u64);
+    key_matches(pool.words(), leaf, w, key)
+}
+
 /// The leaf's key, copied.
 pub(super) fn key_vec(pool: &Pool, leaf: u64) -> Result<Vec<u8>> {
     let w = word(pool, leaf)?;

@@ -815,7 +815,7 @@ impl RadixTree {
             let w = self.pool.load_u64(p)?;
             let kind = Kind::of(p, w)?;
             if kind == Kind::Leaf {
-                if leaf::key_vec(&self.pool, p)? != key {
+                if !leaf::holds(&self.pool, p, key)? {
                     return Ok(Some(false));
                 }
                 break;
