@@ -203,6 +203,8 @@ pub struct RunConfig {
     /// Stop range-scan phases (and mixes with scans) after this long; the
     /// figures are then over the operations done. `None`: no limit.
     pub scan_time_limit: Option<Duration>,
+    /// Threads of every load phase; `None`: the experiment's threads.
+    pub load_threads: Option<usize>,
 }
 
 /// What an experiment needs before any engine runs it.
@@ -275,13 +277,17 @@ pub fn run_engine(
             PhaseSpec::Mix { mix, .. } if mix.has(OpKind::Scan) => cfg.scan_time_limit,
             _ => None,
         };
+        let threads = match spec {
+            PhaseSpec::Load => cfg.load_threads.unwrap_or(exp.threads),
+            _ => exp.threads,
+        };
         let run = |work: Work<'_>, count: u64, deleted: bool, progress: &mut dyn Progress| {
             run_phase(
                 &PhaseArgs {
                     db: pool.db(),
                     keys: &prep.keys,
                     value_size: exp.value_size as usize,
-                    threads: exp.threads,
+                    threads,
                     sample_every: u64::from(cfg.sample_every.max(1)),
                     seed,
                     stream: (cfg.seed, pi),
@@ -1176,6 +1182,7 @@ mod tests {
             dictionary: "/nonexistent".into(),
             sample_every: 1,
             scan_time_limit: None,
+            load_threads: None,
         }
     }
 
@@ -1196,6 +1203,48 @@ mod tests {
         let d = std::env::temp_dir().join(format!("pmindex-runner-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// `load_threads` sets the load phase's threads alone; the phases after
+    /// it use the experiment's, on the pool that many loaded.
+    #[test]
+    fn the_load_phase_runs_on_its_own_thread_count() {
+        let dir = tmpdir("load-threads");
+        for (engine, load) in [("pmlog", 1), ("hart", 1), ("wort", 2)] {
+            let e = exp(
+                if load == 1 { 2 } else { 1 },
+                vec![
+                    PhaseSpec::Load,
+                    PhaseSpec::Search,
+                    PhaseSpec::Update,
+                    PhaseSpec::Delete,
+                ],
+            );
+            let mut c = cfg(&dir);
+            c.load_threads = Some(load);
+            let prep = prepare(&c, &e).unwrap();
+            let run = run_plain(&c, &e, &prep, engine);
+            let threads: Vec<_> = run
+                .phases
+                .iter()
+                .map(|p| (p.phase.as_str(), p.threads))
+                .collect();
+            let rest = e.threads;
+            assert_eq!(
+                threads,
+                [
+                    ("insert", load),
+                    ("search", rest),
+                    ("update", rest),
+                    ("delete", rest)
+                ],
+                "{engine}"
+            );
+            for p in &run.phases {
+                assert_eq!((p.errors, p.misses), (0, 0), "{engine}: {p:?}");
+                assert_eq!(p.ops, 3000, "{engine}: {}", p.phase);
+            }
+        }
     }
 
     #[test]

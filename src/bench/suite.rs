@@ -345,6 +345,8 @@ pub struct RunOptions {
     pub sample_every: u32,
     /// Stop scan phases after this long (see [`RunConfig::scan_time_limit`]).
     pub scan_time_limit: Option<std::time::Duration>,
+    /// Threads of every load phase (see [`RunConfig::load_threads`]).
+    pub load_threads: Option<usize>,
 }
 
 impl Default for RunOptions {
@@ -360,6 +362,7 @@ impl Default for RunOptions {
             dictionary: super::keys::DEFAULT_DICTIONARY.into(),
             sample_every: 32,
             scan_time_limit: Some(std::time::Duration::from_secs(5)),
+            load_threads: None,
         }
     }
 }
@@ -371,6 +374,9 @@ pub fn run(
     progress: &mut dyn Progress,
 ) -> BenchResult<SuiteReport> {
     let started = Instant::now();
+    if opts.load_threads == Some(0) {
+        return Err(BenchError::Config("load threads must be at least 1".into()));
+    }
     let mut notes = suite.notes.clone();
     let specs: Vec<EngineSpec> = if opts.engines.is_empty() {
         let (have, missing): (Vec<&String>, Vec<&String>) =
@@ -473,6 +479,7 @@ pub fn run(
         dictionary: opts.dictionary.clone(),
         sample_every: opts.sample_every.max(1),
         scan_time_limit: opts.scan_time_limit,
+        load_threads: opts.load_threads,
     };
     let to_run = suite
         .experiments

@@ -38,6 +38,7 @@ pub struct BenchOpts<'a> {
     pub get_many: Option<usize>,
     pub put_many: Option<usize>,
     pub threads: &'a str,
+    pub load_threads: Option<usize>,
     pub pm_latencies: Option<&'a str>,
     pub rounds: Option<u32>,
     pub seed: u64,
@@ -133,6 +134,9 @@ pub fn run(
     if a.sample == 0 {
         return Err(CliError::Usage("--sample must be at least 1".into()));
     }
+    if a.load_threads == Some(0) {
+        return Err(CliError::Usage("--load-threads must be at least 1".into()));
+    }
     let pool_size = if a.pool_size.trim().eq_ignore_ascii_case("auto") {
         None
     } else {
@@ -194,6 +198,7 @@ pub fn run(
         flush,
         dictionary: a.dict.clone(),
         sample_every: a.sample,
+        load_threads: a.load_threads,
         scan_time_limit: match a.scan_time_limit {
             Some(0) => None,
             Some(s) => Some(std::time::Duration::from_secs(s)),

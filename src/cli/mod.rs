@@ -467,6 +467,14 @@ struct BenchArgs {
     #[arg(long, value_name = "LIST", default_value = "1")]
     threads: String,
 
+    /// Threads that load each pool (the load phase, which every workload
+    /// starts with) [default: as many as the phases after it]. With 1, a
+    /// multi-threaded run works on a pool one thread built, as after a bulk
+    /// load: an engine that keeps per-thread state (hart's allocation
+    /// stripes) shows what that costs.
+    #[arg(long, value_name = "N")]
+    load_threads: Option<usize>,
+
     /// PM latencies to sweep, comma separated: none or WRITE/READ ns (e.g.
     /// none,300/100,300/300,600/300). The global --pm-latency sets one.
     #[arg(long, value_name = "LIST")]
@@ -639,6 +647,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     get_many: a.get_many,
                     put_many: a.put_many,
                     threads: &a.threads,
+                    load_threads: a.load_threads,
                     pm_latencies: a.pm_latencies.as_deref(),
                     rounds: a.rounds,
                     seed: a.seed,
