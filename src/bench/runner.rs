@@ -11,7 +11,7 @@
 //!
 //! # Timing a phase
 //! A phase's operations are split over its threads (each thread a
-//! contiguous share). The threads wait at a barrier, then each notes its
+//! contiguous share). The threads wait at a start gate, then each notes its
 //! start; the phase's wall time runs from the earliest start to the latest
 //! end. Nothing else is timed: key sets, random orders and pools are made
 //! before, and PM counters are read before the threads start and after
@@ -65,7 +65,6 @@
 use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -513,6 +512,21 @@ struct Live {
     done: AtomicU64,
     /// Threads finished.
     finished: AtomicUsize,
+    /// Threads at the start gate ([`Live::start_together`]).
+    arrived: AtomicUsize,
+}
+
+impl Live {
+    /// Waits until all `threads` have arrived, or until one failed (a
+    /// thread that panicked before arriving sets `stop` instead, see
+    /// [`run_phase`]), so that no thread waits for ever. A spin with
+    /// yields rather than a `Barrier`, which a missing thread would hang.
+    fn start_together(&self, threads: usize) {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        while self.arrived.load(Ordering::Acquire) < threads && !self.stop.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// What one thread measured.
@@ -847,7 +861,6 @@ fn count_record(k: &[u8], v: &[u8], vs: usize, len: u64, got: &mut u64, bad: &mu
 fn run_thread(
     args: &PhaseArgs<'_>,
     live: &Live,
-    barrier: &Barrier,
     work: &Work<'_>,
     t: usize,
     batch: u64,
@@ -877,7 +890,7 @@ fn run_thread(
     };
     let mut failure = None;
     let mut stopped = false;
-    barrier.wait();
+    live.start_together(args.threads);
     let start = Instant::now();
     let mut reported = 0;
     // Reports the operations done up to `i`; whether to stop.
@@ -1052,20 +1065,29 @@ fn run_phase(
         stop: AtomicBool::new(false),
         done: AtomicU64::new(0),
         finished: AtomicUsize::new(0),
+        arrived: AtomicUsize::new(0),
     };
-    let barrier = Barrier::new(threads);
     progress.start(args.engine, args.name, total);
     let before = pm::counters();
     let main = std::thread::current();
     let outs: Vec<ThreadOut> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (live, barrier, work, main) = (&live, &barrier, &work, main.clone());
+                let (live, work, main) = (&live, &work, main.clone());
                 s.spawn(move || {
-                    let out = run_thread(args, live, barrier, work, t, batch);
+                    // A panic (an engine's bug) stops the other threads and
+                    // still counts this one finished, so that the phase
+                    // ends and the panic reaches the caller at the join,
+                    // instead of a run that waits for ever.
+                    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_thread(args, live, work, t, batch)
+                    }));
+                    if out.is_err() {
+                        live.stop.store(true, Ordering::Relaxed);
+                    }
                     live.finished.fetch_add(1, Ordering::Release);
                     main.unpark();
-                    out
+                    out.unwrap_or_else(|p| std::panic::resume_unwind(p))
                 })
             })
             .collect();
@@ -1203,6 +1225,56 @@ mod tests {
         let d = std::env::temp_dir().join(format!("pmindex-runner-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// A thread that panics (here: zero load threads, which the CLI and
+    /// `suite::run` refuse, divide by zero in the worker) ends its phase:
+    /// the panic reaches the caller. Before, the phase waited for ever for
+    /// the thread to count itself finished.
+    #[test]
+    fn a_panicking_thread_ends_its_phase_instead_of_hanging_it() {
+        let dir = tmpdir("panic");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let e = exp(2, vec![PhaseSpec::Load, PhaseSpec::Search]);
+            let mut c = cfg(&dir);
+            c.load_threads = Some(0);
+            let prep = prepare(&c, &e).unwrap();
+            let spec = EngineSpec::plain("pmlog");
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_engine(&c, &e, &prep, &spec, 0, &mut NoProgress).is_ok()
+            }));
+            let _ = tx.send(r.is_err());
+        });
+        let panicked = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the phase ended");
+        assert!(panicked, "the worker's panic reaches the caller");
+    }
+
+    /// Threads at the start gate leave it when all have arrived, or when
+    /// one that will not arrive has set `stop`.
+    #[test]
+    fn the_start_gate_opens_for_all_or_on_stop() {
+        let live = Live {
+            next_key: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            done: AtomicU64::new(0),
+            finished: AtomicUsize::new(0),
+            arrived: AtomicUsize::new(0),
+        };
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| live.start_together(3));
+            }
+        });
+        assert_eq!(live.arrived.load(Ordering::Relaxed), 3);
+        live.arrived.store(0, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            s.spawn(|| live.start_together(3));
+            std::thread::sleep(Duration::from_millis(20));
+            live.stop.store(true, Ordering::Relaxed);
+        });
     }
 
     /// `load_threads` sets the load phase's threads alone; the phases after
