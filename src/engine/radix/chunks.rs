@@ -566,7 +566,13 @@ impl Chunks {
         if class == LARGE {
             return self.unlink(pool, start).map(|()| None);
         }
-        self.partial[usize::from(class)].insert((start, c));
+        // A small chunk is in `partial` exactly while it has a free block
+        // (`reserve` takes it out at its last one, and puts a new chunk
+        // in), so only its first free block puts it back: no search of the
+        // set on every release.
+        if ch.free == 1 {
+            self.partial[usize::from(class)].insert((start, c));
+        }
         Ok(None)
     }
 
