@@ -54,6 +54,8 @@ fn bad_input_is_a_clear_error_not_a_panic() {
             1,
             "largest value",
         ),
+        (&["bench", "--load-threads", "0"], 2, "use 1 to 1024"),
+        (&["bench", "--load-threads", "1025"], 2, "use 1 to 1024"),
         (&["bench", "--engines", "nope"], 1, "unknown engine"),
         (
             &["bench", "--engines", "hart,hart:bogus=1"],
@@ -196,6 +198,104 @@ fn csv_and_json_come_out_whole() {
         v["engines"],
         serde_json::json!(["pmlog", "wort", "wort:reads=locked"])
     );
+}
+
+/// `--load-threads`: the load's row gives its own thread count in the CSV
+/// (as every phase's row does: 1 for recovery), and the text's heading
+/// says the pool was loaded by another count.
+#[test]
+fn a_load_on_its_own_thread_count_is_reported_as_such() {
+    let args = [
+        "--records",
+        "2000",
+        "--rounds",
+        "1",
+        "--flush",
+        "eadr",
+        "--engines",
+        "pmlog",
+        "--mix",
+        "basic",
+        "--threads",
+        "2",
+        "--load-threads",
+        "1",
+    ];
+    let (header, rows, _) = csv_and_json(&args);
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (phase, threads) = (col("phase"), col("threads"));
+    let of: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            let f: Vec<&str> = r.split(',').collect();
+            (f[phase].to_string(), f[threads].to_string())
+        })
+        .collect();
+    for (p, t) in &of {
+        let want = match p.as_str() {
+            "insert" | "recovery" => "1",
+            _ => "2",
+        };
+        assert_eq!(t, want, "{p}: {of:?}");
+    }
+    let o = pmindex(&[&["bench"][..], &args].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("2 threads (loaded by 1 thread)"), "{text}");
+}
+
+/// A phase whose threads cannot all start (here: an address-space limit
+/// that 1,024 threads' stacks exceed) ends the run, whatever the way:
+/// before, the threads already started waited at the start gate for ever.
+#[test]
+fn a_thread_that_cannot_start_does_not_hang_the_run() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pmindex"));
+    cmd.args([
+        "bench",
+        "--engines",
+        "pmlog",
+        "--mix",
+        "basic",
+        "--records",
+        "20000",
+        "--threads",
+        "1",
+        "--load-threads",
+        "1024",
+        "--rounds",
+        "1",
+        "--dir",
+    ])
+    .arg(dir.path())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    // SAFETY: `setrlimit` is async-signal-safe, and the closure touches
+    // nothing else of the parent between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 3 << 30,
+                rlim_max: 3 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the bench hung when its threads could not all start");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

@@ -202,7 +202,8 @@ pub struct RunConfig {
     /// Stop range-scan phases (and mixes with scans) after this long; the
     /// figures are then over the operations done. `None`: no limit.
     pub scan_time_limit: Option<Duration>,
-    /// Threads of every load phase; `None`: the experiment's threads.
+    /// Threads of every [`PhaseSpec::Load`] (not `insert-many`, which
+    /// keeps the experiment's); `None`: the experiment's threads.
     pub load_threads: Option<usize>,
 }
 
@@ -1070,27 +1071,38 @@ fn run_phase(
     progress.start(args.engine, args.name, total);
     let before = pm::counters();
     let main = std::thread::current();
+    let mut spawn_failure = None;
     let outs: Vec<ThreadOut> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (live, work, main) = (&live, &work, main.clone());
-                s.spawn(move || {
-                    // A panic (an engine's bug) stops the other threads and
-                    // still counts this one finished, so that the phase
-                    // ends and the panic reaches the caller at the join,
-                    // instead of a run that waits for ever.
-                    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        run_thread(args, live, work, t, batch)
-                    }));
-                    if out.is_err() {
-                        live.stop.store(true, Ordering::Relaxed);
-                    }
-                    live.finished.fetch_add(1, Ordering::Release);
-                    main.unpark();
-                    out.unwrap_or_else(|p| std::panic::resume_unwind(p))
-                })
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(threads);
+        for t in 0..threads {
+            let (live, work, main) = (&live, &work, main.clone());
+            let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
+                // A panic (an engine's bug) stops the other threads and
+                // still counts this one finished, so that the phase
+                // ends and the panic reaches the caller at the join,
+                // instead of a run that waits for ever.
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_thread(args, live, work, t, batch)
+                }));
+                if out.is_err() {
+                    live.stop.store(true, Ordering::Relaxed);
+                }
+                live.finished.fetch_add(1, Ordering::Release);
+                main.unpark();
+                out.unwrap_or_else(|p| std::panic::resume_unwind(p))
+            });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The threads started wait at the gate for this one:
+                    // `stop` lets them go, and the phase fails.
+                    live.stop.store(true, Ordering::Relaxed);
+                    spawn_failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let started = handles.len();
         let mut reported = 0;
         loop {
             let done = live.done.load(Ordering::Relaxed);
@@ -1098,7 +1110,7 @@ fn run_phase(
                 progress.advance(done - reported);
                 reported = done;
             }
-            if live.finished.load(Ordering::Acquire) == threads {
+            if live.finished.load(Ordering::Acquire) == started {
                 break;
             }
             std::thread::park_timeout(Duration::from_millis(50));
@@ -1110,6 +1122,12 @@ fn run_phase(
     });
     let counters = pm::counters() - before;
     progress.finish();
+    if let Some(e) = spawn_failure {
+        return Err(Error::io(
+            format!("start thread {} of {threads}", outs.len() + 1),
+            e,
+        ));
+    }
 
     let mut outs = outs;
     if let Some(e) = outs.iter_mut().find_map(|o| o.failure.take()) {

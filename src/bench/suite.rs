@@ -345,7 +345,8 @@ pub struct RunOptions {
     pub sample_every: u32,
     /// Stop scan phases after this long (see [`RunConfig::scan_time_limit`]).
     pub scan_time_limit: Option<std::time::Duration>,
-    /// Threads of every load phase (see [`RunConfig::load_threads`]).
+    /// Threads of every load phase, 1 to [`super::experiment::MAX_THREADS`]
+    /// (see [`RunConfig::load_threads`]).
     pub load_threads: Option<usize>,
 }
 
@@ -374,8 +375,13 @@ pub fn run(
     progress: &mut dyn Progress,
 ) -> BenchResult<SuiteReport> {
     let started = Instant::now();
-    if opts.load_threads == Some(0) {
-        return Err(BenchError::Config("load threads must be at least 1".into()));
+    if let Some(n) = opts.load_threads {
+        let max = super::experiment::MAX_THREADS;
+        if n == 0 || n > max {
+            return Err(BenchError::Config(format!(
+                "{n} load threads: use 1 to {max}"
+            )));
+        }
     }
     let mut notes = suite.notes.clone();
     let specs: Vec<EngineSpec> = if opts.engines.is_empty() {

@@ -496,7 +496,9 @@ impl SuiteReport {
                         e.keys.name().to_string(),
                         e.records.to_string(),
                         e.value_size.to_string(),
-                        e.threads.to_string(),
+                        // The phase's own: `--load-threads` for the load,
+                        // 1 for recovery (one `Db::open`), as in the JSON.
+                        p.threads.to_string(),
                         e.latency_label(),
                         self.flush.to_string(),
                         s.engine.clone(),
@@ -646,8 +648,18 @@ pub fn experiment_heading(x: &ExperimentReport) -> String {
     } else {
         format!("{} records", e.records)
     };
+    // A load on another thread count (`--load-threads`) is said.
+    let load = x
+        .engines
+        .first()
+        .and_then(|s| s.phases.first())
+        .map(|p| p.threads)
+        .filter(|&t| t != e.threads)
+        .map_or_else(String::new, |t| {
+            format!(" (loaded by {t} thread{})", if t == 1 { "" } else { "s" })
+        });
     format!(
-        "{} keys ({key_desc}), {keys}, {}-byte values, {} thread{}, PM latency {}",
+        "{} keys ({key_desc}), {keys}, {}-byte values, {} thread{}{load}, PM latency {}",
         e.keys.label(),
         e.value_size,
         e.threads,

@@ -134,8 +134,13 @@ pub fn run(
     if a.sample == 0 {
         return Err(CliError::Usage("--sample must be at least 1".into()));
     }
-    if a.load_threads == Some(0) {
-        return Err(CliError::Usage("--load-threads must be at least 1".into()));
+    if let Some(n) = a.load_threads {
+        let max = pmindex::bench::experiment::MAX_THREADS;
+        if n == 0 || n > max {
+            return Err(CliError::Usage(format!(
+                "--load-threads {n}: use 1 to {max}"
+            )));
+        }
     }
     let pool_size = if a.pool_size.trim().eq_ignore_ascii_case("auto") {
         None
