@@ -507,4 +507,52 @@ mod tests {
         c.set_count(3);
         assert_eq!(c.count(), 3);
     }
+
+    /// Random reserve / cancel / release / give-back: a second release of
+    /// any block this thread keeps is always refused, and no block is ever
+    /// handed out twice.
+    #[test]
+    fn a_kept_block_is_never_released_twice_or_handed_out_twice() {
+        let pool = Pool::create_anonymous(4 << 20, "test", &Default::default()).unwrap();
+        let head = pool.root_slot(1).unwrap();
+        let heap = Mutex::new(Chunks::load(&pool, head, true).unwrap());
+        let c = Caches::new(true);
+        let mut live: Vec<u64> = Vec::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let sizes = [64u64, 150, 200, 700, 3000];
+        for step in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let r = x % 100;
+            if r < 50 || live.is_empty() {
+                let b = c
+                    .reserve(&heap, &pool, sizes[(x >> 20) as usize % sizes.len()])
+                    .unwrap();
+                assert!(
+                    !c.cached().contains(&b.offset()),
+                    "step {step}: handed out and still kept"
+                );
+                assert!(!live.contains(&b.offset()), "step {step}: handed out twice");
+                if (x >> 40).is_multiple_of(4) {
+                    c.cancel(&heap, &pool, b).unwrap();
+                } else {
+                    live.push(b.offset());
+                }
+            } else if r < 97 {
+                let i = (x >> 8) as usize % live.len();
+                let b = live.swap_remove(i);
+                c.release(&heap, &pool, b).unwrap();
+            } else if r < 99 {
+                c.give_all_back(&heap, &pool).unwrap();
+            }
+            // Every kept block: a second release is refused.
+            if step % 7 == 0 {
+                for o in c.cached() {
+                    let e = c.release(&heap, &pool, o).unwrap_err();
+                    assert!(e.to_string().contains("free block"), "step {step}: {e}");
+                }
+            }
+        }
+    }
 }

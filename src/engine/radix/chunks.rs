@@ -859,4 +859,88 @@ mod tests {
         }
         assert!(c.offsets().count() >= 2, "the run spans several chunks");
     }
+
+    /// Every small chunk is in `partial` exactly while it has a free
+    /// block, with its free count right.
+    fn check_partial(c: &Chunks, ctx: &str) {
+        for (&o, &i) in &c.index {
+            let ch = c.chunk(i);
+            if ch.class == LARGE {
+                continue;
+            }
+            let used: u32 = ch.used.iter().map(|w| w.count_ones()).sum();
+            assert_eq!(ch.free, ch.capacity() - used, "{ctx}: free count of {o:#x}");
+            let inp = c.partial[usize::from(ch.class)].contains(&(o, i));
+            assert_eq!(
+                inp,
+                ch.free > 0,
+                "{ctx}: chunk {o:#x} free {} in partial {inp}",
+                ch.free
+            );
+        }
+        for (k, p) in c.partial.iter().enumerate() {
+            for &(o, i) in p {
+                assert_eq!(c.index.get(&o), Some(&i), "{ctx}: stale partial entry");
+                assert_eq!(usize::from(c.chunk(i).class), k);
+            }
+        }
+    }
+
+    /// Random reservations, cancels and releases of five sizes in a pool
+    /// that fills (so `release_empty` runs), with reopens (load, mark,
+    /// settle) between: the invariant `Chunks::keep` relies on (it puts a
+    /// chunk back in `partial` at its first free block only) holds after
+    /// every step. (Contributed by a review, 2026-11-27.)
+    #[test]
+    fn partial_holds_exactly_the_chunks_with_a_free_block() {
+        // A small pool, so that pool-full and release_empty are reached.
+        let pool = Pool::create_anonymous(2 << 20, "test", &Default::default()).unwrap();
+        let head = pool.root_slot(1).unwrap();
+        let mut c = Chunks::load(&pool, head, true).unwrap();
+        let mut live: Vec<u64> = Vec::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let sizes = [64u64, 100, 200, 3000, 40_000];
+        let mut fulls = 0;
+        for step in 0..60_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let r = x % 100;
+            if r < 55 || live.is_empty() {
+                let size = sizes[(x >> 20) as usize % sizes.len()];
+                match c.reserve(&pool, size) {
+                    Ok(b) => {
+                        if (x >> 40).is_multiple_of(5) {
+                            c.cancel(&pool, b).unwrap();
+                        } else {
+                            live.push(b.offset());
+                        }
+                    }
+                    Err(Error::PoolFull { .. }) => fulls += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            } else if r < 99 {
+                let i = (x >> 8) as usize % live.len();
+                let b = live.swap_remove(i);
+                c.release(&pool, b).unwrap();
+            } else {
+                // Reopen: load, mark what is live, settle.
+                let mut again = Chunks::load(&pool, head, true).unwrap();
+                for &b in &live {
+                    again.mark(b).unwrap();
+                }
+                again.settle(&pool).unwrap();
+                c = again;
+                check_partial(&c, &format!("step {step} after settle"));
+                let u = c.unmarked();
+                for ch in u.all() {
+                    assert!(!u.partial[usize::from(ch.class).min(CLASSES - 1)]
+                        .iter()
+                        .any(|&(o, _)| o == ch.start));
+                }
+            }
+            check_partial(&c, &format!("step {step}"));
+        }
+        assert!(fulls > 0, "the pool filled at least once");
+    }
 }

@@ -386,4 +386,93 @@ mod tests {
             assert_eq!(&buf.bytes()[r], value);
         }
     }
+
+    /// `key_vec(..) == key` and the lines it counted (the delete's test
+    /// before `holds`).
+    fn by_copy(pool: &Pool, leaf: u64, key: &[u8]) -> (Result<bool>, u64) {
+        let r0 = crate::pm::counters::this_thread().lines_read;
+        let r = key_vec(pool, leaf).map(|k| k == key);
+        (r, crate::pm::counters::this_thread().lines_read - r0)
+    }
+    /// `holds` and the lines it counted.
+    fn in_place(pool: &Pool, leaf: u64, key: &[u8]) -> (Result<bool>, u64) {
+        let r0 = crate::pm::counters::this_thread().lines_read;
+        let r = holds(pool, leaf, key);
+        (r, crate::pm::counters::this_thread().lines_read - r0)
+    }
+
+    /// `holds` answers as the copy did and counts the same lines, for keys
+    /// of 1 to 250 bytes (past one line), prefixes, longer and shorter
+    /// probes, tagged pointers and a leaf at the pool's end; on a leaf
+    /// whose key length runs past the pool's end it errs or says absent.
+    /// (Contributed by a review, 2026-11-27.)
+    #[test]
+    fn holds_answers_and_counts_as_the_copy_did() {
+        let pool = Pool::create_anonymous(1 << 20, "wort", &Default::default()).unwrap();
+        let end = pool.size();
+        let stored: Vec<Vec<u8>> = vec![
+            b"a".to_vec(),
+            b"abcdefg".to_vec(),
+            b"abcdefgh".to_vec(),
+            b"abcdefghi".to_vec(),
+            (0..=249u8).collect(),
+            vec![0; 100],
+            vec![0xff; 63],
+            b"abcdefgh\0".to_vec(),
+        ];
+        let mut probes = stored.clone();
+        probes.push(b"abcdefgi".to_vec());
+        probes.push(b"b".to_vec());
+        probes.push(vec![0; 99]);
+        probes.push(vec![0; 101]);
+        probes.push(b"abcdefgh\0\0".to_vec());
+        probes.push((0..=248u8).collect());
+        probes.push({
+            let mut v: Vec<u8> = (0..=249u8).collect();
+            v[249] = 0;
+            v
+        });
+        probes.push({
+            let mut v: Vec<u8> = (0..=249u8).collect();
+            v[200] ^= 1;
+            v
+        });
+        let mut n = 0;
+        for (i, k) in stored.iter().enumerate() {
+            for (at, tag) in [
+                (4096 * (i as u64 + 1), 0u64),
+                (end - 512, 0),
+                (4096 * 40, super::super::nodes::LEAF_TAG),
+            ] {
+                // SAFETY: a fresh pool of this test alone; nothing else
+                // uses these blocks.
+                unsafe { write(&pool, at, k, &[7; 30], false).unwrap() };
+                for p in &probes {
+                    let (o, lo) = by_copy(&pool, at | tag, p);
+                    let (h, lh) = in_place(&pool, at | tag, p);
+                    assert_eq!(o.unwrap(), h.unwrap(), "{k:?} {p:?}");
+                    assert_eq!(lo, lh, "lines {k:?} {p:?}");
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 100);
+        // Damaged: a key length that runs past the pool's end.
+        let at = end - 64;
+        let w = LeafWord {
+            key_len: 200,
+            value_len: 0,
+        }
+        .encode();
+        // SAFETY: as above.
+        unsafe { pool.write_bytes(at, &w.to_le_bytes()).unwrap() };
+        for p in [vec![1u8; 200], vec![1u8; 8], vec![1u8; 201]] {
+            // The copy errs ("access past the end of the pool"); `holds`
+            // errs too, or answers "absent" where the lengths or a word
+            // in the pool already differ (docs/design.md §11).
+            assert!(by_copy(&pool, at, &p).0.is_err());
+            let (h, _) = in_place(&pool, at, &p);
+            assert!(h.is_err() || !h.unwrap(), "{} bytes", p.len());
+        }
+    }
 }
