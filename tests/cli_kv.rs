@@ -292,3 +292,71 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     );
     assert!(!bad.exists(), "a refused create left its file");
 }
+
+/// `pmindex put` fed on standard input.
+fn pmindex_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pmindex"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run pmindex");
+    let mut stdin = child.stdin.take().expect("piped");
+    // A refused value may close the pipe before all of it is written.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    child.wait_with_output().expect("wait for pmindex")
+}
+
+/// Values too long for one command-line argument (Linux passes at most
+/// 128 KiB) and values that are not text reach `put` through
+/// `--value-file`, from a file or standard input, byte for byte up to the
+/// 1 MiB limit; one byte more is refused and nothing is stored.
+#[test]
+fn put_takes_a_value_from_a_file_or_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not text, and with every byte value.
+    let big: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let file = dir.path().join("value");
+    std::fs::write(&file, &big).unwrap();
+    let f = file.to_str().unwrap();
+    for engine in ["pmlog", "hart", "wort"] {
+        let p = pool(&dir, engine);
+        let s = p.to_str().unwrap();
+        let o = pmindex(&["put", s, "big", "--value-file", f]);
+        assert!(o.status.success(), "{engine}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "inserted\n");
+        let o = pmindex(&["get", s, "big"]);
+        assert!(o.status.success(), "{engine}");
+        assert!(o.stdout == big, "{engine}: the value read back differs");
+
+        let o = pmindex_with_stdin(&["put", s, "a", "--value-file", "-"], b"x\0y\n");
+        assert_eq!(text(&o.stdout), "replaced\n", "{engine}");
+        assert_eq!(pmindex(&["get", s, "a"]).stdout, b"x\0y\n", "{engine}");
+
+        let over = vec![7u8; (1 << 20) + 1];
+        let o = pmindex_with_stdin(&["put", s, "over", "--value-file", "-"], &over);
+        assert_eq!(o.status.code(), Some(2), "{engine}");
+        assert!(
+            text(&o.stderr).contains("longer than the limit of 1048576 bytes"),
+            "{engine}: {}",
+            text(&o.stderr)
+        );
+        assert_eq!(pmindex(&["get", s, "over"]).status.code(), Some(1));
+
+        let o = pmindex(&["put", s, "a", "--value-file", "/nonexistent/value"]);
+        assert_eq!(o.status.code(), Some(2), "{engine}");
+        assert!(text(&o.stderr).contains("/nonexistent/value"), "{engine}");
+        // A value and a file at once, or neither: refused by the parser.
+        let o = pmindex(&["put", s, "a", "v", "--value-file", f]);
+        assert_eq!(o.status.code(), Some(2), "{engine}");
+        let o = pmindex(&["put", s, "a"]);
+        assert_eq!(o.status.code(), Some(2), "{engine}");
+        assert_eq!(pmindex(&["get", s, "a"]).stdout, b"x\0y\n", "{engine}");
+    }
+}

@@ -1,11 +1,11 @@
 //! The pool and key commands: create, put, get, delete, scan, info, check.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::ops::Bound;
 use std::path::Path;
 
 use pmindex::bench::report::{fmt_bytes, Align, Table};
-use pmindex::engine::EngineConfig;
+use pmindex::engine::{EngineConfig, MAX_VALUE_LEN};
 use pmindex::pm::PersistConfig;
 use pmindex::{Db, Options};
 use serde_json::{json, Map, Value};
@@ -42,6 +42,27 @@ fn arg_bytes(out: Output, arg: &str, what: &str) -> Result<Vec<u8>, CliError> {
     }
 }
 
+/// The bytes of `file` (`-`: standard input), for `put --value-file`. A
+/// value longer than [`MAX_VALUE_LEN`] is refused after reading one byte
+/// more than that, not the whole input.
+fn value_from_file(file: &Path) -> Result<Vec<u8>, CliError> {
+    let limit = MAX_VALUE_LEN as u64 + 1;
+    let mut v = Vec::new();
+    let read = if file == Path::new("-") {
+        std::io::stdin().lock().take(limit).read_to_end(&mut v)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut v))
+    };
+    read.map_err(|e| CliError::Usage(format!("--value-file {}: {e}", file.display())))?;
+    if v.len() > MAX_VALUE_LEN {
+        return Err(CliError::Usage(format!(
+            "--value-file {}: the value is longer than the limit of {MAX_VALUE_LEN} bytes",
+            file.display()
+        )));
+    }
+    Ok(v)
+}
+
 /// `pmindex create`.
 pub fn create(
     out: Output,
@@ -75,9 +96,22 @@ pub fn create(
 }
 
 /// `pmindex put`.
-pub fn put(out: Output, how: &How, path: &Path, key: &str, value: &str) -> Result<(), CliError> {
+/// `pmindex put`: the value is `value` (as `arg_bytes` reads it) or the
+/// bytes of `value_file` (`-`: standard input).
+pub fn put(
+    out: Output,
+    how: &How,
+    path: &Path,
+    key: &str,
+    value: Option<&str>,
+    value_file: Option<&Path>,
+) -> Result<(), CliError> {
     let k = arg_bytes(out, key, "KEY")?;
-    let v = arg_bytes(out, value, "VALUE")?;
+    let v = match (value, value_file) {
+        (_, Some(file)) => value_from_file(file)?,
+        (Some(v), None) => arg_bytes(out, v, "VALUE")?,
+        (None, None) => return Err(CliError::Usage("give a VALUE or --value-file".into())),
+    };
     let db = open(path, how)?;
     let replaced = db.put(&k, &v)?;
     if out.json {

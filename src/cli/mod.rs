@@ -306,9 +306,14 @@ struct PutArgs {
     /// The key: 1 to 250 bytes (hex with --hex).
     #[arg(value_name = "KEY")]
     key: String,
-    /// The value: up to 1 MiB (hex with --hex).
-    #[arg(value_name = "VALUE")]
-    value: String,
+    /// The value: up to 1 MiB (hex with --hex); or --value-file.
+    #[arg(value_name = "VALUE", required_unless_present = "value_file")]
+    value: Option<String>,
+    /// Take the value's bytes from FILE (`-`: standard input), exactly as
+    /// they are, never as hex: for values that are not text, or too long
+    /// for a command line (Linux passes at most 128 KiB in one argument).
+    #[arg(long, value_name = "FILE", conflicts_with = "value")]
+    value_file: Option<PathBuf>,
     #[command(flatten)]
     settings: EngineOpts,
 }
@@ -600,7 +605,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
             &g.how(&a.settings, &a.pool)?,
             &a.pool,
             &a.key,
-            &a.value,
+            a.value.as_deref(),
+            a.value_file.as_deref(),
         ),
         Command::Get(a) => kv::get(out, &g.how(&a.settings, &a.pool)?, &a.pool, &a.keys),
         Command::Delete(a) => kv::delete(out, &g.how(&a.settings, &a.pool)?, &a.pool, &a.key),
