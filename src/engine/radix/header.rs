@@ -73,6 +73,23 @@ impl Header {
         }
     }
 
+    /// [`Self::new`] for the path of `key`'s units `depth..to`, read from
+    /// the key (`to` at most the key's unit count): no list of units made
+    /// first, on an insert's path.
+    pub fn of_key(kind: u8, span: Span, depth: usize, key: &[u8], to: usize) -> Header {
+        let plen = to - depth;
+        let mut prefix = 0u64;
+        for i in 0..plen.min(Self::cap(span)) {
+            prefix |= u64::from(span.unit(key, depth + i)) << (i as u32 * span.bits());
+        }
+        Header {
+            kind,
+            depth,
+            plen,
+            prefix,
+        }
+    }
+
     /// The branch position (`depth + prefix len`).
     #[inline]
     pub fn branch(&self) -> usize {
@@ -135,6 +152,24 @@ impl Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `of_key` gives what `new` gives for the units listed.
+    #[test]
+    fn of_key_agrees_with_new_over_listed_units() {
+        let key: Vec<u8> = (0..20u8).map(|i| i.wrapping_mul(37) ^ 0xA5).collect();
+        for span in [Span::Nibble, Span::Byte] {
+            let n = span.len(&key);
+            for depth in 0..n {
+                for to in depth..=n {
+                    assert_eq!(
+                        Header::of_key(3, span, depth, &key, to),
+                        Header::new(3, span, depth, &span.units(&key, depth, to)),
+                        "{span:?} {depth}..{to}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn round_trip() {

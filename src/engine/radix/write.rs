@@ -159,7 +159,7 @@ impl RadixTree {
             return Ok(());
         }
         for (i, line) in img.chunks(CACHE_LINE as usize).enumerate() {
-            if line.iter().all(|&x| x == 0) {
+            if crate::swar::all_zero(line) {
                 continue;
             }
             let at = off + i as u64 * CACHE_LINE;
@@ -593,18 +593,27 @@ impl RadixTree {
     ) -> Result<()> {
         let span = self.span;
         let b = d + span.common(lkey, key, d);
-        let h = Header::new(0, span, d, &span.units(key, d, b));
-        let kind = self.flavor.small_kind();
-        // Room for the new leaf too (`node_with` adds it).
-        let mut children = Vec::with_capacity(2);
-        let end = match place(span, lkey, b) {
-            None => p,
-            Some(u) => {
-                children.push((u, p));
-                0
+        let h = Header::of_key(0, span, d, key, b);
+        // The two leaves, on the stack: in the end slot where a key ends at
+        // `b` (one at most: the keys differ), else in unit order. Every
+        // kind holds two.
+        let mut end = 0;
+        let mut children = [(0u8, 0u64); 2];
+        let mut n = 0;
+        for (k, w) in [(lkey, p), (key, l.word())] {
+            match place(span, k, b) {
+                None => end = w,
+                Some(u) => {
+                    children[n] = (u, w);
+                    n += 1;
+                }
             }
-        };
-        let node = match self.node_with(kind, &h, end, children, place(span, key, b), l.word()) {
+        }
+        if n == 2 && children[0].0 > children[1].0 {
+            children.swap(0, 1);
+        }
+        let kind = self.flavor.small_kind();
+        let node = match self.new_node(kind, &h, end, &children[..n]) {
             Ok(n) => n,
             Err(e) => {
                 self.cancel(l)?;
