@@ -80,7 +80,13 @@ mod tests {
             let mut model: Vec<u8> = Vec::new();
             for (count, &k) in order.iter().enumerate() {
                 let byte = k * 16 + 1;
-                insert(&mut keys, &mut children, count, byte, Child::leaf(u64::from(byte)));
+                insert(
+                    &mut keys,
+                    &mut children,
+                    count,
+                    byte,
+                    Child::leaf(u64::from(byte)),
+                );
                 let at = model.partition_point(|&m| m < byte);
                 model.insert(at, byte);
                 let n = model.len();
