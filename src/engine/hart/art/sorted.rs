@@ -65,6 +65,19 @@ mod tests {
             .collect()
     }
 
+    /// The keys and children agree with `model`, and the slots after them
+    /// are empty.
+    fn check(keys: &[u8], children: &[Option<Child<u64>>], model: &[u8]) {
+        let n = model.len();
+        assert_eq!(&keys[..n], model);
+        let want: Vec<Option<u64>> = model
+            .iter()
+            .map(|&m| Some(u64::from(m)))
+            .chain(std::iter::repeat_n(None, children.len() - n))
+            .collect();
+        assert_eq!(values(children), want);
+    }
+
     /// Every insert position and every removal of a 16-entry array, against
     /// a sorted `Vec`: keys in order, each child beside its key, the slots
     /// past `count` empty.
@@ -89,14 +102,7 @@ mod tests {
                 );
                 let at = model.partition_point(|&m| m < byte);
                 model.insert(at, byte);
-                let n = model.len();
-                assert_eq!(&keys[..n], &model[..]);
-                let want: Vec<Option<u64>> = model
-                    .iter()
-                    .map(|&m| Some(u64::from(m)))
-                    .chain(std::iter::repeat(None).take(16 - n))
-                    .collect();
-                assert_eq!(values(&children), want);
+                check(&keys, &children, &model);
             }
             for &k in &order {
                 let byte = k * 16 + 1;
@@ -104,14 +110,7 @@ mod tests {
                 let got = remove(&mut keys, &mut children, model.len(), at);
                 assert_eq!(values(&[got]), vec![Some(u64::from(byte))]);
                 model.remove(at);
-                let n = model.len();
-                assert_eq!(&keys[..n], &model[..]);
-                let want: Vec<Option<u64>> = model
-                    .iter()
-                    .map(|&m| Some(u64::from(m)))
-                    .chain(std::iter::repeat(None).take(16 - n))
-                    .collect();
-                assert_eq!(values(&children), want);
+                check(&keys, &children, &model);
             }
         }
     }
