@@ -339,6 +339,12 @@ fn put_takes_a_value_from_a_file_or_standard_input() {
         assert_eq!(text(&o.stdout), "replaced\n", "{engine}");
         assert_eq!(pmindex(&["get", s, "a"]).stdout, b"x\0y\n", "{engine}");
 
+        // An empty input is an empty value.
+        let o = pmindex_with_stdin(&["put", s, "e", "--value-file", "-"], b"");
+        assert_eq!(text(&o.stdout), "inserted\n", "{engine}");
+        let o = pmindex(&["get", s, "e"]);
+        assert!(o.status.success() && o.stdout.is_empty(), "{engine}");
+
         let over = vec![7u8; (1 << 20) + 1];
         let o = pmindex_with_stdin(&["put", s, "over", "--value-file", "-"], &over);
         assert_eq!(o.status.code(), Some(2), "{engine}");

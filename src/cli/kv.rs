@@ -95,7 +95,6 @@ pub fn create(
     ))
 }
 
-/// `pmindex put`.
 /// `pmindex put`: the value is `value` (as `arg_bytes` reads it) or the
 /// bytes of `value_file` (`-`: standard input).
 pub fn put(

@@ -136,6 +136,51 @@ fn the_engine_refuses_what_a_leaf_word_cannot_hold() {
     }
 }
 
+/// The lazy expansion (an insert that meets a leaf) builds a node of the
+/// two leaves on the stack: whichever key comes first, with or without a
+/// shared path, and with one key ending where they part (the end slot),
+/// both are found and a scan lists them in order.
+#[test]
+fn a_lazy_expansion_holds_both_leaves_in_order() {
+    let pairs: [(&[u8], &[u8]); 6] = [
+        (b"kb", b"ka"),
+        (b"ka", b"kb"),
+        (b"k", b"ka"),
+        (b"ka", b"k"),
+        (b"a shared path, then z", b"a shared path, then a"),
+        (b"a shared path", b"a shared path, longer"),
+    ];
+    for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+        for (first, second) in pairs {
+            let pool =
+                Arc::new(Pool::create_anonymous(16 << 20, "wort", &Default::default()).unwrap());
+            let mut t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            t.put(first, b"1", PutMode::Upsert).unwrap();
+            t.put(second, b"2", PutMode::Upsert).unwrap();
+            let what = format!("{flavor:?}: {first:?} then {second:?}");
+            for (k, v) in [(first, b"1"), (second, b"2")] {
+                let mut got = None;
+                t.get_with(k, &mut |v| got = Some(v.to_vec())).unwrap();
+                assert_eq!(got.as_deref(), Some(&v[..]), "{what}");
+            }
+            let mut got = Vec::new();
+            t.scan(
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                &mut |k, _| {
+                    got.push(k.to_vec());
+                    true
+                },
+            )
+            .unwrap();
+            let mut want = vec![first.to_vec(), second.to_vec()];
+            want.sort();
+            assert_eq!(got, want, "{what}");
+            t.check().unwrap();
+        }
+    }
+}
+
 /// A tree of `flavor` with 3,000 keys of 1 to 46 bytes: a shared 6-byte
 /// prefix on a third of them (compressed paths), a 150-byte value on a
 /// tenth (leaves of several lines). Returns it with its keys.

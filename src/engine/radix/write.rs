@@ -609,6 +609,7 @@ impl RadixTree {
                 }
             }
         }
+        debug_assert!(n == 2 || end != 0, "at most one key ends at the branch");
         if n == 2 && children[0].0 > children[1].0 {
             children.swap(0, 1);
         }
