@@ -1252,6 +1252,7 @@ mod tests {
     #[test]
     fn a_panicking_thread_ends_its_phase_instead_of_hanging_it() {
         let dir = tmpdir("panic");
+        let path = dir.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let e = exp(2, vec![PhaseSpec::Load, PhaseSpec::Search]);
@@ -1268,6 +1269,9 @@ mod tests {
             .recv_timeout(Duration::from_secs(60))
             .expect("the phase ended");
         assert!(panicked, "the worker's panic reaches the caller");
+        // The pool went with the unwinding; the directory is left to us.
+        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+        std::fs::remove_dir(&path).unwrap();
     }
 
     /// Threads at the start gate leave it when all have arrived, or when
@@ -1335,6 +1339,7 @@ mod tests {
                 assert_eq!(p.ops, 3000, "{engine}: {}", p.phase);
             }
         }
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]
