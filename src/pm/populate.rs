@@ -7,9 +7,10 @@
 //! per MiB of fresh heap, inside whatever lock the engine held around its
 //! reservation (a radix tree's heap mutex, a HART stripe's list mutex).
 //! Now the allocator hands the range to this thread and goes on; the
-//! thread maps it, and the one after it, while the engines work, in the
-//! `SCHED_IDLE` class, so only on a CPU that has nothing else to run. A
-//! page an engine reaches first faults as it would without any of this.
+//! thread maps it, and the one after it, while the engines work, at the
+//! lowest ordinary priority, so mostly on a CPU that has nothing else to
+//! run. A page an engine reaches first faults as it would without any of
+//! this.
 //!
 //! Populating writes nothing: no byte of the pool changes, so nothing here
 //! touches PM contents, the counters or the crash simulator.
@@ -62,16 +63,17 @@ impl Populator {
             .stack_size(64 << 10)
             .spawn(move || {
                 let base = base;
-                idle_priority();
+                low_priority();
                 while let Ok(req) = rx.recv() {
                     match req {
                         Request::Map(off, n) => {
-                            // A piece at a time (about 20 µs each): the
-                            // call holds the process's memory-map lock for
-                            // reading, so that a writer of it (a thread
-                            // growing its heap) waits for one piece at
-                            // most, and a closing pool for one piece.
-                            let end = off.saturating_add(n);
+                            // A piece at a time (about 20 µs of CPU each):
+                            // the call holds the process's memory-map lock
+                            // for reading, so that a writer of it (a thread
+                            // growing its heap) waits for one piece, and a
+                            // closing pool for one piece (in CPU time: a
+                            // preempted piece takes longer).
+                            let end = off.saturating_add(n).min(len as u64);
                             let mut at = off;
                             while at < end && !stopped.load(Ordering::Relaxed) {
                                 let step = (end - at).min(PIECE);
@@ -127,17 +129,20 @@ impl Drop for Populator {
     }
 }
 
-/// Puts the calling thread in the `SCHED_IDLE` class: it runs when a CPU
-/// has nothing else to run, so it takes no time from the engines' threads
-/// (with two busy threads on two CPUs, a thread of ordinary priority made
-/// `hart`'s inserts 10-30% slower). Pages it has not reached by the time
-/// an engine needs them fault as they would without it. Best effort.
-fn idle_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `sched_setscheduler` with pid 0 changes the calling thread's
-    // policy; `param` is a valid, initialised struct for the call.
+/// Gives the calling thread the lowest priority of the ordinary class
+/// (nice 19): it takes about 1.5% of a CPU that the engines' threads keep
+/// busy, and all of an idle one. Not `SCHED_IDLE`: a thread of that class
+/// can wait off the CPU for a long time on a busy machine, and while it
+/// is preempted inside `madvise` it holds the memory-map lock that
+/// `mmap`, `munmap` and heap growth need (docs/design.md §4, "On a thread
+/// of its own"). Best effort.
+fn low_priority() {
+    // SAFETY: `gettid` has no preconditions; `setpriority` with
+    // `PRIO_PROCESS` and a thread id changes that thread's nice value
+    // (Linux), here the calling thread's.
     unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
     }
 }
 
