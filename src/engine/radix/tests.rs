@@ -120,20 +120,29 @@ fn the_engine_refuses_what_a_leaf_word_cannot_hold() {
         assert!(matches!(e, Error::EmptyKey { .. }), "{flavor:?}: {e}");
         let items: Vec<(&[u8], &[u8])> = vec![(b"a", b"1"), (&long_key, b"2"), (b"c", b"3")];
         assert!(t.put_many(&items).is_err(), "{flavor:?}");
-        let mut got = Vec::new();
-        t.scan(
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            &mut |k, _| {
-                got.push(k.to_vec());
-                true
-            },
-        )
-        .unwrap();
-        assert_eq!(got, vec![b"a".to_vec(), b"kept".to_vec()], "{flavor:?}");
+        assert_eq!(
+            all_keys(&t),
+            vec![b"a".to_vec(), b"kept".to_vec()],
+            "{flavor:?}"
+        );
         assert_eq!(t.len(), 2, "{flavor:?}");
         t.check().unwrap();
     }
+}
+
+/// Every key of `t`, in scan order.
+fn all_keys(t: &RadixTree) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    t.scan(
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+        &mut |k, _| {
+            got.push(k.to_vec());
+            true
+        },
+    )
+    .unwrap();
+    got
 }
 
 /// The lazy expansion (an insert that meets a leaf) builds a node of the
@@ -163,19 +172,9 @@ fn a_lazy_expansion_holds_both_leaves_in_order() {
                 t.get_with(k, &mut |v| got = Some(v.to_vec())).unwrap();
                 assert_eq!(got.as_deref(), Some(&v[..]), "{what}");
             }
-            let mut got = Vec::new();
-            t.scan(
-                std::ops::Bound::Unbounded,
-                std::ops::Bound::Unbounded,
-                &mut |k, _| {
-                    got.push(k.to_vec());
-                    true
-                },
-            )
-            .unwrap();
             let mut want = vec![first.to_vec(), second.to_vec()];
             want.sort();
-            assert_eq!(got, want, "{what}");
+            assert_eq!(all_keys(&t), want, "{what}");
             t.check().unwrap();
         }
     }
