@@ -229,11 +229,8 @@ struct State {
     /// Chunks from this index on have not been handed out: the frontier at
     /// open, then one past the highest chunk handed out (at most `frontier`).
     handed: u32,
-    /// Chunks below this index were handed to [`Pool::prefault`] (or were
-    /// below the frontier at open).
-    populated: u32,
-    /// What the last reservation asks [`Pool::prefault`] to map, for
-    /// [`Heap::reserve`] to ask once it has let go of the state lock.
+    /// The stretch of heap the last raise of the frontier opened, for
+    /// [`Heap::reserve`] to map once it has let go of the state lock.
     unmapped: Option<(u64, u64)>,
 }
 
@@ -263,7 +260,6 @@ impl State {
             open: vec![Vec::new(); SLAB_CLASSES],
             frontier: 0,
             handed: 0,
-            populated: 0,
             unmapped: None,
         }
     }
@@ -416,7 +412,6 @@ impl Heap {
         }
         state.frontier = frontier;
         state.handed = frontier;
-        state.populated = frontier;
         // Everything checks out: write.
         for (base, rec) in &records {
             super::cases::record(match rec.kind {
@@ -475,7 +470,6 @@ impl Heap {
             open: vec![Vec::new(); SLAB_CLASSES],
             frontier: n,
             handed: n,
-            populated: n,
             unmapped: None,
         };
         let mut empty = Vec::new();
@@ -727,10 +721,10 @@ impl Heap {
     // ----- reserve -------------------------------------------------------
 
     /// Takes a block of at least `size` bytes (see [`Heap::reserve_in`]).
-    /// When that opened fresh heap, its pages and the next stretch's are
-    /// handed to the pool's populator after the state lock is let go
-    /// (`Pool::prefault`, which does not wait: populating writes nothing,
-    /// so a thread already writing there is not disturbed).
+    /// When that opened fresh heap, its pages are mapped after the state
+    /// lock is let go (`Pool::prefault`: populating writes nothing, so a
+    /// thread already writing there is not disturbed), so that other
+    /// threads' reservations do not wait for it.
     pub(crate) fn reserve(&self, pool: &Pool, size: u64) -> Result<Reservation> {
         let mut st = self.state.lock();
         let r = self.reserve_in(pool, &mut st, size);
@@ -873,18 +867,12 @@ impl Heap {
             if !pool.fault(Fault::AllocFrontierUnflushed) {
                 pool.persist(FRONTIER_OFFSET, 8);
             }
+            // The pages of the stretch just opened are mapped in one call
+            // (by `reserve`, after the lock) rather than by a fault at each
+            // one's first store.
+            let (from, to) = (self.chunk_base(st.frontier), self.chunk_base(new));
+            st.unmapped = Some((from, to - from));
             st.frontier = new;
-            // The pages of the stretch just opened, and of the one after it,
-            // are mapped by the pool's populator thread (asked by `reserve`,
-            // after the lock; it does not wait) rather than by a fault at
-            // each one's first store: ahead of the reservations, which then
-            // find them mapped.
-            let ahead = new.saturating_add(FRONTIER_STEP).min(count);
-            if ahead > st.populated {
-                let (from, to) = (self.chunk_base(st.populated), self.chunk_base(ahead));
-                st.unmapped = Some((from, to - from));
-                st.populated = ahead;
-            }
         }
         st.handed = st.handed.max(end);
         Ok(untouched)

@@ -13,7 +13,6 @@ pub mod faults;
 pub mod header;
 pub mod persist;
 mod pool;
-mod populate;
 
 pub use alloc::{
     ClassUsage, Reservation, Usage, FRONTIER_STEP, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES,

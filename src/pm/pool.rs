@@ -33,10 +33,8 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-
-use super::populate::{self, Populator};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::alloc::Heap;
 use super::counters;
@@ -379,11 +377,6 @@ impl<const BYTES: u64> WordBlock<'_, BYTES> {
 
 /// An open pool.
 pub struct Pool {
-    /// Maps fresh heap ahead of use (`populate.rs`), started at the first
-    /// request; `None` inside if the system refused the thread. Declared
-    /// first so that it is dropped, and its thread joined, before `map` is
-    /// unmapped.
-    populator: OnceLock<Option<Populator>>,
     map: Mapping,
     // Keeps the file lock; `None` for anonymous pools.
     _file: Option<File>,
@@ -518,7 +511,6 @@ impl Pool {
         };
         h.checksum = h.compute_checksum();
         let pool = Pool {
-            populator: OnceLock::new(),
             heap: Heap::empty(&geometry),
             map,
             _file: file,
@@ -551,7 +543,6 @@ impl Pool {
         let geometry = Geometry::for_size(h.pool_size)?;
         let map = Mapping::map_file(&file, h.pool_size as usize)?;
         let pool = Pool {
-            populator: OnceLock::new(),
             heap: Heap::empty(&geometry),
             map,
             _file: Some(file),
@@ -603,7 +594,6 @@ impl Pool {
             std::ptr::copy_nonoverlapping(image.as_ptr(), map.base.as_ptr(), image.len());
         }
         let pool = Pool {
-            populator: OnceLock::new(),
             heap: Heap::empty(&geometry),
             map,
             _file: None,
@@ -899,32 +889,32 @@ impl Pool {
         }
     }
 
-    /// Has the pages of `off..off + len` mapped writable (`madvise` with
-    /// `MADV_POPULATE_WRITE`) by the pool's populator thread, without
-    /// waiting, so that the first stores into them take no page fault: the
-    /// allocator asks for the heap its frontier opens and the stretch after
-    /// it, instead of a fault at the first store into each page, which an
+    /// Maps the pages of `off..off + len` writable now (`madvise` with
+    /// `MADV_POPULATE_WRITE`), so that the first stores into them take no
+    /// page fault: the allocator calls it for each stretch of fresh heap it
+    /// opens, once per [`crate::pm::alloc::FRONTIER_STEP`] chunks, instead
+    /// of a fault at the first store into each of its pages, which an
     /// engine may make while it holds a lock (docs/design.md §4, "Heap
-    /// frontier"). If no thread can be started, the pages are mapped by
-    /// the caller. Writes nothing: no effect on PM contents, the counters
+    /// frontier"). Writes nothing: no effect on PM contents, the counters
     /// or the crash simulator. Best effort: a kernel without it (before
     /// Linux 5.14) or a failure leaves the pages to fault as before.
     pub fn prefault(&self, off: u64, len: u64) {
-        let thread = self
-            .populator
-            .get_or_init(|| Populator::start(self.map.base, self.map.len));
-        if !thread.as_ref().is_some_and(|t| t.request(off, len)) {
-            populate::map_now(self.map.base, self.map.len, off, len);
+        const PAGE: u64 = 4096;
+        let end = off.saturating_add(len).min(self.map.len as u64);
+        let start = off - off % PAGE;
+        if start >= end {
+            return;
         }
-    }
-
-    /// Waits until the populator has done every [`Pool::prefault`] asked
-    /// before (tests).
-    #[cfg(test)]
-    pub(crate) fn wait_prefaulted(&self) {
-        if let Some(Some(t)) = self.populator.get() {
-            t.wait_idle();
-        }
+        // SAFETY: `start..end` lies inside the mapping (clamped above) and
+        // `start` is page-aligned (the mapping is); populating page tables
+        // changes no byte of memory.
+        unsafe {
+            libc::madvise(
+                self.map.base.as_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
     }
 
     /// Read hook for `lines` cache lines an engine has counted itself (a
@@ -1121,39 +1111,14 @@ mod tests {
         // One large block over the probe raises the frontier past it.
         let r = pool.reserve(6 << 20).unwrap();
         assert!(r.offset() <= probe && probe < r.offset() + r.size());
-        // The populator thread maps it without the caller waiting; wait
-        // for it here.
-        pool.wait_prefaulted();
-        let end = r.offset() + r.size();
-        for off in (r.offset()..end).step_by(PAGE) {
+        for off in (r.offset()..r.offset() + r.size()).step_by(PAGE) {
             assert!(
                 resident(&pool, off),
                 "page at {off} not mapped before any store"
             );
         }
-        // The next stretch (1 MiB) too, ahead of the next reservation, and
-        // no further.
-        for off in (end..end + (1 << 20)).step_by(PAGE) {
-            assert!(resident(&pool, off), "page at {off}, ahead, not mapped");
-        }
-        assert!(!resident(&pool, end + (4 << 20)), "mapped too far ahead");
         // Nothing was written: the block is still zero.
         assert!(r.zeroed());
         assert_eq!(pool.load_u64(probe).unwrap(), 0);
-    }
-
-    /// Pools dropped while their populator threads map a large stretch
-    /// close without hanging or failing, twenty times over. (Whether the
-    /// thread is joined before the unmap, as the field order in `Pool`
-    /// makes it, this cannot see: `madvise` on an unmapped range only
-    /// returns an error.)
-    #[test]
-    fn pools_dropped_while_their_heap_is_being_mapped_close_cleanly() {
-        for _ in 0..20 {
-            let pool = Pool::create_anonymous(64 << 20, "test", &PoolConfig::default()).unwrap();
-            let r = pool.reserve(40 << 20).unwrap();
-            assert!(r.zeroed());
-            drop(pool);
-        }
     }
 }
