@@ -609,7 +609,10 @@ impl RadixTree {
                 }
             }
         }
-        debug_assert!(n == 2 || end != 0, "at most one key ends at the branch");
+        debug_assert!(
+            n == 2 || (n == 1 && end != 0),
+            "one key at most ends at the branch"
+        );
         if n == 2 && children[0].0 > children[1].0 {
             children.swap(0, 1);
         }
