@@ -220,6 +220,7 @@ fn main() {
     }
     // LFENCE=1 serializes successive searches (no overlap of their misses).
     let lfence = std::env::var_os("LFENCE").is_some();
+    let pad: u32 = std::env::var("PAD").map(|p| p.parse().unwrap()).unwrap_or(0);
     if lfence && !cfg!(target_arch = "x86_64") {
         eprintln!("LFENCE=1 is ignored: not an x86-64 machine");
     }
@@ -253,6 +254,14 @@ fn main() {
                 .is_some()
             {
                 found += 1;
+            }
+            #[cfg(target_arch = "x86_64")]
+            match pad {
+                0 => {}
+                50 => unsafe { std::arch::asm!(".rept 12", "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1", ".endr", a = inout(reg) 0u64 => _, b = inout(reg) 0u64 => _, c = inout(reg) 0u64 => _, d = inout(reg) 0u64 => _) },
+                100 => unsafe { std::arch::asm!(".rept 25", "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1", ".endr", a = inout(reg) 0u64 => _, b = inout(reg) 0u64 => _, c = inout(reg) 0u64 => _, d = inout(reg) 0u64 => _) },
+                200 => unsafe { std::arch::asm!(".rept 50", "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1", ".endr", a = inout(reg) 0u64 => _, b = inout(reg) 0u64 => _, c = inout(reg) 0u64 => _, d = inout(reg) 0u64 => _) },
+                _ => panic!("PAD is 0, 50, 100 or 200"),
             }
             #[cfg(target_arch = "x86_64")]
             if lfence {
