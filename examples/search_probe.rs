@@ -26,6 +26,10 @@
 //! (memcached's multi-key get) instead of one `get_with` each.
 //! `PUT_BATCH=G` inserts the keys G at a time through `Db::put_many`
 //! instead of one `put` each.
+//! `PAD=K` (50, 100 or 200, x86-64) runs about K independent instructions
+//! after each search: how the overlap of successive searches shrinks as
+//! the instructions between their misses grow (docs/design.md §7, "What
+//! an instruction of the search is worth").
 //! `SCAN=L` then runs ordered scans of L keys (`Db::scan_with`) from
 //! 20,000 keys in the shuffled order, three rounds, and prints ns per scan
 //! and per key returned (`SEARCHES=0 SCAN=100` for scans alone).
@@ -73,6 +77,45 @@ impl FlatKeys {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.bytes[start..self.ends[i]]
     }
+}
+
+/// About `k` (50, 100 or 200) instructions that depend on nothing and
+/// that nothing depends on: four chains of `add`s, which take room in the
+/// CPU's instruction window between two searches without touching memory
+/// (docs/design.md §7, "What an instruction of the search is worth").
+#[inline(always)]
+fn pad_instructions(k: u32) {
+    #[cfg(target_arch = "x86_64")]
+    macro_rules! adds {
+        ($reps:literal) => {
+            // SAFETY: arithmetic on four scratch registers that the block
+            // declares as clobbered (and the flags, which `asm!` assumes
+            // clobbered by default); it touches no memory and no stack.
+            unsafe {
+                std::arch::asm!(
+                    concat!(".rept ", $reps),
+                    "add {a}, 1",
+                    "add {b}, 1",
+                    "add {c}, 1",
+                    "add {d}, 1",
+                    ".endr",
+                    a = inout(reg) 0u64 => _,
+                    b = inout(reg) 0u64 => _,
+                    c = inout(reg) 0u64 => _,
+                    d = inout(reg) 0u64 => _,
+                )
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    match k {
+        50 => adds!(12),
+        100 => adds!(25),
+        200 => adds!(50),
+        _ => panic!("PAD is 50, 100 or 200"),
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = k;
 }
 
 /// Adds the engine settings in environment variable `var`
@@ -220,7 +263,13 @@ fn main() {
     }
     // LFENCE=1 serializes successive searches (no overlap of their misses).
     let lfence = std::env::var_os("LFENCE").is_some();
-    let pad: u32 = std::env::var("PAD").map(|p| p.parse().unwrap()).unwrap_or(0);
+    // PAD=K runs K independent instructions after each search.
+    let pad: u32 = std::env::var("PAD")
+        .map(|p| p.parse().expect("PAD is 50, 100 or 200"))
+        .unwrap_or(0);
+    if pad > 0 && !cfg!(target_arch = "x86_64") {
+        eprintln!("PAD is ignored: not an x86-64 machine");
+    }
     if lfence && !cfg!(target_arch = "x86_64") {
         eprintln!("LFENCE=1 is ignored: not an x86-64 machine");
     }
@@ -256,12 +305,8 @@ fn main() {
                 found += 1;
             }
             #[cfg(target_arch = "x86_64")]
-            match pad {
-                0 => {}
-                50 => unsafe { std::arch::asm!(".rept 12", "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1", ".endr", a = inout(reg) 0u64 => _, b = inout(reg) 0u64 => _, c = inout(reg) 0u64 => _, d = inout(reg) 0u64 => _) },
-                100 => unsafe { std::arch::asm!(".rept 25", "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1", ".endr", a = inout(reg) 0u64 => _, b = inout(reg) 0u64 => _, c = inout(reg) 0u64 => _, d = inout(reg) 0u64 => _) },
-                200 => unsafe { std::arch::asm!(".rept 50", "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1", ".endr", a = inout(reg) 0u64 => _, b = inout(reg) 0u64 => _, c = inout(reg) 0u64 => _, d = inout(reg) 0u64 => _) },
-                _ => panic!("PAD is 0, 50, 100 or 200"),
+            if pad > 0 {
+                pad_instructions(pad);
             }
             #[cfg(target_arch = "x86_64")]
             if lfence {
