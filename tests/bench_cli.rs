@@ -397,3 +397,47 @@ fn an_interrupted_run_removes_its_pool_file() {
     assert!(left.is_empty(), "left behind: {left:?}");
     std::fs::remove_dir(&dir).unwrap();
 }
+
+/// `--prefault` maps each pool whole after create and reopen: the run says
+/// so in its heading and its JSON, and its figures are whole.
+#[test]
+fn a_prefaulted_run_says_so() {
+    let args = [
+        "--records",
+        "2000",
+        "--rounds",
+        "1",
+        "--flush",
+        "eadr",
+        "--engines",
+        "hart,wort",
+        "--mix",
+        "basic",
+        "--prefault",
+    ];
+    let (_, rows, json) = csv_and_json(&args);
+    assert_eq!(json["prefault"], serde_json::Value::Bool(true), "{json}");
+    assert!(rows.iter().any(|r| r.contains(",recovery,")), "{rows:?}");
+    let o = pmindex(&[&["bench"][..], &args].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("every page mapped after create and reopen (--prefault)"),
+        "{text}"
+    );
+    let o = pmindex(&[
+        "--json",
+        "bench",
+        "--records",
+        "500",
+        "--rounds",
+        "1",
+        "--engines",
+        "pmlog",
+        "--mix",
+        "basic",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["prefault"], serde_json::Value::Bool(false), "{json}");
+}

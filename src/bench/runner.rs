@@ -205,6 +205,9 @@ pub struct RunConfig {
     /// Threads of every [`PhaseSpec::Load`] (not `insert-many`, which
     /// keeps the experiment's); `None`: the experiment's threads.
     pub load_threads: Option<usize>,
+    /// Map every page of each pool after it is created and after it is
+    /// reopened (`Db::prefault`), outside the timed phases.
+    pub prefault: bool,
 }
 
 /// What an experiment needs before any engine runs it.
@@ -257,6 +260,9 @@ pub fn run_engine(
         ..Options::default()
     };
     let mut pool = TempPool::create(&cfg.dir, which.name, &opts)?;
+    if cfg.prefault {
+        prefault(&pool)?;
+    }
     let mapping = pool.db().pool().mapping_mode();
     let mut count = 0u64; // keys 0..count have been inserted
     let mut deleted = false; // some key may have been deleted
@@ -332,6 +338,9 @@ pub fn run_engine(
                 progress.advance(keys_before);
                 progress.finish();
                 let took = took?;
+                if cfg.prefault {
+                    prefault(&pool)?;
+                }
                 let keys_after = pool.db().len();
                 let mut r = PhaseResult::new("recovery", 1, keys_after, took, counters);
                 r.errors = keys_before.abs_diff(keys_after);
@@ -434,6 +443,13 @@ pub fn run_engine(
 /// phase has its own, except that `search-many` reads in `search`'s
 /// order; it takes no index of its own, so that adding it changes no
 /// other phase's keys.
+/// Maps every page of `pool` (`--prefault`), outside any timing.
+fn prefault(pool: &TempPool) -> BenchResult<()> {
+    pool.db()
+        .prefault()
+        .map_err(|e| BenchError::failed(format!("prefault {}", pool.path().display()), e))
+}
+
 fn phase_seed(seed: u64, phases: &[PhaseSpec], pi: usize) -> u64 {
     let index = match phases[pi] {
         PhaseSpec::SearchMany { .. } => phases
@@ -1223,6 +1239,7 @@ mod tests {
             sample_every: 1,
             scan_time_limit: None,
             load_threads: None,
+            prefault: false,
         }
     }
 

@@ -348,6 +348,9 @@ pub struct RunOptions {
     /// Threads of every load phase, 1 to [`super::experiment::MAX_THREADS`]
     /// (see [`RunConfig::load_threads`]).
     pub load_threads: Option<usize>,
+    /// Map every page of each pool after create and reopen, untimed
+    /// ([`RunConfig::prefault`]).
+    pub prefault: bool,
 }
 
 impl Default for RunOptions {
@@ -364,6 +367,7 @@ impl Default for RunOptions {
             sample_every: 32,
             scan_time_limit: Some(std::time::Duration::from_secs(5)),
             load_threads: None,
+            prefault: false,
         }
     }
 }
@@ -486,6 +490,7 @@ pub fn run(
         sample_every: opts.sample_every.max(1),
         scan_time_limit: opts.scan_time_limit,
         load_threads: opts.load_threads,
+        prefault: opts.prefault,
     };
     let to_run = suite
         .experiments
@@ -539,6 +544,7 @@ pub fn run(
         flush: opts.flush,
         dir: dir.display().to_string(),
         sample_every: cfg.sample_every,
+        prefault: cfg.prefault,
         dram_measured: alloc::is_installed(),
         machine: MachineInfo::detect(),
         experiments: reports,

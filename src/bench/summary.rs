@@ -434,6 +434,9 @@ pub struct SuiteReport {
     pub dir: String,
     /// Latency sampling: every N-th operation.
     pub sample_every: u32,
+    /// Every page of each pool was mapped after create and reopen, untimed
+    /// (`--prefault`).
+    pub prefault: bool,
     /// Whether DRAM was measured (the counting allocator is installed).
     pub dram_measured: bool,
     /// The machine.
@@ -811,7 +814,7 @@ impl fmt::Display for SuiteReport {
         let m = &self.machine;
         writeln!(
             f,
-            "machine: {} CPU{}{}{}; flush {}; pools in {}; seed {}",
+            "machine: {} CPU{}{}{}; flush {}; pools in {}{}; seed {}",
             m.cpus,
             if m.cpus == 1 { "" } else { "s" },
             m.cpu_model
@@ -821,6 +824,11 @@ impl fmt::Display for SuiteReport {
                 .map_or_else(String::new, |b| format!(", {} memory", fmt_bytes(b))),
             self.flush,
             self.dir,
+            if self.prefault {
+                ", every page mapped after create and reopen (--prefault)"
+            } else {
+                ""
+            },
             self.seed,
         )?;
         writeln!(

@@ -591,6 +591,7 @@ mod tests {
             flush: crate::pm::FlushKind::Eadr,
             dir: String::new(),
             sample_every: 1,
+            prefault: false,
             dram_measured: false,
             machine: super::super::summary::MachineInfo {
                 cpus: 1,
