@@ -439,10 +439,6 @@ pub fn run_engine(
     })
 }
 
-/// The seed of phase `pi`'s keys (orders, choices, scan starts). Each
-/// phase has its own, except that `search-many` reads in `search`'s
-/// order; it takes no index of its own, so that adding it changes no
-/// other phase's keys.
 /// Maps every page of `pool` (`--prefault`), outside any timing.
 fn prefault(pool: &TempPool) -> BenchResult<()> {
     pool.db()
@@ -450,6 +446,10 @@ fn prefault(pool: &TempPool) -> BenchResult<()> {
         .map_err(|e| BenchError::failed(format!("prefault {}", pool.path().display()), e))
 }
 
+/// The seed of phase `pi`'s keys (orders, choices, scan starts). Each
+/// phase has its own, except that `search-many` reads in `search`'s
+/// order; it takes no index of its own, so that adding it changes no
+/// other phase's keys.
 fn phase_seed(seed: u64, phases: &[PhaseSpec], pi: usize) -> u64 {
     let index = match phases[pi] {
         PhaseSpec::SearchMany { .. } => phases

@@ -940,20 +940,27 @@ impl Pool {
         if self.all_mapped.load(Ordering::Relaxed) {
             return Ok(());
         }
-        // SAFETY: the whole mapping, from its page-aligned base; populating
-        // page tables changes no byte of memory.
-        let rc = unsafe {
-            libc::madvise(
-                self.map.base.as_ptr().cast(),
-                self.map.len,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc != 0 {
-            return Err(Error::io(
-                format!("map every page of the pool ({} bytes)", self.map.len),
-                std::io::Error::last_os_error(),
-            ));
+        loop {
+            // SAFETY: the whole mapping, from its page-aligned base;
+            // populating page tables changes no byte of memory.
+            let rc = unsafe {
+                libc::madvise(
+                    self.map.base.as_ptr().cast(),
+                    self.map.len,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io(
+                    format!("map every page of the pool ({} bytes)", self.map.len),
+                    e,
+                ));
+            }
+            // A signal came first: the pages mapped so far stay mapped.
         }
         self.all_mapped.store(true, Ordering::Relaxed);
         Ok(())
