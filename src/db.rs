@@ -571,8 +571,9 @@ impl Db {
     /// for a page fault or for the allocator mapping fresh heap (one
     /// `madvise` of about 300 µs per MiB, made by whichever insert first
     /// reaches it): [`Pool::prefault_all`]. Call it after create or open,
-    /// before latency matters (`pmindex bench --prefault`). Writes nothing;
-    /// the pool keeps its memory or page cache resident from then on.
+    /// before latency matters (`pmindex bench --prefault`). Changes no
+    /// byte; the pool keeps its memory or page cache resident from then on
+    /// (limits: [`Pool::prefault_all`]).
     pub fn prefault(&self) -> Result<()> {
         self.pool().prefault_all()
     }

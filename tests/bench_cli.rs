@@ -425,6 +425,14 @@ fn a_prefaulted_run_says_so() {
         text.contains("every page mapped after create and reopen (--prefault)"),
         "{text}"
     );
+    // Read from the pools themselves, once per experiment.
+    assert!(
+        text.contains("each, MAP_SHARED (page cache, not DAX), every page mapped before timing")
+            || text.contains(
+                "each, MAP_SHARED_VALIDATE|MAP_SYNC (DAX), every page mapped before timing"
+            ),
+        "{text}"
+    );
     let o = pmindex(&[
         "--json",
         "bench",

@@ -188,6 +188,10 @@ pub struct EngineRun {
     pub pool_size: u64,
     /// How that pool was mapped (page cache or DAX).
     pub mapping: crate::pm::MappingMode,
+    /// Every page of the pool was mapped before the timed phases, after
+    /// create and after each reopen (`--prefault`): read from the pool,
+    /// not from the settings.
+    pub prefaulted: bool,
     /// Wall time, pool creation and removal included.
     pub secs: f64,
 }

@@ -264,6 +264,7 @@ pub fn run_engine(
         prefault(&pool)?;
     }
     let mapping = pool.db().pool().mapping_mode();
+    let mut prefaulted = pool.db().pool().is_prefaulted();
     let mut count = 0u64; // keys 0..count have been inserted
     let mut deleted = false; // some key may have been deleted
     let mut phases: Vec<PhaseResult> = Vec::new();
@@ -341,6 +342,7 @@ pub fn run_engine(
                 if cfg.prefault {
                     prefault(&pool)?;
                 }
+                prefaulted &= pool.db().pool().is_prefaulted();
                 let keys_after = pool.db().len();
                 let mut r = PhaseResult::new("recovery", 1, keys_after, took, counters);
                 r.errors = keys_before.abs_diff(keys_after);
@@ -435,6 +437,7 @@ pub fn run_engine(
         recovery,
         pool_size: prep.pool_size,
         mapping,
+        prefaulted,
         secs: started.elapsed().as_secs_f64(),
     })
 }
@@ -1354,6 +1357,37 @@ mod tests {
             for p in &run.phases {
                 assert_eq!((p.errors, p.misses), (0, 0), "{engine}: {p:?}");
                 assert_eq!(p.ops, 3000, "{engine}: {}", p.phase);
+            }
+        }
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    /// `prefault` maps the pool after create and again after the reopen
+    /// of a recovery phase (the run reads it from the pool at both), and
+    /// the phases after it still run clean.
+    #[test]
+    fn a_prefaulted_pool_is_mapped_after_create_and_after_each_reopen() {
+        let dir = tmpdir("prefault");
+        let phases = |recover: bool| {
+            let mut p = vec![PhaseSpec::Load];
+            if recover {
+                p.push(PhaseSpec::Recover);
+            }
+            p.extend([PhaseSpec::Search, PhaseSpec::Delete]);
+            p
+        };
+        for (prefault, recover) in [(true, true), (true, false), (false, true)] {
+            let e = exp(1, phases(recover));
+            let mut c = cfg(&dir);
+            c.prefault = prefault;
+            let prep = prepare(&c, &e).unwrap();
+            let run = run_plain(&c, &e, &prep, "wort");
+            assert_eq!(
+                run.prefaulted, prefault,
+                "prefault {prefault}, recover {recover}"
+            );
+            for p in &run.phases {
+                assert_eq!(p.errors, 0, "{p:?}");
             }
         }
         std::fs::remove_dir(&dir).unwrap();

@@ -233,7 +233,13 @@ impl ExperimentReport {
             }
         }
         ExperimentReport {
-            mapping: runs.first().map(|r| r.mapping.to_string()),
+            mapping: runs.first().map(|r| {
+                let mut m = r.mapping.to_string();
+                if runs.iter().all(|r| r.prefaulted) {
+                    m.push_str(", every page mapped before timing");
+                }
+                m
+            }),
             experiment,
             skipped: None,
             mean_key_len,

@@ -926,16 +926,25 @@ impl Pool {
         };
     }
 
+    /// Whether [`Pool::prefault_all`] has mapped every page of this
+    /// mapping of the pool.
+    pub fn is_prefaulted(&self) -> bool {
+        self.all_mapped.load(Ordering::Relaxed)
+    }
+
     /// Maps every page of the pool now (`madvise` with
     /// `MADV_POPULATE_WRITE` over the whole mapping), so that no later
     /// operation takes a page fault, and the allocator no longer maps each
     /// stretch of fresh heap when it opens it, about 300 µs per MiB inside
     /// the reservation that opens it (docs/design.md §4, "Mapping the
-    /// whole pool"). Writes nothing. Takes about 1 µs per 4 KiB page
+    /// whole pool"). Changes no byte. Takes about 1 µs per 4 KiB page
     /// (95-140 ms for 370 MiB here), and the pool's memory, or page cache,
-    /// from then on. A pool opened again needs it again. Fails if the
-    /// kernel cannot (before Linux 5.14, or out of memory); the pool is
-    /// unchanged and usable then.
+    /// from then on. A pool opened again must be mapped again. Limits: on a
+    /// pool file on a disk file system the pages become dirty page cache,
+    /// and writeback (`Pool::sync`, the kernel's flusher) write-protects
+    /// them again, so later first stores fault again; memory pressure may
+    /// evict pages. Fails if the kernel cannot (before Linux 5.14; a full
+    /// `tmpfs`); the pool is unchanged and usable then.
     pub fn prefault_all(&self) -> Result<()> {
         if self.all_mapped.load(Ordering::Relaxed) {
             return Ok(());
@@ -956,7 +965,13 @@ impl Pool {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return Err(Error::io(
-                    format!("map every page of the pool ({} bytes)", self.map.len),
+                    format!(
+                        "map every page of the pool{} ({} bytes; madvise MADV_POPULATE_WRITE, Linux 5.14 or later)",
+                        self.path
+                            .as_ref()
+                            .map_or_else(String::new, |p| format!(" {}", p.display())),
+                        self.map.len
+                    ),
                     e,
                 ));
             }
