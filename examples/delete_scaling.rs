@@ -13,7 +13,11 @@
 //! - `own`: by two threads, each deleting the keys it inserted;
 //! - `other`: by two threads, each deleting the keys the other inserted;
 //! - `halves`: by two threads, each deleting one half of the order (what
-//!   `pmindex bench --threads 2` does).
+//!   `pmindex bench --threads 2` does);
+//! - `alternate`: by two threads, thread `t` deleting the keys at the
+//!   order's positions of parity `t`: like `halves`, each thread frees
+//!   into both threads' stripes; like `own` and `other`, the two walk the
+//!   order side by side.
 //!
 //! `OPT=KEY=VALUE[,...]` passes engine settings (for example
 //! `OPT=hart.stripes=hash_key`, where a leaf's stripe follows its key, not
@@ -91,7 +95,7 @@ fn main() {
         .is_dir()
         .then(|| tempfile::tempdir_in(shm).expect("temporary directory"));
     let (keys, order) = (&keys, &order);
-    for case in ["one", "own", "other", "halves"] {
+    for case in ["one", "own", "other", "halves", "alternate"] {
         let db = build(&engine, keys, dir.as_ref().map(|d| d.path()));
         let delete = |i: usize| assert!(db.delete(&keys[i]).expect("delete"), "key {i} found");
         let t0 = Instant::now();
