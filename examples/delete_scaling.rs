@@ -114,9 +114,11 @@ fn main() {
                             .iter()
                             .filter(|&&i| i % 2 != t)
                             .for_each(|&i| delete(i)),
-                        _ => order[t * n / 2..(t + 1) * n / 2]
+                        "alternate" => order.iter().skip(t).step_by(2).for_each(|&i| delete(i)),
+                        "halves" => order[t * n / 2..(t + 1) * n / 2]
                             .iter()
                             .for_each(|&i| delete(i)),
+                        _ => unreachable!("a case listed above"),
                     });
                 }
             });
