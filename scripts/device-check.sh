@@ -7,8 +7,15 @@
 #   1. hart's thread scaling, 1 to 16 threads, 1M sparse keys;
 #   2. the radix trees' thread scaling, striped writers (the default)
 #      beside the tree-wide lock (`writers=locked`), 1 to 16 threads;
-#   3. killed writers with 16 threads (tests/killed_process.rs).
-# SECTIONS="2 3" runs some of them only. Each section has a timeout, so
+#   3. killed writers with 16 threads (tests/killed_process.rs);
+#   4. the stress tests with their oracle at 16 threads
+#      (tests/hart_stress.rs, tests/radix_stress.rs);
+#   5. two threads deleting, three runs of examples/delete_scaling.rs
+#      (design.md §7 "Two threads deleting"), on a machine whose other
+#      cores are idle.
+# SECTIONS="2 3" runs some of them only. PREFAULT=1 maps every pool
+# before timing in sections 1 and 2 (`pmindex bench --prefault`);
+# RADIX_ENGINES=wort,woart,... replaces section 2's six engines. Each section has a timeout, so
 # that a slow one loses its own figures only. Everything lands in one
 # archive, $OUT/device-check.tgz (the `run` tool brings back few files).
 #
@@ -52,8 +59,22 @@ build() {
         exit 1
     fi
     cp "$t" "$bin/killed_process"
+    local name
+    for name in hart_stress radix_stress; do
+        t=$("${static[@]}" cargo test --release --target "$target" --test "$name" --no-run \
+            --message-format=json |
+            sed -n 's/.*"executable":"\([^"]*'"$name"'[^"]*\)".*/\1/p' | tail -n 1)
+        if [ -z "$t" ]; then
+            echo "device-check: cargo named no $name test binary" >&2
+            exit 1
+        fi
+        cp "$t" "$bin/$name"
+    done
+    "${static[@]}" cargo build --release --target "$target" --example delete_scaling
+    cp /tmp/pmindex-static/$target/release/examples/delete_scaling "$bin/delete_scaling"
     rm -f "$bin"/pmindex-combined "$bin"/pmindex-new "$bin"/pmindex-nolock
-    strip "$bin"/pmindex "$bin"/killed_process
+    strip "$bin"/pmindex "$bin"/killed_process "$bin"/hart_stress "$bin"/radix_stress \
+        "$bin"/delete_scaling
     sources >"$bin/BUILD"
     ls -l "$bin"
     du -sh "$bin"
@@ -72,16 +93,22 @@ run() {
         exit 3
     fi
     local records=1000000 threads=1,2,4,8,16 kill_threads=16 kill_rounds=5
+    local stress_threads=16 stress_ops=5000 delete_keys=1000000
     if [ -n "${QUICK:-}" ]; then
         records=20000 threads=1,2 kill_threads=2 kill_rounds=1
+        stress_threads=2 stress_ops=5000 delete_keys=20000
     fi
-    local sections=${SECTIONS:-1 2 3}
+    local prefault=()
+    if [ -n "${PREFAULT:-}" ]; then
+        prefault=(--prefault)
+    fi
+    local sections=${SECTIONS:-1 2 3 4 5}
     nproc >"$res/nproc.txt"
     lscpu >"$res/lscpu.txt" 2>&1 || true
     if [[ " $sections " == *" 1 "* ]]; then
         echo "== 1. hart's thread scaling ($records sparse keys; threads $threads)"
         timeout 75 "$bin/pmindex" bench --engines hart --baseline hart --keys sparse --mix basic \
-            --records "$records" --threads "$threads" --rounds 1 \
+            --records "$records" --threads "$threads" --rounds 1 "${prefault[@]}" \
             --json >"$res/threads-hart.json" 2>"$res/threads-hart.err" ||
             echo "exit $?" >>"$res/threads-hart.err"
     fi
@@ -91,9 +118,11 @@ run() {
         for e in wort woart art-cow; do
             engines+=("$e" "$e:writers=locked")
         done
-        timeout 400 "$bin/pmindex" bench --engines "$(IFS=,; echo "${engines[*]}")" \
-            --baseline wort --keys sparse --mix basic --records "$records" \
-            --threads "$threads" --rounds 1 \
+        local list
+        list=${RADIX_ENGINES:-$(IFS=,; echo "${engines[*]}")}
+        timeout 400 "$bin/pmindex" bench --engines "$list" \
+            --baseline "${list%%,*}" --keys sparse --mix basic --records "$records" \
+            --threads "$threads" --rounds 1 "${prefault[@]}" \
             --json >"$res/threads-radix.json" 2>"$res/threads-radix.err" ||
             echo "exit $?" >>"$res/threads-radix.err"
     fi
@@ -103,6 +132,24 @@ run() {
             "$bin/killed_process" --exact a_killed_writer_loses_nothing_it_acknowledged \
             --nocapture >"$res/killed.txt" 2>&1 || echo "exit $?" >>"$res/killed.txt"
         tail -n 3 "$res/killed.txt"
+    fi
+    if [[ " $sections " == *" 4 "* ]]; then
+        echo "== 4. the stress tests ($stress_threads threads, $stress_ops ops per writer)"
+        local t
+        for t in hart_stress radix_stress; do
+            PMINDEX_STRESS_THREADS=$stress_threads PMINDEX_STRESS_OPS=$stress_ops timeout 240 \
+                "$bin/$t" --test-threads 1 >"$res/$t.txt" 2>&1 || echo "exit $?" >>"$res/$t.txt"
+            tail -n 2 "$res/$t.txt"
+        done
+    fi
+    if [[ " $sections " == *" 5 "* ]]; then
+        echo "== 5. two threads deleting ($delete_keys keys, three runs)"
+        local i
+        for i in 1 2 3; do
+            timeout 60 "$bin/delete_scaling" "$delete_keys" hart >>"$res/delete_scaling.txt" 2>&1 ||
+                echo "exit $?" >>"$res/delete_scaling.txt"
+        done
+        cat "$res/delete_scaling.txt"
     fi
     mkdir -p "$out"
     tar czf "$out/device-check.tgz" -C "$res" .

@@ -120,7 +120,7 @@ impl RadixTree {
     pub(super) fn release_deferred(&self) -> Result<()> {
         let n = self.batch.deferred_len.load(Ordering::Relaxed);
         self.batch.deferred_len.store(0, Ordering::Relaxed);
-        let mut heap = self.heap.lock();
+        let mut heap = self.heap.write();
         let mut r = Ok(());
         for d in &self.batch.deferred[..n] {
             if let Err(e) = heap.release(&self.pool, d.load(Ordering::Relaxed)) {

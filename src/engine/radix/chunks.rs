@@ -524,24 +524,10 @@ impl Chunks {
     }
 
     /// Gives back a block the tree no longer reaches. The store that
-    /// unlinked it must be durable already (see the module doc).
+    /// unlinked it must be durable already (see the module doc). An error
+    /// if `off` is not the start of a block in use; then nothing changes.
+    /// A large block's chunk goes back to the substrate.
     pub fn release(&mut self, pool: &Pool, off: u64) -> Result<()> {
-        self.keep(pool, off, |_| Ok(false)).map(|_| ())
-    }
-
-    /// [`Chunks::release`], except that once the block is checked, `keep`
-    /// is asked (with the block's class, for a small block) whether the
-    /// caller keeps it reserved, to hand out again ([`super::caches`]):
-    /// then it is returned as a reserved block that may have been written.
-    /// An error from `keep` is returned, and the block stays as it was. A
-    /// large block is always released (its chunk goes back to the
-    /// substrate).
-    pub fn keep(
-        &mut self,
-        pool: &Pool,
-        off: u64,
-        keep: impl FnOnce(u8) -> Result<bool>,
-    ) -> Result<Option<Block>> {
         let (c, i) = self
             .locate(off)
             .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
@@ -551,20 +537,11 @@ impl Chunks {
             return Err(Error::corrupt(off, "radix: release of a free block"));
         }
         let (start, class) = (ch.start, ch.class);
-        if class != LARGE && keep(class)? {
-            return Ok(Some(Block {
-                off,
-                zeroed: false,
-                class,
-                tag: 0,
-            }));
-        }
-        let ch = self.chunk_mut(c);
         ch.used[w] &= !(1 << b);
         ch.low = ch.low.min(w);
         ch.free += 1;
         if class == LARGE {
-            return self.unlink(pool, start).map(|()| None);
+            return self.unlink(pool, start);
         }
         // A small chunk is in `partial` exactly while it has a free block
         // (`reserve` takes it out at its last one, and puts a new chunk
@@ -573,7 +550,29 @@ impl Chunks {
         if ch.free == 1 {
             self.partial[usize::from(class)].insert((start, c));
         }
-        Ok(None)
+        Ok(())
+    }
+
+    /// The block at `off`, checked as [`Chunks::release`] checks it (the
+    /// start of a block, and in use), without changing anything: as a
+    /// reserved block that may have been written, for a thread that keeps
+    /// it ([`super::caches::Caches::release`], under the heap's read
+    /// lock). A large block is returned too; only the heap frees those.
+    pub fn in_use(&self, off: u64) -> Result<Block> {
+        let (c, i) = self
+            .locate(off)
+            .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
+        let ch = self.chunk(c);
+        let (w, b) = ((i / 64) as usize, i % 64);
+        if ch.used[w] & 1 << b == 0 {
+            return Err(Error::corrupt(off, "radix: release of a free block"));
+        }
+        Ok(Block {
+            off,
+            zeroed: false,
+            class: ch.class,
+            tag: 0,
+        })
     }
 
     /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks

@@ -66,7 +66,7 @@ use caches::Caches;
 use chunks::{Block, Chunks};
 use header::Header;
 use nodes::{Kind, END};
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use search::Search;
 use span::Span;
 
@@ -211,7 +211,7 @@ pub struct RadixTree {
     /// tree-wide lock (`writers=locked`) it only makes the tree `Sync`;
     /// striped writers of different stripes take it in turn, through
     /// `caches`.
-    heap: Mutex<Chunks>,
+    heap: RwLock<Chunks>,
     /// Per-thread blocks reserved ahead of use (from `heap` in groups, or
     /// kept when released), and the key count (counted at open, kept in
     /// DRAM; writers of different stripes change it at once, see
@@ -321,7 +321,7 @@ impl RadixTree {
             flavor,
             sb,
             caches: Caches::new(heap.between()),
-            heap: Mutex::new(heap),
+            heap: RwLock::new(heap),
             batch: Batch::default(),
             version,
             leaf_tag: if version >= 4 { nodes::LEAF_TAG } else { 0 },
@@ -435,7 +435,7 @@ impl RadixTree {
 
     /// Usable bytes of the block at `off` (an error if it is not a block).
     fn block_size(&self, off: u64) -> Result<u64> {
-        self.heap.lock().block_size(nodes::block_of(off))
+        self.heap.read().block_size(nodes::block_of(off))
     }
 
     /// Average depth of the leaves (inner nodes above each leaf), and the
@@ -897,7 +897,7 @@ impl SerialEngine for RadixTree {
 
     fn dram_bytes(&self) -> u64 {
         std::mem::size_of::<Self>() as u64
-            + self.heap.lock().dram_bytes()
+            + self.heap.read().dram_bytes()
             + self.caches.dram_bytes()
     }
 

@@ -33,7 +33,7 @@ impl RadixTree {
     /// Recovery (see the module doc).
     pub(super) fn recover(&mut self) -> Result<()> {
         {
-            let mut heap = self.heap.lock();
+            let mut heap = self.heap.write();
             self.mark(&mut heap, self.root_slot(), 0)?;
             heap.settle(&self.pool)?;
         }
@@ -81,7 +81,7 @@ impl RadixTree {
         // must not be reached (`caches`). Read before the heap is locked:
         // a shard is always taken before the heap.
         let cached = self.caches.cached();
-        let heap = self.heap.lock();
+        let heap = self.heap.read();
         let mut fresh = heap.unmarked();
         self.mark(&mut fresh, self.root_slot(), 0)
             .map_err(|e| Error::CheckFailed(format!("{}: {e}", self.flavor.name())))?;
