@@ -149,6 +149,11 @@ impl Ready {
 struct Cache {
     /// Reserved blocks by class ([`SIZES`] index).
     ready: Vec<Ready>,
+    /// The last release found its class's list full, and the heap freed
+    /// its block ([`Caches::release`]): in a run of deletes, so will the
+    /// next, so it takes the heap's write lock at once rather than its
+    /// read lock first and then the write lock.
+    overflowing: bool,
 }
 
 impl Cache {
@@ -171,6 +176,24 @@ impl Cache {
             }
         }
         r
+    }
+
+    /// Whether this thread keeps `b`, a block just released and checked
+    /// against the heap's map: a small block while its class's list has
+    /// fewer than twice a group. An error if the list holds it already.
+    fn keeps(&mut self, b: &Block, off: u64) -> Result<bool> {
+        if b.class() == LARGE {
+            return Ok(false);
+        }
+        let ready = self.ready_mut(b.class());
+        // Still in use in the heap's map while it is kept, so the heap
+        // cannot see a second release of it; this thread's cache can (a
+        // damaged tree that reaches a block twice; one kept by another
+        // thread is found by `check`, and at open).
+        if ready.holds(off) {
+            return Err(Error::corrupt(off, "radix: release of a free block"));
+        }
+        Ok(ready.len() < KEEP[usize::from(b.class())])
     }
 }
 
@@ -269,7 +292,9 @@ impl Caches {
     /// reservation: a block just read is in the CPU's cache, as the heap's
     /// lowest free block was (an update writes its new leaf where the last
     /// one's old leaf was). Otherwise the heap frees it, under its write
-    /// lock ([`Chunks::release`], which checks it again).
+    /// lock ([`Chunks::release`], which checks it again). After a release
+    /// that the heap freed, the next one takes the write lock at once and
+    /// does both under it (a run of deletes frees nearly every block).
     ///
     /// Between the two locks nothing can change the block's state in the
     /// map: the tree no longer reaches it, so only a second release of it
@@ -277,21 +302,22 @@ impl Caches {
     /// makes from two threads is found by `check`, and at open).
     pub fn release(&self, heap: &RwLock<Chunks>, pool: &Pool, off: u64) -> Result<()> {
         let mut c = self.mine().cache.lock();
-        let b = heap.read().in_use(off)?;
-        if b.class() != LARGE {
-            let ready = c.ready_mut(b.class());
-            // Still in use in the heap's map while it is kept, so the heap
-            // cannot see a second release of it; this thread's cache can
-            // (a damaged tree that reaches a block twice; one kept by
-            // another thread is found by `check`, and at open).
-            if ready.holds(off) {
-                return Err(Error::corrupt(off, "radix: release of a free block"));
-            }
-            if ready.len() < KEEP[usize::from(b.class())] {
-                ready.push(&b);
+        if c.overflowing {
+            let mut h = heap.write();
+            let (b, at) = h.in_use_at(off)?;
+            if c.keeps(&b, off)? {
+                c.overflowing = false;
+                c.ready_mut(b.class()).push(&b);
                 return Ok(());
             }
+            return h.free(pool, at);
         }
+        let b = heap.read().in_use(off)?;
+        if c.keeps(&b, off)? {
+            c.ready_mut(b.class()).push(&b);
+            return Ok(());
+        }
+        c.overflowing = true;
         heap.write().release(pool, off)
     }
 
@@ -436,42 +462,73 @@ mod tests {
     /// nothing there: it completes while another thread holds the heap
     /// for reading (as every other releasing thread may), where a write
     /// lock would wait for it. One that the heap frees waits for the write
-    /// lock, and completes once the reader lets go.
+    /// lock, and so does the next one (a run of deletes); once a release is
+    /// kept again, the next is checked under the read lock again.
     #[test]
     fn a_kept_release_needs_only_the_heaps_read_lock() {
         use std::sync::mpsc;
         use std::time::Duration;
 
         let (pool, heap, c) = fresh(8 << 20);
-        let blocks: Vec<u64> = (0..2 * refill(64) + 1)
-            .map(|_| c.reserve(&heap, &pool, 64).unwrap().offset())
+        let cap = 2 * refill(64);
+        let blocks: Vec<u64> = (0..=cap)
+            .map(|_| heap.write().reserve(&pool, 64).unwrap().offset())
             .collect();
-        while !c.cached().is_empty() {
-            let _ = c.reserve(&heap, &pool, 64).unwrap();
-        }
+        let quick = Duration::from_secs(10);
+        let wait = Duration::from_millis(200);
+        // One worker thread, since a thread's releases go to its own
+        // shard: `Some(off)` releases `off`, `None` takes a block from its
+        // cache; it answers with the offset when done.
+        let (cmd_tx, cmd_rx) = mpsc::channel::<Option<u64>>();
+        let (done_tx, done_rx) = mpsc::channel::<u64>();
         std::thread::scope(|s| {
-            let reader = heap.read();
-            let (tx, rx) = mpsc::channel();
-            let (heap, pool, c, blocks) = (&heap, &pool, &c, &blocks);
+            let (heap, pool, c) = (&heap, &pool, &c);
             s.spawn(move || {
-                for &o in blocks {
-                    c.release(heap, pool, o).unwrap();
-                    tx.send(o).unwrap();
+                for cmd in cmd_rx {
+                    let off = match cmd {
+                        Some(off) => {
+                            c.release(heap, pool, off).unwrap();
+                            off
+                        }
+                        None => c.reserve(heap, pool, 64).unwrap().offset(),
+                    };
+                    done_tx.send(off).unwrap();
                 }
             });
-            for &o in &blocks[..2 * refill(64)] {
-                let got = rx.recv_timeout(Duration::from_secs(10));
+            let reader = heap.read();
+            for &o in &blocks[..cap] {
+                cmd_tx.send(Some(o)).unwrap();
+                let got = done_rx.recv_timeout(quick);
                 assert_eq!(got, Ok(o), "a kept release waited for the reader");
             }
+            cmd_tx.send(Some(blocks[cap])).unwrap();
             assert!(
-                rx.recv_timeout(Duration::from_millis(200)).is_err(),
+                done_rx.recv_timeout(wait).is_err(),
                 "a release past the cap freed its block beside a reader"
             );
             drop(reader);
-            let last = rx.recv_timeout(Duration::from_secs(10));
-            assert_eq!(last, Ok(blocks[2 * refill(64)]));
+            assert_eq!(done_rx.recv_timeout(quick), Ok(blocks[cap]));
+            // Room for two again in the worker's list.
+            cmd_tx.send(None).unwrap();
+            let a = done_rx.recv_timeout(quick).unwrap();
+            cmd_tx.send(None).unwrap();
+            let b = done_rx.recv_timeout(quick).unwrap();
+            let reader = heap.read();
+            cmd_tx.send(Some(a)).unwrap();
+            assert!(
+                done_rx.recv_timeout(wait).is_err(),
+                "the release after a freed one took the read lock first"
+            );
+            drop(reader);
+            assert_eq!(done_rx.recv_timeout(quick), Ok(a));
+            let reader = heap.read();
+            cmd_tx.send(Some(b)).unwrap();
+            let got = done_rx.recv_timeout(quick);
+            assert_eq!(got, Ok(b), "a kept release after a freed one waited");
+            drop(reader);
+            drop(cmd_tx);
         });
-        assert_eq!(c.cached().len(), 2 * refill(64));
+        assert_eq!(c.cached().len(), cap);
     }
 
     /// A list's filter never hides a block the list holds, through pushes,

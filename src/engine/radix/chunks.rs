@@ -278,6 +278,12 @@ impl Chunk {
     }
 }
 
+/// Where a block in use is: its chunk's index in the slab and its index
+/// in the chunk ([`Chunks::in_use_at`]); valid only while the heap is held
+/// as it was when found.
+#[derive(Clone, Copy, Debug)]
+pub struct At(usize, u32);
+
 /// The DRAM side of the heap: every chunk, and which blocks are in use.
 ///
 /// The chunks live in a slab, so that [`Chunks::reserve`], the hot path,
@@ -528,14 +534,17 @@ impl Chunks {
     /// if `off` is not the start of a block in use; then nothing changes.
     /// A large block's chunk goes back to the substrate.
     pub fn release(&mut self, pool: &Pool, off: u64) -> Result<()> {
-        let (c, i) = self
-            .locate(off)
-            .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
+        let (_, at) = self.in_use_at(off)?;
+        self.free(pool, at)
+    }
+
+    /// Frees the block at `at`, found in use by [`Chunks::in_use_at`] under
+    /// the same hold of the heap (so `at` still names it).
+    pub fn free(&mut self, pool: &Pool, at: At) -> Result<()> {
+        let At(c, i) = at;
         let ch = self.chunk_mut(c);
         let (w, b) = ((i / 64) as usize, i % 64);
-        if ch.used[w] & 1 << b == 0 {
-            return Err(Error::corrupt(off, "radix: release of a free block"));
-        }
+        debug_assert_ne!(ch.used[w] & 1 << b, 0, "checked by in_use_at");
         let (start, class) = (ch.start, ch.class);
         ch.used[w] &= !(1 << b);
         ch.low = ch.low.min(w);
@@ -559,6 +568,12 @@ impl Chunks {
     /// it ([`super::caches::Caches::release`], under the heap's read
     /// lock). A large block is returned too; only the heap frees those.
     pub fn in_use(&self, off: u64) -> Result<Block> {
+        self.in_use_at(off).map(|(b, _)| b)
+    }
+
+    /// [`Chunks::in_use`], and where the block is, for [`Chunks::free`]
+    /// under the same hold (one lookup of its chunk, not two).
+    pub fn in_use_at(&self, off: u64) -> Result<(Block, At)> {
         let (c, i) = self
             .locate(off)
             .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
@@ -567,12 +582,13 @@ impl Chunks {
         if ch.used[w] & 1 << b == 0 {
             return Err(Error::corrupt(off, "radix: release of a free block"));
         }
-        Ok(Block {
+        let block = Block {
             off,
             zeroed: false,
             class: ch.class,
             tag: 0,
-        })
+        };
+        Ok((block, At(c, i)))
     }
 
     /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks
