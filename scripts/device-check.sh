@@ -28,7 +28,10 @@
 #   carry [".dev/bin"]; results go to $OUT, or to ./device-out without
 #   it). Section 2 alone may take 400 s (six engines at five thread
 #   counts): run SECTIONS="1 3" and SECTIONS=2 as two calls, timeout_s
-#   450 each)
+#   450 each). Times seen on 2026-11-27 (one call, 427 s with a 150 s
+#   stress timeout spent twice): section 1 10 s, section 2 with
+#   RADIX_ENGINES=wort,woart,art-cow 71 s, section 3 26 s, section 5
+#   19 s, and the machine's start about 35 s.
 # A smoke test of `run` at a small scale, anywhere: QUICK=1 scripts/device-check.sh run
 set -euo pipefail
 cd "$(dirname "$0")/.."

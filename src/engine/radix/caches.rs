@@ -24,10 +24,13 @@
 //! that is not a block, or a block already free, is an error of the
 //! operation that unlinked it) under the heap's *read* lock, so threads
 //! check theirs at once; only a block the thread does not keep takes the
-//! write lock, to be freed. (Under the heap's mutex, every update and
-//! delete took it in turn: on 16 cores, 16 threads updated at 0.6-0.75x
-//! one thread's rate; docs/design.md §11, "Releases under the heap's read
-//! lock".) Gathering released blocks and giving them back 32 at a time was
+//! write lock, to be freed; after one that was, the next takes the write
+//! lock at once (a run of deletes frees nearly every block). Under the
+//! heap's mutex, every update and delete took it in turn: on 16 cores,
+//! 16 threads updated at 0.56-1.11x one thread's rate, 2.5-3.4x since
+//! (docs/design.md §11, "Sixteen threads, and releases under the heap's
+//! read lock"); deletes still free one at a time under the write lock.
+//! Gathering released blocks and giving them back 32 at a time was
 //! tried: a thread that held the heap for 32 releases made the other wait
 //! long enough to sleep, and updates at two threads ran at 0.95-2.0x one
 //! thread's rate from run to run.
