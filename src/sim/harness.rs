@@ -219,7 +219,7 @@ struct KvSubject {
     ops: Vec<Op>,
     /// Event positions (start, end) of each op.
     spans: Vec<(usize, usize)>,
-    /// models[i]: the contents after i ops.
+    /// `models[i]`: the contents after `i` ops.
     models: Vec<Model>,
     create_end: usize,
 }

@@ -67,7 +67,7 @@ pub(super) fn distinct_prefix(items: &[(&[u8], &[u8])], max: usize) -> usize {
 }
 
 impl Hart {
-    /// One batch of [`Engine::get_many`] (either index of ARTs): `batch[i]`
+    /// One batch of [`crate::engine::Engine::get_many`] (either index of ARTs): `batch[i]`
     /// is key `base + i`. The ARTs of the batch are read-locked once each,
     /// for the whole batch, in the order of their addresses
     /// ([`lock_in_address_order`]); the searches run side by side
@@ -120,7 +120,7 @@ impl Hart {
     /// [`Art::probe`] of key `i` in its ART, `art_of(i)` (`None`: no ART,
     /// no entry), for `n` ≤ [`BATCH`] keys, run side by side, into
     /// `leaf[i]`: each round takes
-    /// one node per key still descending ([`art::ProbeCursor::step`]), which
+    /// one node per key still descending ([`ProbeCursor::step`]), which
     /// starts loading what the key reads in its next node, so the misses
     /// of the keys overlap at every level; a descent that ends prefetches
     /// its PM leaf. The caller holds the ARTs' locks. Inlined into its two
@@ -180,7 +180,7 @@ impl Hart {
         Ok(keycmp::eq(k, key))
     }
 
-    /// One batch of [`Engine::put_many`] (either index of ARTs), in the tight
+    /// One batch of [`crate::engine::Engine::put_many`] (either index of ARTs), in the tight
     /// order: `batch` holds at most [`BATCH`] items with distinct keys.
     /// Beyond the paper (docs/design.md §7, "Batched puts"):
     ///
@@ -188,7 +188,7 @@ impl Hart {
     ///    their addresses (as [`Self::get_batch`] read-locks them: every
     ///    thread that holds several ART locks took them in rising address
     ///    order, so no chain of waits closes), and held to the end;
-    /// 2. the keys' searches run side by side ([`art::ProbeCursor`]), which
+    /// 2. the keys' searches run side by side ([`ProbeCursor`]), which
     ///    tells which keys are present and leaves their paths in cache;
     /// 3. each item is written and flushed without a fence: an absent key
     ///    gets a new leaf (value, slots, key, commit word last:

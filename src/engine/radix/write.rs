@@ -291,8 +291,8 @@ impl RadixTree {
     /// Upserts `items` in order with one write-lock hold (the caller's) and
     /// few fences (docs/design.md §11, "Batched puts"):
     ///
-    /// 1. the searches of up to [`BATCH`] keys run side by side
-    ///    ([`Search::lookup_many`]), so the walks below find their lines in
+    /// 1. the searches of up to [`crate::engine::BATCH`] keys run side by side
+    ///    ([`super::search::Search::lookup_many`]), so the walks below find their lines in
     ///    cache; their answers are not used;
     /// 2. every item's leaf is written and flushed, then **one fence**;
     /// 3. each item's walk and commit run as in a single put (the leaf
