@@ -67,8 +67,8 @@ pub(super) fn distinct_prefix(items: &[(&[u8], &[u8])], max: usize) -> usize {
 }
 
 impl Hart {
-    /// One batch of [`crate::engine::Engine::get_many`] (either index of ARTs): `batch[i]`
-    /// is key `base + i`. The ARTs of the batch are read-locked once each,
+    /// One batch of [`crate::engine::Engine::get_many`] (either index of
+    /// ARTs): `batch[i]` is key `base + i`. The ARTs of the batch are read-locked once each,
     /// for the whole batch, in the order of their addresses
     /// ([`lock_in_address_order`]); the searches run side by side
     /// ([`Self::probe_side_by_side`]), so the misses of up to [`BATCH`]
@@ -180,8 +180,8 @@ impl Hart {
         Ok(keycmp::eq(k, key))
     }
 
-    /// One batch of [`crate::engine::Engine::put_many`] (either index of ARTs), in the tight
-    /// order: `batch` holds at most [`BATCH`] items with distinct keys.
+    /// One batch of [`crate::engine::Engine::put_many`] (either index of
+    /// ARTs), in the tight order: `batch` holds at most [`BATCH`] items with distinct keys.
     /// Beyond the paper (docs/design.md §7, "Batched puts"):
     ///
     /// 1. the batch's ARTs are write-locked once each, in the order of
