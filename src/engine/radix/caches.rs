@@ -534,6 +534,31 @@ mod tests {
         assert_eq!(c.cached().len(), cap);
     }
 
+    /// After a release that the heap freed, the next release is checked
+    /// under the write lock: a second release of a freed block and a
+    /// pointer to no block are refused there too, and change nothing.
+    #[test]
+    fn a_release_after_a_freed_one_is_checked_too() {
+        let (pool, heap, c) = fresh(8 << 20);
+        let cap = 2 * refill(64);
+        let blocks: Vec<u64> = (0..cap + 2)
+            .map(|_| heap.write().reserve(&pool, 64).unwrap().offset())
+            .collect();
+        for &o in &blocks[..=cap] {
+            c.release(&heap, &pool, o).unwrap();
+        }
+        assert_eq!(c.cached().len(), cap, "the last one freed");
+        let before = heap.read().used_blocks();
+        let e = c.release(&heap, &pool, blocks[cap]).unwrap_err();
+        assert!(e.to_string().contains("free block"), "{e}");
+        let e = c.release(&heap, &pool, blocks[cap + 1] + 8).unwrap_err();
+        assert!(e.to_string().contains("no block"), "{e}");
+        assert_eq!(heap.read().used_blocks(), before);
+        assert_eq!(c.cached().len(), cap);
+        c.release(&heap, &pool, blocks[cap + 1]).unwrap();
+        assert_ne!(heap.read().used_blocks(), before, "a block in use freed");
+    }
+
     /// A list's filter never hides a block the list holds, through pushes,
     /// pops (which leave their bits set) and the rebuilds that stale bits
     /// bring; and it answers most offsets it does not hold without a scan.

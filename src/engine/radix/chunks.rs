@@ -530,9 +530,10 @@ impl Chunks {
     }
 
     /// Gives back a block the tree no longer reaches. The store that
-    /// unlinked it must be durable already (see the module doc). An error
-    /// if `off` is not the start of a block in use; then nothing changes.
-    /// A large block's chunk goes back to the substrate.
+    /// unlinked it must be durable already (see the module doc). If `off`
+    /// is not the start of a block in use: an error, and nothing changes.
+    /// A large block's chunk goes back to the substrate (if that fails,
+    /// the block is free in DRAM all the same: [`Chunks::unlink`]).
     pub fn release(&mut self, pool: &Pool, off: u64) -> Result<()> {
         let (_, at) = self.in_use_at(off)?;
         self.free(pool, at)

@@ -896,9 +896,10 @@ impl SerialEngine for RadixTree {
     }
 
     fn dram_bytes(&self) -> u64 {
-        std::mem::size_of::<Self>() as u64
-            + self.heap.read().dram_bytes()
-            + self.caches.dram_bytes()
+        // The heap's guard ends with its statement: a shard is never taken
+        // while the heap is held (`caches`' lock order).
+        let heap = self.heap.read().dram_bytes();
+        std::mem::size_of::<Self>() as u64 + heap + self.caches.dram_bytes()
     }
 
     fn optimistic_reader(&self) -> Option<Box<dyn super::OptimisticRead>> {
