@@ -27,7 +27,7 @@
 //! write lock, to be freed; after one that was, the next takes the write
 //! lock at once (a run of deletes frees nearly every block). Under the
 //! heap's mutex, every update and delete took it in turn: on 16 cores,
-//! 16 threads updated at 0.56-1.11x one thread's rate, 2.5-3.4x since
+//! 16 threads updated at 0.56-1.11x one thread's rate, 2.5-4.0x since
 //! (docs/design.md §11, "Sixteen threads, and releases under the heap's
 //! read lock"); deletes still free one at a time under the write lock.
 //! Gathering released blocks and giving them back 32 at a time was
