@@ -21,7 +21,8 @@
 //!   writers of different ARTs do not contend except briefly on a shard, on
 //!   the ordered set of hash keys when an ART is created or retired, or on a
 //!   stripe's object-size list when one frees into a stripe that another
-//!   inserts into (up to 16 inserting threads have a stripe each).
+//!   inserts into (up to 16 inserting threads have a stripe each; a
+//!   deleting thread hands its leaves to each list in groups, [`frees`]).
 //!
 //! # Persist order (`tight`; see [`leaf`] for the commit word)
 //! - **insert** (Algorithm 1): take a free leaf and value object (DRAM);
@@ -40,7 +41,8 @@
 //!   the old slot, which is intact because nothing reuses the old object
 //!   before the fence.
 //! - **delete** (Algorithm 5): store 0 into the commit word, flush, **one
-//!   fence**; then remove from the ART and free the objects in DRAM.
+//!   fence**; then remove from the ART and free the objects in DRAM (the
+//!   leaf later, in a group of the thread's frees: [`frees`]).
 //! - A value above 4 KiB is an allocator block activated into its slot
 //!   (three more fences), after the slot's `meta` (with `LARGE`) is flushed;
 //!   it is freed through the slot when it is replaced or deleted. Recovery
@@ -58,6 +60,7 @@
 pub mod art;
 mod batch;
 mod chunk;
+mod frees;
 mod leaf;
 mod recovery;
 mod scan;
@@ -365,6 +368,9 @@ pub struct Hart {
     stripe_choice: StripeChoice,
     /// The last stripe taken, for [`StripeChoice::RoundRobin`].
     turn: AtomicUsize,
+    /// Frees gathered per thread and handed to the chunk lists in groups
+    /// (`tight` order; [`frees`]).
+    frees: frees::Frees,
 }
 
 /// One allocation stripe (see [`superblock`]): its chunk lists (of the
@@ -451,6 +457,7 @@ impl Hart {
             any_stripe: true,
             stripe_choice: StripeChoice::Thread,
             turn: AtomicUsize::new(0),
+            frees: frees::Frees::default(),
         }
     }
 
@@ -648,7 +655,7 @@ impl Hart {
 
     /// Takes a free value object for a value of `len` bytes (DRAM only).
     fn alloc_value(&self, st: usize, len: usize) -> Result<u64> {
-        self.values(st, value_class(len)).lock().alloc(&self.pool)
+        self.retry_when_full(|| self.values(st, value_class(len)).lock().alloc(&self.pool))
     }
 
     /// Writes `value` into a fresh value object (`obj` if the caller took
@@ -671,7 +678,7 @@ impl Hart {
             return Ok((u64::from_le_bytes(w), None));
         }
         if value.len() > MAX_OBJECT {
-            let r = self.pool.reserve(value.len() as u64)?;
+            let r = self.retry_when_full(|| self.pool.reserve(value.len() as u64))?;
             // SAFETY: the block is reserved by us and not yet published.
             if let Err(e) = unsafe { self.pool.write_bytes(r.offset(), value) } {
                 self.pool.cancel(r)?;
@@ -700,6 +707,8 @@ impl Hart {
         if v.meta.large {
             return self.pool.free(slot_off);
         }
+        // At once, not through the thread's shard ([`frees`]): the pointer
+        // was read from PM, and a damaged one is an error of this operation.
         self.values(st, value_class(v.meta.value_len))
             .lock()
             .release(&self.pool, v.p)
@@ -808,11 +817,13 @@ impl Hart {
     /// prefetch.
     fn alloc_leaf(&self, st: usize, key_len: usize) -> Result<u64> {
         let lc = leaf::class_for_key(key_len);
-        let mut list = self.leaves(st, lc).lock();
-        let leaf = list.alloc(&self.pool)?;
-        let next = list.next_free().unwrap_or(0);
-        self.stripes[st].next_leaf[lc].store(next, Ordering::Relaxed);
-        Ok(leaf)
+        self.retry_when_full(|| {
+            let mut list = self.leaves(st, lc).lock();
+            let leaf = list.alloc(&self.pool)?;
+            let next = list.next_free().unwrap_or(0);
+            self.stripes[st].next_leaf[lc].store(next, Ordering::Relaxed);
+            Ok(leaf)
+        })
     }
 
     /// Gives back a leaf whose commit word was never stored (its value
@@ -946,9 +957,7 @@ impl Hart {
             self.drop_value(st, v, leaf::slot_off(leaf, c.active))?;
             // Algorithm 5 line 12 (paper order): persist the reset value bit.
             self.persist_value_bit(st, v.p, v.meta.value_len);
-            self.leaves(st, leaf::class_for_key(c.key_len))
-                .lock()
-                .release(&self.pool, leaf)
+            self.free_leaf(st, leaf::class_for_key(c.key_len), leaf)
         })()
         .map_err(DeleteError::Deleted)
     }
@@ -1167,6 +1176,9 @@ impl Engine for Hart {
     }
 
     fn check(&self) -> Result<CheckReport> {
+        // The lists as a reopen would find them: every delete's leaf given
+        // back, and the chunks that leaves empty recycled.
+        self.settle_frees()?;
         let keys = self.keys();
         let mut blocks = vec![self.sb];
         for st in &self.stripes {
@@ -1261,7 +1273,7 @@ impl Engine for Hart {
     }
 
     fn dram_bytes(&self) -> u64 {
-        let mut b = self.trees.dram_bytes();
+        let mut b = self.trees.dram_bytes() + self.frees.dram_bytes();
         for st in &self.stripes {
             for l in st.leaves.iter().chain(st.values.iter()) {
                 b += l.lock().dram_bytes();
