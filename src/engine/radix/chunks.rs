@@ -56,7 +56,8 @@
 //! - **Unlink a block**: the store that makes it unreachable is made
 //!   durable (flush, fence) before the block goes back to the DRAM free map,
 //!   so it is never handed out while a crash could still bring back the
-//!   pointer to it.
+//!   pointer to it. A small block goes back under the heap's read lock
+//!   ([`Chunks::free_shared`]), which changes DRAM only.
 //! - **Release a large block, an empty chunk at open, or the empty chunks
 //!   when the pool is full**:
 //!   `free_and_store(previous chunk's next (or the head slot), next)`, the
@@ -71,6 +72,9 @@
 //! DRAM map equals the reachable set, which `check` verifies.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::pm::{Pool, CHUNK_SIZE};
@@ -234,12 +238,15 @@ struct Chunk {
     /// field in PM says.
     next: u64,
     /// Small chunks: bit `i` = block `i` in use (reached, or reserved).
-    used: Vec<u64>,
+    /// Atomic, as are `low` and `free`, because a release under the
+    /// heap's read lock clears its bit ([`Chunks::free_shared`]); under
+    /// the write lock they are read and written plainly (`get_mut`).
+    used: Box<[AtomicU64]>,
     /// Small chunks: no word of `used` before this one has a clear bit
     /// (where [`Chunks::reserve`] starts looking).
-    low: usize,
+    low: AtomicUsize,
     /// Small chunks: blocks not in use.
-    free: u32,
+    free: AtomicU32,
     /// Blocks from this one on were never handed out since the substrate
     /// gave the chunk untouched (DRAM only: the capacity for a chunk loaded
     /// at open, whose blocks may all have been written before).
@@ -254,12 +261,14 @@ impl Chunk {
             len,
             prev,
             next,
-            used: Vec::new(),
-            low: 0,
-            free: 0,
+            used: Box::new([]),
+            low: AtomicUsize::new(0),
+            free: AtomicU32::new(0),
             zero_from: 0,
         };
-        ch.used = vec![0; ch.capacity().div_ceil(64) as usize];
+        ch.used = (0..ch.capacity().div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect();
         ch.zero_from = ch.capacity();
         ch
     }
@@ -303,6 +312,11 @@ pub struct Chunks {
     partial: [BTreeSet<(u64, usize)>; CLASSES],
     /// The heap carves the sizes between powers of two too (format 3).
     between: bool,
+    /// Small chunks that gained their first free block under the heap's
+    /// read lock ([`Chunks::free_shared`]), which cannot change
+    /// `partial`: put there by the next reservation, under the write lock
+    /// ([`Chunks::absorb_refilled`]).
+    refilled: Mutex<Vec<(u64, usize)>>,
 }
 
 /// The class of a request of `size` bytes: the smallest block that holds
@@ -326,6 +340,7 @@ impl Chunks {
             vacant: Vec::new(),
             partial: Default::default(),
             between,
+            refilled: Mutex::new(Vec::new()),
         }
     }
 
@@ -434,10 +449,11 @@ impl Chunks {
             .ok_or_else(|| Error::corrupt(off, "radix: pointer to no block"))?;
         let ch = self.chunk_mut(c);
         let (w, b) = ((i / 64) as usize, i % 64);
-        if ch.used[w] & 1 << b != 0 {
+        let word = ch.used[w].get_mut();
+        if *word & 1 << b != 0 {
             return Err(Error::corrupt(off, "radix: block reached twice"));
         }
-        ch.used[w] |= 1 << b;
+        *word |= 1 << b;
         Ok(())
     }
 
@@ -446,7 +462,7 @@ impl Chunks {
     pub fn settle(&mut self, pool: &Pool) -> Result<()> {
         let empty: Vec<u64> = self
             .all()
-            .filter(|ch| ch.used.iter().all(|&w| w == 0))
+            .filter(|ch| ch.used.iter().all(|w| w.load(Relaxed) == 0))
             .map(|ch| ch.start)
             .collect();
         for o in empty {
@@ -457,10 +473,10 @@ impl Chunks {
             let ch = self.slab[c]
                 .as_mut()
                 .expect("an indexed chunk is in the slab");
-            let used: u32 = ch.used.iter().map(|w| w.count_ones()).sum();
-            ch.free = ch.capacity() - used;
-            ch.low = 0;
-            if ch.class != LARGE && ch.free > 0 {
+            let used: u32 = ch.used.iter_mut().map(|w| w.get_mut().count_ones()).sum();
+            *ch.free.get_mut() = ch.capacity() - used;
+            *ch.low.get_mut() = 0;
+            if ch.class != LARGE && *ch.free.get_mut() > 0 {
                 self.partial[usize::from(ch.class)].insert((o, c));
             }
         }
@@ -475,8 +491,8 @@ impl Chunks {
             let len = (FIRST + size).div_ceil(CHUNK_SIZE) * CHUNK_SIZE;
             let c = self.new_chunk_or_reclaim(pool, LARGE, len)?;
             let ch = self.chunk_mut(c);
-            ch.used[0] = 1;
-            ch.free = 0;
+            *ch.used[0].get_mut() = 1;
+            *ch.free.get_mut() = 0;
             // (Leaves are written whole, so no caller uses this yet; kept
             // so that `zeroed` means the same for every block.)
             let zeroed = ch.zero_from == 0;
@@ -489,6 +505,7 @@ impl Chunks {
             });
         }
         let k = usize::from(class);
+        self.absorb_refilled();
         let (start, c) = match self.partial[k].first() {
             Some(&s) => s,
             None => {
@@ -499,21 +516,26 @@ impl Chunks {
             }
         };
         let ch = self.chunk_mut(c);
-        let w = ch.low
-            + ch.used[ch.low..]
-                .iter()
-                .position(|&w| w != u64::MAX)
+        let low = *ch.low.get_mut();
+        let w = low
+            + ch.used[low..]
+                .iter_mut()
+                .position(|w| *w.get_mut() != u64::MAX)
                 .expect("a partial chunk has a clear bit");
-        ch.low = w;
-        let i = w as u32 * 64 + (!ch.used[w]).trailing_zeros();
-        debug_assert!(i < ch.capacity());
-        ch.used[w] |= 1 << (i % 64);
-        ch.free -= 1;
+        *ch.low.get_mut() = w;
+        let capacity = ch.capacity();
+        let word = ch.used[w].get_mut();
+        let i = w as u32 * 64 + (!*word).trailing_zeros();
+        debug_assert!(i < capacity);
+        *word |= 1 << (i % 64);
+        let free = ch.free.get_mut();
+        *free -= 1;
+        let now_full = *free == 0;
         let zeroed = i >= ch.zero_from;
         if zeroed {
             ch.zero_from = i + 1;
         }
-        if ch.free == 0 {
+        if now_full {
             self.partial[k].remove(&(start, c));
         }
         Ok(Block {
@@ -545,19 +567,24 @@ impl Chunks {
         let At(c, i) = at;
         let ch = self.chunk_mut(c);
         let (w, b) = ((i / 64) as usize, i % 64);
-        debug_assert_ne!(ch.used[w] & 1 << b, 0, "checked by in_use_at");
+        let word = ch.used[w].get_mut();
+        debug_assert_ne!(*word & 1 << b, 0, "checked by in_use_at");
+        *word &= !(1 << b);
         let (start, class) = (ch.start, ch.class);
-        ch.used[w] &= !(1 << b);
-        ch.low = ch.low.min(w);
-        ch.free += 1;
+        let low = ch.low.get_mut();
+        *low = (*low).min(w);
+        let free = ch.free.get_mut();
+        *free += 1;
+        let first_free = *free == 1;
         if class == LARGE {
             return self.unlink(pool, start);
         }
         // A small chunk is in `partial` exactly while it has a free block
         // (`reserve` takes it out at its last one, and puts a new chunk
         // in), so only its first free block puts it back: no search of the
-        // set on every release.
-        if ch.free == 1 {
+        // set on every release. (One freed under the read lock is listed in
+        // `refilled` first: `absorb_refilled`.)
+        if first_free {
             self.partial[usize::from(class)].insert((start, c));
         }
         Ok(())
@@ -580,7 +607,7 @@ impl Chunks {
             .ok_or_else(|| Error::corrupt(off, "radix: release of no block"))?;
         let ch = self.chunk(c);
         let (w, b) = ((i / 64) as usize, i % 64);
-        if ch.used[w] & 1 << b == 0 {
+        if ch.used[w].load(Relaxed) & 1 << b == 0 {
             return Err(Error::corrupt(off, "radix: release of a free block"));
         }
         let block = Block {
@@ -590,6 +617,52 @@ impl Chunks {
             tag: 0,
         };
         Ok((block, At(c, i)))
+    }
+
+    /// Frees the small block at `at`, found in use by [`Chunks::in_use_at`]
+    /// under the same hold of the heap's *read* lock, so that threads free
+    /// at once (a run of deletes frees nearly every block it unlinks; under
+    /// the write lock, 16 threads deleted at 0.5-0.7x one thread's rate:
+    /// docs/design.md §11, "Frees under the heap's read lock"). Its bit is
+    /// cleared with one atomic step, which also finds a second release of
+    /// it exactly (an error, and nothing changes); a chunk whose first
+    /// free block this is goes to `refilled`, for the next reservation to
+    /// put in `partial`. A large block is the caller's to free under the
+    /// write lock ([`Chunks::release`]), since freeing it unlinks its chunk.
+    pub fn free_shared(&self, at: At, off: u64) -> Result<()> {
+        let At(c, i) = at;
+        let ch = self.chunk(c);
+        debug_assert_ne!(
+            ch.class, LARGE,
+            "a large block is freed under the write lock"
+        );
+        let (w, b) = ((i / 64) as usize, i % 64);
+        let was = ch.used[w].fetch_and(!(1 << b), Relaxed);
+        if was & 1 << b == 0 {
+            return Err(Error::corrupt(off, "radix: release of a free block"));
+        }
+        ch.low.fetch_min(w, Relaxed);
+        if ch.free.fetch_add(1, Relaxed) == 0 {
+            self.refilled.lock().push((ch.start, c));
+        }
+        Ok(())
+    }
+
+    /// Puts the chunks that [`Chunks::free_shared`] refilled in `partial`
+    /// (those still in the map with a free block: one unlinked since, or
+    /// whose block was taken again, is skipped).
+    fn absorb_refilled(&mut self) {
+        let refilled = std::mem::take(self.refilled.get_mut());
+        for (start, c) in refilled {
+            if self.index.get(&start) != Some(&c) {
+                continue;
+            }
+            let ch = self.chunk_mut(c);
+            if *ch.free.get_mut() > 0 {
+                let class = usize::from(ch.class);
+                self.partial[class].insert((start, c));
+            }
+        }
     }
 
     /// [`Chunks::new_chunk`]; when the pool is full, first gives the chunks
@@ -607,9 +680,10 @@ impl Chunks {
     /// Gives every small chunk with no block in use (none reached, none
     /// reserved) back to the substrate; returns how many.
     fn release_empty(&mut self, pool: &Pool) -> Result<usize> {
+        self.absorb_refilled();
         let empty: Vec<u64> = self
             .all()
-            .filter(|ch| ch.class != LARGE && ch.free == ch.capacity())
+            .filter(|ch| ch.class != LARGE && ch.free.load(Relaxed) == ch.capacity())
             .map(|ch| ch.start)
             .collect();
         for &o in &empty {
@@ -640,7 +714,7 @@ impl Chunks {
             self.chunk_mut(h).prev = start;
         }
         let mut ch = Chunk::new(start, class, pool.block_size(start)?, 0, head);
-        ch.free = ch.capacity();
+        *ch.free.get_mut() = ch.capacity();
         if untouched {
             ch.zero_from = 0;
         }
@@ -657,6 +731,7 @@ impl Chunks {
     /// stays in the DRAM map (empty), as it does when the substrate's step
     /// fails; the DRAM map forgets it only once PM has.
     fn unlink(&mut self, pool: &Pool, start: u64) -> Result<()> {
+        self.absorb_refilled();
         let c = *self
             .index
             .get(&start)
@@ -715,7 +790,9 @@ impl Chunks {
 
     /// Blocks in use per chunk, to compare with a fresh marking walk.
     pub fn used_blocks(&self) -> Vec<(u64, Vec<u64>)> {
-        self.all().map(|ch| (ch.start, ch.used.clone())).collect()
+        self.all()
+            .map(|ch| (ch.start, ch.used.iter().map(|w| w.load(Relaxed)).collect()))
+            .collect()
     }
 
     /// A copy with every block unused (for `check`'s marking walk).
@@ -733,6 +810,7 @@ impl Chunks {
         self.all()
             .map(|ch| per_chunk + 8 * ch.used.len() as u64)
             .sum::<u64>()
+            + 16 * self.refilled.lock().capacity() as u64
             + self
                 .partial
                 .iter()
@@ -794,6 +872,43 @@ mod tests {
         let head = pool.root_slot(1).unwrap();
         let c = Chunks::load(&pool, head, true).unwrap();
         (pool, c)
+    }
+
+    /// A block freed under the read lock ([`Chunks::free_shared`]) is
+    /// free: the next reservation takes it, even from a chunk that was
+    /// full (out of `partial` until the reservation absorbs `refilled`;
+    /// without that, it carves a new chunk). A second free of it, with
+    /// the location found before the first, is refused and changes
+    /// nothing (the atomic step's own check: two threads freeing one
+    /// block of a damaged tree at once).
+    #[test]
+    fn a_block_freed_under_the_read_lock_is_reserved_again() {
+        let (pool, mut c) = fresh();
+        // 4 KiB blocks: 15 to a 64 KiB chunk.
+        let first = c.reserve(&pool, 4096).unwrap().offset();
+        let mut blocks = vec![first];
+        while c.partial[usize::from(class_of(4096, true))]
+            .first()
+            .is_some()
+        {
+            blocks.push(c.reserve(&pool, 4096).unwrap().offset());
+        }
+        assert_eq!(blocks.len(), 15, "one chunk, full");
+        let chunks = c.offsets().count();
+        let victim = blocks[6];
+        let before = c.used_blocks();
+        let (_, at) = c.in_use_at(victim).unwrap();
+        c.free_shared(at, victim).unwrap();
+        let e = c.free_shared(at, victim).unwrap_err();
+        assert!(e.to_string().contains("free block"), "{e}");
+        assert_ne!(c.used_blocks(), before);
+        check_partial(&c, "after a shared free");
+        let after = c.used_blocks();
+        assert!(c.free_shared(at, victim).is_err());
+        assert_eq!(c.used_blocks(), after, "a refused free changed the map");
+        assert_eq!(c.reserve(&pool, 4096).unwrap().offset(), victim);
+        assert_eq!(c.offsets().count(), chunks, "no new chunk");
+        check_partial(&c, "after the reservation");
     }
 
     #[test]
@@ -884,14 +999,16 @@ mod tests {
             if ch.class == LARGE {
                 continue;
             }
-            let used: u32 = ch.used.iter().map(|w| w.count_ones()).sum();
-            assert_eq!(ch.free, ch.capacity() - used, "{ctx}: free count of {o:#x}");
-            let inp = c.partial[usize::from(ch.class)].contains(&(o, i));
+            let used: u32 = ch.used.iter().map(|w| w.load(Relaxed).count_ones()).sum();
+            let free = ch.free.load(Relaxed);
+            assert_eq!(free, ch.capacity() - used, "{ctx}: free count of {o:#x}");
+            // A chunk refilled under the read lock waits in `refilled`.
+            let inp = c.partial[usize::from(ch.class)].contains(&(o, i))
+                || c.refilled.lock().contains(&(o, i));
             assert_eq!(
                 inp,
-                ch.free > 0,
-                "{ctx}: chunk {o:#x} free {} in partial {inp}",
-                ch.free
+                free > 0,
+                "{ctx}: chunk {o:#x} free {free} in partial {inp}"
             );
         }
         for (k, p) in c.partial.iter().enumerate() {
