@@ -36,7 +36,10 @@
 //! the shard's next group, at [`Hart::settle_frees`] (which `check` calls
 //! first), or at the next open. An allocation that finds the pool full
 //! hands every shard's leaves to their lists and tries again before it
-//! reports the pool full ([`Hart::retry_when_full`]).
+//! reports the pool full ([`Hart::retry_when_full`]). A leaf that its list
+//! does not hold (a bug upstream) is an error of the operation that hands
+//! its group over, which may be another key's delete, or is kept for
+//! `check` when the hand-over was a full pool's.
 //!
 //! Lock order: an ART, then a shard, then a chunk list; never two shards
 //! or two lists at once.
@@ -70,12 +73,17 @@ struct Shard {
 /// Every shard's gathered frees.
 pub struct Frees {
     shards: Box<[Shard]>,
+    /// The first error of a hand-over that no operation returned (one run
+    /// for a full pool, whose allocation then succeeded): `check` reports
+    /// it.
+    late: Mutex<Option<Error>>,
 }
 
 impl Default for Frees {
     fn default() -> Self {
         Frees {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            late: Mutex::new(None),
         }
     }
 }
@@ -165,15 +173,24 @@ impl Hart {
     }
 
     /// Runs `alloc`; if it finds the pool full while frees wait in the
-    /// shards, hands them over and runs it once more. The caller must hold
-    /// no shard and no chunk list.
+    /// shards, hands them over and runs it once more, whether or not a
+    /// hand-over failed (that error, of a leaf no list holds, is another
+    /// operation's: kept for `check`, [`Hart::take_late_free_error`]). The
+    /// caller must hold no shard and no chunk list.
     pub(super) fn retry_when_full<T>(&self, alloc: impl Fn() -> Result<T>) -> Result<T> {
         match alloc() {
             Err(Error::PoolFull { .. }) if self.batch_frees() => {
-                self.settle_frees()?;
+                if let Err(e) = self.settle_frees() {
+                    self.frees.late.lock().get_or_insert(e);
+                }
                 alloc()
             }
             r => r,
         }
+    }
+
+    /// The first hand-over error that no operation returned, once.
+    pub(super) fn take_late_free_error(&self) -> Option<Error> {
+        self.frees.late.lock().take()
     }
 }

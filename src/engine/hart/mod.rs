@@ -1177,8 +1177,12 @@ impl Engine for Hart {
 
     fn check(&self) -> Result<CheckReport> {
         // The lists as a reopen would find them: every delete's leaf given
-        // back, and the chunks that leaves empty recycled.
+        // back, and the chunks that leaves empty recycled; and a hand-over
+        // error that no operation returned.
         self.settle_frees()?;
+        if let Some(e) = self.take_late_free_error() {
+            return Err(e);
+        }
         let keys = self.keys();
         let mut blocks = vec![self.sb];
         for st in &self.stripes {
