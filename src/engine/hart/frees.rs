@@ -42,7 +42,8 @@
 //! `check` when the hand-over was a full pool's.
 //!
 //! Lock order: an ART, then a shard, then a chunk list; never two shards
-//! or two lists at once.
+//! or two lists at once. A delete hands its group over after it lets go
+//! of its ART.
 
 use parking_lot::Mutex;
 
@@ -115,19 +116,34 @@ impl Hart {
     }
 
     /// Frees `leaf`, of leaf list `class` of stripe `st`, whose removal is
-    /// durable already: at once in the `paper` order, else through this
-    /// thread's shard.
-    pub(super) fn free_leaf(&self, st: usize, class: usize, leaf: u64) -> Result<()> {
+    /// durable already: at once in the `paper` order, else into this
+    /// thread's shard. Returns whether the shard now holds a group: the
+    /// caller hands it over ([`Hart::hand_over_mine`]) once it holds no
+    /// ART, so that one delete in [`BATCH`] does not release a group (and
+    /// recycle the chunks it empties) with its ART locked.
+    pub(super) fn free_leaf(&self, st: usize, class: usize, leaf: u64) -> Result<bool> {
         if !self.batch_frees() {
-            return self.leaves(st, class).lock().release(&self.pool, leaf);
+            self.leaves(st, class).lock().release(&self.pool, leaf)?;
+            return Ok(false);
         }
         let id = ListId {
             stripe: st as u8,
             class: class as u8,
         };
-        let shard = &self.frees.shards[crate::engine::thread_number() % SHARDS];
-        let mut frees = shard.frees.lock();
+        let mut frees = self.my_shard().frees.lock();
         frees.push((id, leaf));
+        Ok(frees.len() >= BATCH)
+    }
+
+    /// This thread's shard.
+    fn my_shard(&self) -> &Shard {
+        &self.frees.shards[crate::engine::thread_number() % SHARDS]
+    }
+
+    /// Hands this thread's shard over if it holds a group (another thread
+    /// sharing it may have done so already). The caller holds no ART.
+    pub(super) fn hand_over_mine(&self) -> Result<()> {
+        let mut frees = self.my_shard().frees.lock();
         if frees.len() < BATCH {
             return Ok(());
         }

@@ -942,8 +942,9 @@ impl Hart {
     /// (the leaf still holds its key), `Err(Deleted(e))` if freeing the
     /// value or the leaf failed after that (the delete is durable; what was
     /// not given back stays taken until the next open, whose recovery
-    /// frees it).
-    fn delete_leaf(&self, st: usize, leaf: u64) -> std::result::Result<(), DeleteError> {
+    /// frees it). `Ok(true)`: this thread's freed leaves make a group, to
+    /// hand over once the caller lets go of the ART ([`frees`]).
+    fn delete_leaf(&self, st: usize, leaf: u64) -> std::result::Result<bool, DeleteError> {
         let (c, v) = (|| {
             let c = leaf::commit(&self.pool, leaf)?
                 .ok_or_else(|| leaf::corrupt(leaf, "indexed leaf is not committed"))?;
@@ -1140,8 +1141,12 @@ impl Engine for Hart {
         t.art.remove(ak, &keys);
         // A failure after the commit word was cleared leaves the key deleted
         // in PM: the DRAM state follows, and the error is returned after.
+        let mut group_due = false;
         let freed = match self.delete_leaf(leaf.stripe(), leaf.off()) {
-            Ok(()) => Ok(true),
+            Ok(due) => {
+                group_due = due;
+                Ok(true)
+            }
             Err(DeleteError::Unchanged(e)) => {
                 // Back in: the removal may have reshaped the root (a
                 // collapsed Node4), so the hint follows again. (Not reached
@@ -1158,6 +1163,12 @@ impl Engine for Hart {
             .fetch_sub(1, Ordering::Relaxed);
         if t.art.is_empty() {
             self.trees.retire(&hk, r, &mut t);
+        }
+        drop(t);
+        if group_due {
+            // The delete is durable and the DRAM state follows it: an error
+            // of the group (a leaf its list does not hold) comes after.
+            self.hand_over_mine()?;
         }
         freed
     }

@@ -597,8 +597,9 @@ fn insert_fr_keys(h: &Hart, n: u32) -> Vec<Vec<u8>> {
 /// In the `tight` order a delete hands its leaf to its list only in a
 /// group of [`frees::BATCH`] ([`frees`]): a worker deletes `BATCH - 1`
 /// keys while the test holds their leaf list's mutex, and only the
-/// `BATCH`-th delete waits for it. (With the leaf released at once, the
-/// first delete waits: "a delete waited for the leaf list".)
+/// `BATCH`-th delete waits for it, having let go of its ART. (With the
+/// leaf released at once, the first delete waits: "a delete waited for
+/// the leaf list".)
 #[test]
 fn a_delete_hands_its_leaf_over_in_a_group() {
     use std::sync::mpsc;
@@ -627,6 +628,13 @@ fn a_delete_hands_its_leaf_over_in_a_group() {
     assert!(
         rx.recv_timeout(Duration::from_millis(200)).is_err(),
         "the group's last delete did not wait for the leaf list"
+    );
+    // It waits with its ART let go: the group is handed over after.
+    let (hk, _) = h.split(&keys[frees::BATCH - 1]);
+    let tree = h.trees.find_bytes(hk).expect("the keys' ART");
+    assert!(
+        tree.try_read().is_some(),
+        "the group is handed over with the ART locked"
     );
     drop(list);
     rx.recv_timeout(Duration::from_secs(20))
