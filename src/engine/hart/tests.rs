@@ -584,6 +584,20 @@ fn older_and_newer_formats_are_refused_by_name() {
     );
 }
 
+/// Inserts keys "fr000000", "fr000001", ... (8-byte inline values) until
+/// the pool is full; returns how many went in.
+fn fill_with_fr_keys(h: &Hart) -> u32 {
+    let mut n = 0u32;
+    loop {
+        let k = format!("fr{n:06}");
+        match h.put(k.as_bytes(), b"12345678", PutMode::Upsert) {
+            Ok(_) => n += 1,
+            Err(Error::PoolFull { .. }) => return n,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// `n` keys of one hash key ("fr"), 8-byte inline values, inserted by
 /// this thread (so their leaves are in its stripe, one leaf list).
 fn insert_fr_keys(h: &Hart, n: u32) -> Vec<Vec<u8>> {
@@ -673,15 +687,7 @@ fn the_paper_order_frees_a_leaf_at_once() {
 fn a_full_pool_takes_the_leaves_a_thread_still_holds() {
     let pool = Arc::new(Pool::create_anonymous(4 << 20, "hart", &Default::default()).unwrap());
     let h = Hart::create(Arc::clone(&pool), 2).unwrap();
-    let mut n = 0u32;
-    loop {
-        let k = format!("fr{n:06}");
-        match h.put(k.as_bytes(), b"12345678", PutMode::Upsert) {
-            Ok(_) => n += 1,
-            Err(Error::PoolFull { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let n = fill_with_fr_keys(&h);
     assert!(n > 1000, "{n} keys");
     let deleted = 5;
     for i in 0..deleted {
@@ -787,15 +793,7 @@ fn a_group_of_two_lists_goes_back_whole() {
 fn a_full_pool_retries_past_a_bad_free_and_check_reports_it() {
     let pool = Arc::new(Pool::create_anonymous(4 << 20, "hart", &Default::default()).unwrap());
     let h = Hart::create(Arc::clone(&pool), 2).unwrap();
-    let mut n = 0u32;
-    loop {
-        let k = format!("fr{n:06}");
-        match h.put(k.as_bytes(), b"12345678", PutMode::Upsert) {
-            Ok(_) => n += 1,
-            Err(Error::PoolFull { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let n = fill_with_fr_keys(&h);
     let k0 = b"fr000000".to_vec();
     let (st, lc) = (stripe_of(&h, &k0), leaf::class_for_key(k0.len()));
     for i in 0..5 {

@@ -920,32 +920,7 @@ mod tests {
     /// `fetch_min` of `low`, every unit test passed).
     #[test]
     fn shared_frees_keep_the_lowest_free_block_order() {
-        let (pool, mut c) = fresh();
-        let mut live: BTreeSet<u64> = BTreeSet::new();
-        let mut free: BTreeSet<u64> = BTreeSet::new();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for step in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if !x.is_multiple_of(3) || live.is_empty() {
-                let b = c.reserve(&pool, 64).unwrap().offset();
-                if let Some(&lowest) = free.first() {
-                    assert_eq!(b, lowest, "step {step}: not the lowest free block");
-                    free.remove(&lowest);
-                }
-                assert!(live.insert(b));
-            } else {
-                let b = *live.iter().nth((x as usize / 3) % live.len()).unwrap();
-                live.remove(&b);
-                let (_, at) = c.in_use_at(b).unwrap();
-                c.free_shared(at, b).unwrap();
-                free.insert(b);
-            }
-            if step % 997 == 0 {
-                check_partial(&c, &format!("step {step}"));
-            }
-        }
+        lowest_free_block_model(true);
     }
 
     /// Threads freeing interleaved blocks of the same bitmap words under
@@ -1045,6 +1020,13 @@ mod tests {
     /// and a release makes exactly that block free again.
     #[test]
     fn reserve_takes_the_lowest_free_block_after_any_releases() {
+        lowest_free_block_model(false);
+    }
+
+    /// The model's run: reservations of 64-byte blocks and releases of a
+    /// random live one (through [`Chunks::free_shared`] if `shared`, as
+    /// under the heap's read lock; else [`Chunks::release`]).
+    fn lowest_free_block_model(shared: bool) {
         let (pool, mut c) = fresh();
         let mut live: BTreeSet<u64> = BTreeSet::new();
         let mut free: BTreeSet<u64> = BTreeSet::new();
@@ -1062,9 +1044,17 @@ mod tests {
                 assert!(live.insert(b), "step {step}: block handed out twice");
             } else {
                 let b = *live.iter().nth((x >> 8) as usize % live.len()).unwrap();
-                c.release(&pool, b).unwrap();
+                if shared {
+                    let (_, at) = c.in_use_at(b).unwrap();
+                    c.free_shared(at, b).unwrap();
+                } else {
+                    c.release(&pool, b).unwrap();
+                }
                 live.remove(&b);
                 free.insert(b);
+            }
+            if step % 997 == 0 {
+                check_partial(&c, &format!("step {step}"));
             }
         }
         assert!(c.offsets().count() >= 2, "the run spans several chunks");
