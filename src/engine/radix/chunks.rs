@@ -565,7 +565,7 @@ impl Chunks {
 
     /// Frees the block at `at`, found in use by [`Chunks::in_use_at`] under
     /// the same hold of the heap (so `at` still names it).
-    pub fn free(&mut self, pool: &Pool, at: At) -> Result<()> {
+    fn free(&mut self, pool: &Pool, at: At) -> Result<()> {
         let At(c, i) = at;
         let ch = self.chunk_mut(c);
         let (w, b) = ((i / 64) as usize, i % 64);
@@ -593,16 +593,11 @@ impl Chunks {
     }
 
     /// The block at `off`, checked as [`Chunks::release`] checks it (the
-    /// start of a block, and in use), without changing anything: as a
-    /// reserved block that may have been written, for a thread that keeps
-    /// it ([`super::caches::Caches::release`], under the heap's read
-    /// lock). A large block is returned too; only the heap frees those.
-    pub fn in_use(&self, off: u64) -> Result<Block> {
-        self.in_use_at(off).map(|(b, _)| b)
-    }
-
-    /// [`Chunks::in_use`], and where the block is, for [`Chunks::free`]
-    /// under the same hold (one lookup of its chunk, not two).
+    /// start of a block, and in use), without changing anything, and where
+    /// it is: for a thread that keeps it as a reserved block that may have
+    /// been written, or for [`Chunks::free_shared`] under the same hold of
+    /// the read lock ([`super::caches::Caches::release`]). A large block is
+    /// returned too; only the write lock frees those.
     pub fn in_use_at(&self, off: u64) -> Result<(Block, At)> {
         let (c, i) = self
             .locate(off)
