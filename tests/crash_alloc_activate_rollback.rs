@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use pmindex::pm::{FlushKind, PersistConfig, PmObserver, Pool, PoolConfig};
 use pmindex::sim::cache::{CacheModel, LineChoice};
-use pmindex::sim::trace::{Event, Recorder};
+use pmindex::sim::trace::Recorder;
 
 #[test]
 fn a_durable_record_without_durable_contents_does_not_publish_the_block() {
@@ -43,7 +43,7 @@ fn a_durable_record_without_durable_contents_does_not_publish_the_block() {
     let f1 = act
         + trace.events[act..]
             .iter()
-            .position(|e| *e == Event::Fence)
+            .position(|e| e.is_fence())
             .unwrap();
     let mut model = CacheModel::new(vec![0; size as usize], false);
     for e in &trace.events[..f1] {

@@ -35,7 +35,7 @@ pub fn run(out: Output, mut cfg: CrashConfig) -> Result<(), CliError> {
     if out.json {
         print_json(&report)?;
     } else {
-        print_text(&text(&report, cfg.eadr))?;
+        print_text(&text(&report, cfg.eadr, cfg.writers))?;
     }
     if report.failures.is_empty() {
         Ok(())
@@ -48,10 +48,10 @@ pub fn run(out: Output, mut cfg: CrashConfig) -> Result<(), CliError> {
     }
 }
 
-fn text(r: &CrashReport, eadr: bool) -> String {
+fn text(r: &CrashReport, eadr: bool, writers: usize) -> String {
     let mut s = format!(
-        "crashtest {}{}: seed {}, {} rounds of {} ops\n\
-         {} PM events, {} fences, {} crash points\n\
+        "crashtest {}{}: seed {}, {} rounds of {} ops{}\n\
+         {} PM events, {} fences, {} crash points{}\n\
          {} distinct crash images recovered and verified ({} of them crashed during recovery), {} duplicates skipped\n\
          {:.1} s, {:.0} images/s\n",
         r.engine,
@@ -59,9 +59,19 @@ fn text(r: &CrashReport, eadr: bool) -> String {
         r.seed,
         r.rounds,
         r.ops,
+        if writers > 1 {
+            format!(" by each of {writers} writers at once")
+        } else {
+            String::new()
+        },
         r.events,
         r.fences,
         r.crash_points,
+        if writers > 1 {
+            format!(" ({} with two or more operations in flight)", r.overlapping_points)
+        } else {
+            String::new()
+        },
         r.images,
         r.recovery_images,
         r.duplicates,
@@ -91,5 +101,8 @@ fn text(r: &CrashReport, eadr: bool) -> String {
         }
     }
     s.push_str(&format!("reproduce: {}\n", r.reproduce));
+    if writers > 1 {
+        s.push_str("(the writers interleave differently in each run: a rerun may pass)\n");
+    }
     s
 }

@@ -217,6 +217,12 @@ struct CrashtestArgs {
     /// Verification threads (default: the number of cores, at most 4).
     #[arg(long)]
     threads: Option<usize>,
+    /// Threads that write at once, each its own workload of --ops
+    /// operations over its own share of the keys; a crash may then catch
+    /// one operation of each in flight. Their interleaving differs from run
+    /// to run, so a failure is not shrunk and a rerun may pass.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
+    writers: u8,
     #[command(flatten)]
     settings: EngineOpts,
 }
@@ -687,6 +693,13 @@ fn run(cli: Cli) -> Result<(), CliError> {
             cfg.shrink = !a.no_shrink;
             if let Some(t) = a.threads {
                 cfg.threads = t.max(1);
+            }
+            cfg.writers = a.writers.into();
+            if a.engine == pmindex::sim::ALLOC_SUBJECT && a.writers > 1 {
+                return Err(CliError::Usage(
+                    "--writers: the allocator workload (`--engine alloc`) runs on one thread"
+                        .into(),
+                ));
             }
             if a.engine == pmindex::sim::ALLOC_SUBJECT && !a.settings.engine_opt.is_empty() {
                 return Err(CliError::Usage(

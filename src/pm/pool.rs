@@ -68,6 +68,18 @@ pub trait PmObserver: Send + Sync {
     fn flush(&self, line: u64);
     /// A fence was issued.
     fn fence(&self);
+    /// An atomic read-modify-write of the 8-byte word at `offset`: `op`
+    /// performs it and returns the word's new value, which is then a store.
+    /// An observer that orders the events of several threads runs `op`
+    /// inside that order, so that two threads' read-modify-writes of one
+    /// word are recorded in the order they took effect (recorded after the
+    /// fact, the later one's value could be recorded first and the other's
+    /// bit lost from the record). The default runs `op` and records the
+    /// store.
+    fn rmw(&self, offset: u64, op: &mut dyn FnMut() -> u64) {
+        let new = op();
+        self.store(offset, &new.to_le_bytes());
+    }
 }
 
 /// How to map and persist a pool.
@@ -771,20 +783,30 @@ impl Pool {
     /// Atomically ORs `bits` into the word at `off`; returns the old value.
     #[inline]
     pub fn fetch_or_u64(&self, off: u64, bits: u64) -> Result<u64> {
-        let old = self.word(off)?.fetch_or(bits, Ordering::AcqRel);
-        if let Some(o) = &self.observer {
-            o.store(off, &(old | bits).to_le_bytes());
-        }
+        let w = self.word(off)?;
+        let Some(o) = &self.observer else {
+            return Ok(w.fetch_or(bits, Ordering::AcqRel));
+        };
+        let mut old = 0;
+        o.rmw(off, &mut || {
+            old = w.fetch_or(bits, Ordering::AcqRel);
+            old | bits
+        });
         Ok(old)
     }
 
     /// Atomically ANDs `mask` into the word at `off`; returns the old value.
     #[inline]
     pub fn fetch_and_u64(&self, off: u64, mask: u64) -> Result<u64> {
-        let old = self.word(off)?.fetch_and(mask, Ordering::AcqRel);
-        if let Some(o) = &self.observer {
-            o.store(off, &(old & mask).to_le_bytes());
-        }
+        let w = self.word(off)?;
+        let Some(o) = &self.observer else {
+            return Ok(w.fetch_and(mask, Ordering::AcqRel));
+        };
+        let mut old = 0;
+        o.rmw(off, &mut || {
+            old = w.fetch_and(mask, Ordering::AcqRel);
+            old & mask
+        });
         Ok(old)
     }
 

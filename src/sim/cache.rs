@@ -4,9 +4,15 @@
 //! stores), event by event:
 //! - a **store** joins the pending list of each cache line it touches, as one
 //!   *unit* per line, split into *pieces* at 8-byte boundaries;
-//! - a **flush** of a line marks every unit pending on it so far as flushed;
-//! - a **fence** makes every flushed unit certainly durable: it is applied to
-//!   the durable image and leaves the pending list.
+//! - a **flush** of a line by thread `t` marks every unit pending on it so
+//!   far, whoever stored it, as flushed by `t` (the line is written back
+//!   whole);
+//! - a **fence** by thread `t` makes every unit flushed by `t` certainly
+//!   durable: it is applied to the durable image and leaves the pending
+//!   list. Units that only other threads flushed stay pending until one of
+//!   those threads fences (`sfence` orders only its own thread's `clwb`s).
+//!   With one thread this is the plain rule: a fence makes the flushed
+//!   units durable.
 //!
 //! At a crash, each line independently holds its durable content plus a
 //! prefix, in program order, of its pending units (the cache may have evicted
@@ -25,7 +31,7 @@ use std::hash::{Hash, Hasher};
 
 use rand::Rng;
 
-use super::trace::{Event, Trace};
+use super::trace::{Event, ThreadIndex, Trace};
 use crate::pm::CACHE_LINE;
 
 #[derive(Debug, Clone, Copy)]
@@ -43,7 +49,9 @@ struct Unit {
 #[derive(Debug, Clone, Default)]
 struct LineState {
     units: Vec<Unit>,
-    flushed: usize,
+    /// Per thread that flushed this line since its last fence: how many of
+    /// `units` (from the front) its last flush covered.
+    flushed: Vec<(ThreadIndex, usize)>,
 }
 
 /// What survives of one pending line at a crash.
@@ -60,7 +68,9 @@ pub struct LineChoice {
 pub struct CacheModel {
     durable: Vec<u8>,
     lines: HashMap<u64, LineState>,
-    flushed_lines: Vec<u64>,
+    /// Per thread: the lines it flushed since its last fence (a line may
+    /// be listed twice; the second finds nothing left to do).
+    flushed_lines: Vec<Vec<u64>>,
     eadr: bool,
     epoch: u64,
 }
@@ -126,21 +136,35 @@ impl CacheModel {
                     pos = end;
                 }
             }
-            Event::Flush(line) => {
+            Event::Flush(line, t) => {
                 if let Some(ls) = self.lines.get_mut(&line) {
-                    if ls.flushed == 0 {
-                        self.flushed_lines.push(line);
+                    let n = ls.units.len();
+                    match ls.flushed.iter_mut().find(|(ft, _)| *ft == t) {
+                        Some((_, covered)) => *covered = n,
+                        None => {
+                            ls.flushed.push((t, n));
+                            let t = t as usize;
+                            if self.flushed_lines.len() <= t {
+                                self.flushed_lines.resize_with(t + 1, Vec::new);
+                            }
+                            self.flushed_lines[t].push(line);
+                        }
                     }
-                    ls.flushed = ls.units.len();
                 }
             }
-            Event::Fence => {
+            Event::Fence(t) => {
                 self.epoch += 1;
-                for line in std::mem::take(&mut self.flushed_lines) {
+                let Some(mine) = self.flushed_lines.get_mut(t as usize) else {
+                    return;
+                };
+                for line in std::mem::take(mine) {
                     let Some(ls) = self.lines.get_mut(&line) else {
                         continue;
                     };
-                    let n = ls.flushed;
+                    let Some(i) = ls.flushed.iter().position(|(ft, _)| *ft == t) else {
+                        continue;
+                    };
+                    let (_, n) = ls.flushed.swap_remove(i);
                     for u in ls.units.drain(..n) {
                         for p in &u.pieces {
                             let o = p.off as usize;
@@ -148,7 +172,12 @@ impl CacheModel {
                                 .copy_from_slice(&p.bytes[..p.len as usize]);
                         }
                     }
-                    ls.flushed = 0;
+                    // Other threads' flushes covered a prefix of the same
+                    // units; what is left of it for them.
+                    for (_, covered) in &mut ls.flushed {
+                        *covered = covered.saturating_sub(n);
+                    }
+                    ls.flushed.retain(|&(_, covered)| covered > 0);
                     if ls.units.is_empty() {
                         self.lines.remove(&line);
                     }
@@ -242,11 +271,11 @@ mod tests {
         m.apply(&t, &s);
         assert_eq!(m.image_durable().0[0], 0);
         assert_eq!(m.image_all().0[0], 1);
-        m.apply(&t, &Event::Fence); // fence without flush: still pending
+        m.apply(&t, &Event::Fence(0)); // fence without flush: still pending
         assert_eq!(m.image_durable().0[0], 0);
-        m.apply(&t, &Event::Flush(0));
+        m.apply(&t, &Event::Flush(0, 0));
         assert_eq!(m.image_durable().0[0], 0); // flushed, not fenced
-        m.apply(&t, &Event::Fence);
+        m.apply(&t, &Event::Fence(0));
         assert_eq!(m.image_durable().0[0], 1);
         assert_eq!(m.pending_lines(), 0);
     }
@@ -258,9 +287,9 @@ mod tests {
         let a = store(&mut t, 0, &[1; 8]);
         let b = store(&mut t, 8, &[2; 8]);
         m.apply(&t, &a);
-        m.apply(&t, &Event::Flush(0));
+        m.apply(&t, &Event::Flush(0, 0));
         m.apply(&t, &b);
-        m.apply(&t, &Event::Fence);
+        m.apply(&t, &Event::Fence(0));
         let d = m.image_durable().0;
         assert_eq!((d[0], d[8]), (1, 0));
         assert_eq!(m.image_all().0[8], 2);
@@ -290,10 +319,72 @@ mod tests {
         let a = store(&mut t, 60, &[9; 8]);
         m.apply(&t, &a);
         assert_eq!(m.pending_lines(), 2);
-        m.apply(&t, &Event::Flush(0));
-        m.apply(&t, &Event::Fence);
+        m.apply(&t, &Event::Flush(0, 0));
+        m.apply(&t, &Event::Fence(0));
         let d = m.image_durable().0;
         assert_eq!((d[60], d[64]), (9, 0));
+    }
+
+    #[test]
+    fn a_fence_makes_durable_only_what_its_own_thread_flushed() {
+        let mut t = Trace::default();
+        let mut m = CacheModel::new(vec![0; 192], false);
+        let a = store(&mut t, 0, &[1; 8]);
+        let b = store(&mut t, 64, &[2; 8]);
+        m.apply(&t, &a);
+        m.apply(&t, &b);
+        m.apply(&t, &Event::Flush(0, 0));
+        m.apply(&t, &Event::Flush(64, 1));
+        m.apply(&t, &Event::Fence(1));
+        let d = m.image_durable().0;
+        assert_eq!((d[0], d[64]), (0, 2), "thread 1's fence: its line only");
+        m.apply(&t, &Event::Fence(0));
+        assert_eq!(m.image_durable().0[0], 1);
+        assert_eq!(m.pending_lines(), 0);
+    }
+
+    #[test]
+    fn a_flush_covers_every_thread_s_earlier_stores_on_the_line() {
+        // Thread 0 stores at 0 and never flushes; thread 1 stores at 8 on
+        // the same line, flushes it and fences: the line went back whole.
+        let mut t = Trace::default();
+        let mut m = CacheModel::new(vec![0; 128], false);
+        let a = store(&mut t, 0, &[1; 8]);
+        let b = store(&mut t, 8, &[2; 8]);
+        let c = store(&mut t, 16, &[3; 8]);
+        m.apply(&t, &a);
+        m.apply(&t, &b);
+        m.apply(&t, &Event::Flush(0, 1));
+        m.apply(&t, &Event::Flush(0, 0));
+        m.apply(&t, &c); // after both flushes
+        m.apply(&t, &Event::Fence(1));
+        let d = m.image_durable().0;
+        assert_eq!((d[0], d[8], d[16]), (1, 2, 0));
+        // Thread 0's flush covered the same two units: nothing is left
+        // for its fence, and the later store stays pending.
+        m.apply(&t, &Event::Fence(0));
+        assert_eq!(m.image_durable().0[16], 0);
+        assert_eq!(m.pending_lines(), 1);
+    }
+
+    #[test]
+    fn a_later_flush_by_another_thread_outlives_an_earlier_fence() {
+        // Thread 0 flushes the first unit, thread 1 the first two; thread
+        // 0's fence makes the first durable, and thread 1's the second.
+        let mut t = Trace::default();
+        let mut m = CacheModel::new(vec![0; 128], false);
+        let a = store(&mut t, 0, &[1; 8]);
+        let b = store(&mut t, 8, &[2; 8]);
+        m.apply(&t, &a);
+        m.apply(&t, &Event::Flush(0, 0));
+        m.apply(&t, &b);
+        m.apply(&t, &Event::Flush(0, 1));
+        m.apply(&t, &Event::Fence(0));
+        let d = m.image_durable().0;
+        assert_eq!((d[0], d[8]), (1, 0));
+        m.apply(&t, &Event::Fence(1));
+        assert_eq!(m.image_durable().0[8], 2);
+        assert_eq!(m.pending_lines(), 0);
     }
 
     #[test]

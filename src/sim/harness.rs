@@ -29,7 +29,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::cache::CacheModel;
-use super::trace::{Event, Recorder, Trace};
+use super::trace::{Recorder, Trace};
 use super::workload::{self, Op};
 use crate::db::{Db, Options};
 use crate::error::{Error, Result};
@@ -71,6 +71,11 @@ pub struct CrashConfig {
     pub max_failures: usize,
     /// Verification threads.
     pub threads: usize,
+    /// Threads that run the workload at once (key-value engines): 1 runs
+    /// one workload; more run one workload each, over keys of their own
+    /// (docs/design.md §8, "Several writers"). Their interleaving differs
+    /// from run to run, so a failing round is not shrunk.
+    pub writers: usize,
     /// On failure, shrink the workload to a minimal failing sequence.
     pub shrink: bool,
     /// Progress callback.
@@ -110,6 +115,7 @@ impl CrashConfig {
             threads: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
                 .min(4),
+            writers: 1,
             shrink: true,
             progress: None,
             engine_config: Default::default(),
@@ -148,6 +154,9 @@ pub struct CrashReport {
     pub fences: usize,
     /// Crash points visited.
     pub crash_points: usize,
+    /// Of which points with two or more operations in flight (several
+    /// writers).
+    pub overlapping_points: usize,
     /// Distinct crash images recovered and verified (including recovery crashes).
     pub images: usize,
     /// Of which crashed during recovery.
@@ -200,6 +209,10 @@ trait Subject: Sync {
     fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String>;
     /// Describes the state expected at `point`: (acked ops, op in flight).
     fn at(&self, point: usize) -> (usize, Option<String>);
+    /// How many operations are in flight at `point`.
+    fn in_flight(&self, point: usize) -> usize {
+        usize::from(self.at(point).1.is_some())
+    }
 }
 
 fn sim_persist() -> PersistConfig {
@@ -212,19 +225,22 @@ fn sim_persist() -> PersistConfig {
 
 type Model = BTreeMap<Vec<u8>, Arc<[u8]>>;
 
-struct KvSubject {
+/// How a key-value subject's pools are opened.
+struct KvSettings {
     engine: String,
     engine_config: crate::engine::EngineConfig,
     fault: Option<Fault>,
-    ops: Vec<Op>,
-    /// Event positions (start, end) of each op.
-    spans: Vec<(usize, usize)>,
-    /// `models[i]`: the contents after `i` ops.
-    models: Vec<Model>,
-    create_end: usize,
 }
 
-impl KvSubject {
+impl KvSettings {
+    fn new(cfg: &CrashConfig) -> Self {
+        KvSettings {
+            engine: cfg.engine.clone(),
+            engine_config: cfg.engine_config.clone(),
+            fault: cfg.fault,
+        }
+    }
+
     fn options(&self, observer: Option<Arc<Recorder>>) -> Options {
         Options {
             engine: Some(self.engine.clone()),
@@ -236,13 +252,183 @@ impl KvSubject {
         }
     }
 
+    /// Recovers `image`: `None` if it is no pool and may not be one yet
+    /// (the crash came before creation ended at event `create_end`).
+    fn open(
+        &self,
+        image: &[u8],
+        point: usize,
+        create_end: usize,
+    ) -> std::result::Result<Option<Db>, String> {
+        match Db::open_image(image, &self.options(None)) {
+            Ok(db) => Ok(Some(db)),
+            Err(Error::NotAPool { .. }) if point < create_end => Ok(None),
+            Err(e) => Err(format!("recovery failed: {e}")),
+        }
+    }
+
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+        let rec = Arc::new(Recorder::new());
+        match Db::open_image(image, &self.options(Some(Arc::clone(&rec)))) {
+            Ok(db) => drop(db),
+            Err(Error::NotAPool { .. }) => {}
+            Err(e) => return Err(format!("recovery failed: {e}")),
+        }
+        Ok(rec.take())
+    }
+}
+
+/// Runs `op` on `db` and applies it to `model`: what the database returned,
+/// and what the model says it must return. A reopen is the caller's (it
+/// needs the database by value); here it does nothing.
+fn apply_op(db: &Db, model: &mut Model, op: &Op) -> (Result<bool>, bool) {
+    match op {
+        Op::Put(k, v) => {
+            let e = model.insert(k.clone(), Arc::clone(v)).is_some();
+            (db.put(k, v), e)
+        }
+        Op::Insert(k, v) => {
+            let absent = !model.contains_key(k);
+            if absent {
+                model.insert(k.clone(), Arc::clone(v));
+            }
+            (
+                db.insert(k, v).map(|()| true).or_else(|e| match e {
+                    Error::KeyExists => Ok(false),
+                    e => Err(e),
+                }),
+                absent,
+            )
+        }
+        Op::Update(k, v) => {
+            let present = model.contains_key(k);
+            if present {
+                model.insert(k.clone(), Arc::clone(v));
+            }
+            (
+                db.update(k, v).map(|()| true).or_else(|e| match e {
+                    Error::KeyNotFound => Ok(false),
+                    e => Err(e),
+                }),
+                present,
+            )
+        }
+        Op::Delete(k) => {
+            let e = model.remove(k.as_slice()).is_some();
+            (db.delete(k), e)
+        }
+        Op::PutMany(items) => {
+            for (k, v) in items {
+                model.insert(k.clone(), Arc::clone(v));
+            }
+            let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            (db.put_many(&refs).map(|()| true), true)
+        }
+        Op::Reopen => (Ok(true), true),
+    }
+}
+
+/// A workload's live run as it goes: the model of its keys, and the
+/// failures of its operations' results.
+struct LiveRun<'a> {
+    model: Model,
+    /// The keys this workload may change.
+    own: &'a dyn Fn(&[u8]) -> bool,
+    /// Put before each failure's message (which writer).
+    who: String,
+    failures: Vec<Failure>,
+}
+
+impl<'a> LiveRun<'a> {
+    fn new(own: &'a dyn Fn(&[u8]) -> bool, who: String) -> Self {
+        LiveRun {
+            model: Model::new(),
+            own,
+            who,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Checks what op `i` returned (`got`) against what the model says
+    /// (`expect`, from [`apply_op`]), and on a full pool takes the op's
+    /// effect back out of the model (`before`: the model before it).
+    fn settle(
+        &mut self,
+        db: &Db,
+        i: usize,
+        op: &Op,
+        (got, expect): (Result<bool>, bool),
+        before: &Model,
+    ) {
+        let who = &self.who;
+        match got {
+            Ok(got) if got == expect => {}
+            Ok(got) => self.failures.push(live_failure(
+                i,
+                op,
+                format!("{who}live run: returned {got}, the model says {expect}"),
+            )),
+            Err(Error::PoolFull { .. }) => {
+                // A single op changed nothing: undo it in the model. A
+                // put_many applied the items before the one that failed.
+                self.model = before.clone();
+                if let Op::PutMany(items) = op {
+                    match applied_prefix(db, &self.model, items, self.own) {
+                        Ok(m) => self.model = m,
+                        Err(msg) => self
+                            .failures
+                            .push(live_failure(i, op, format!("{who}{msg}"))),
+                    }
+                }
+            }
+            Err(e) => self
+                .failures
+                .push(live_failure(i, op, format!("{who}live run: {e}"))),
+        }
+    }
+}
+
+/// What the recovered contents `got` must be after `acked` operations of
+/// `ops`, with the next one in flight or not (`models[i]`: the contents
+/// after `i` operations).
+fn compare_models(
+    models: &[Model],
+    ops: &[Op],
+    acked: usize,
+    in_flight: bool,
+    got: &[(Vec<u8>, Vec<u8>)],
+) -> std::result::Result<(), String> {
+    if in_flight {
+        if let Op::PutMany(items) = &ops[acked] {
+            return compare_put_many(&models[acked], items, got);
+        }
+    }
+    let mut candidates = vec![&models[acked]];
+    if in_flight {
+        candidates.push(&models[acked + 1]);
+    }
+    if candidates.iter().any(|m| same_contents(m, got)) {
+        return Ok(());
+    }
+    Err(describe_diff(candidates[0], got))
+}
+
+struct KvSubject {
+    settings: KvSettings,
+    ops: Vec<Op>,
+    /// Event positions (start, end) of each op.
+    spans: Vec<(usize, usize)>,
+    /// `models[i]`: the contents after `i` ops.
+    models: Vec<Model>,
+    create_end: usize,
+}
+
+impl KvSubject {
     /// Runs `ops` on a recorded anonymous pool.
     fn record(cfg: &CrashConfig, ops: Vec<Op>) -> Result<(KvSubject, Trace, Vec<Failure>)> {
         let rec = Arc::new(Recorder::new());
         let mut s = KvSubject {
-            engine: cfg.engine.clone(),
-            engine_config: cfg.engine_config.clone(),
-            fault: cfg.fault,
+            settings: KvSettings::new(cfg),
             ops: Vec::new(),
             spans: Vec::new(),
             models: vec![Model::new()],
@@ -250,89 +436,29 @@ impl KvSubject {
         };
         let opts = Options {
             pool_size: cfg.pool_size,
-            ..s.options(Some(Arc::clone(&rec)))
+            ..s.settings.options(Some(Arc::clone(&rec)))
         };
         let mut db = Db::create_anonymous(&opts)?;
         s.create_end = rec.position();
-        let mut failures = Vec::new();
-        let mut model = Model::new();
+        let all = |_: &[u8]| true;
+        let mut live = LiveRun::new(&all, String::new());
         for (i, op) in ops.iter().enumerate() {
             let start = rec.position();
-            let (res, expect): (Result<bool>, bool) = match op {
-                Op::Put(k, v) => {
-                    let e = model.insert(k.clone(), Arc::clone(v)).is_some();
-                    (db.put(k, v), e)
-                }
-                Op::Insert(k, v) => {
-                    let absent = !model.contains_key(k);
-                    if absent {
-                        model.insert(k.clone(), Arc::clone(v));
-                    }
-                    (
-                        db.insert(k, v).map(|()| true).or_else(|e| match e {
-                            Error::KeyExists => Ok(false),
-                            e => Err(e),
-                        }),
-                        absent,
-                    )
-                }
-                Op::Update(k, v) => {
-                    let present = model.contains_key(k);
-                    if present {
-                        model.insert(k.clone(), Arc::clone(v));
-                    }
-                    (
-                        db.update(k, v).map(|()| true).or_else(|e| match e {
-                            Error::KeyNotFound => Ok(false),
-                            e => Err(e),
-                        }),
-                        present,
-                    )
-                }
-                Op::Delete(k) => {
-                    let e = model.remove(k.as_slice()).is_some();
-                    (db.delete(k), e)
-                }
-                Op::PutMany(items) => {
-                    for (k, v) in items {
-                        model.insert(k.clone(), Arc::clone(v));
-                    }
-                    let refs: Vec<(&[u8], &[u8])> =
-                        items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
-                    (db.put_many(&refs).map(|()| true), true)
-                }
-                Op::Reopen => {
-                    // The new mapping starts as a copy of the old one, so the
-                    // trace and the cache model simply continue.
-                    let image = db.pool().image();
-                    drop(db);
-                    db = Db::open_image(&image, &opts)?;
-                    (Ok(true), true)
-                }
+            let outcome = if let Op::Reopen = op {
+                // The new mapping starts as a copy of the old one, so the
+                // trace and the cache model simply continue.
+                let image = db.pool().image();
+                drop(db);
+                db = Db::open_image(&image, &opts)?;
+                (Ok(true), true)
+            } else {
+                apply_op(&db, &mut live.model, op)
             };
-            match res {
-                Ok(got) if got == expect => {}
-                Ok(got) => failures.push(live_failure(
-                    i,
-                    op,
-                    format!("live run: returned {got}, the model says {expect}"),
-                )),
-                Err(Error::PoolFull { .. }) => {
-                    // A single op changed nothing: undo it in the model. A
-                    // put_many applied the items before the one that failed.
-                    model = s.models[i].clone();
-                    if let Op::PutMany(items) = op {
-                        match applied_prefix(&db, &model, items) {
-                            Ok(m) => model = m,
-                            Err(msg) => failures.push(live_failure(i, op, msg)),
-                        }
-                    }
-                }
-                Err(e) => failures.push(live_failure(i, op, format!("live run: {e}"))),
-            }
+            live.settle(&db, i, op, outcome, &s.models[i]);
             s.spans.push((start, rec.position()));
-            s.models.push(model.clone());
+            s.models.push(live.model.clone());
         }
+        let mut failures = live.failures;
         if let Err(e) = db.check() {
             failures.push(Failure {
                 crash_point: None,
@@ -356,33 +482,24 @@ impl KvSubject {
             .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
             .map_err(|e| format!("scan after recovery failed: {e}"))?;
         let (acked, in_flight) = self.expected(point);
-        if in_flight {
-            if let Op::PutMany(items) = &self.ops[acked] {
-                return compare_put_many(&self.models[acked], items, &got);
-            }
-        }
-        let mut candidates = vec![&self.models[acked]];
-        if in_flight {
-            candidates.push(&self.models[acked + 1]);
-        }
-        if candidates.iter().any(|m| same_contents(m, &got)) {
-            return Ok(());
-        }
-        Err(describe_diff(candidates[0], &got))
+        compare_models(&self.models, &self.ops, acked, in_flight, &got)
     }
 }
 
 /// The contents after a `put_many` that failed on a full pool: `before`
 /// with the items before the failing one applied. Fails unless the
-/// database holds exactly that for some prefix of `items`.
+/// database's keys for which `own` holds are exactly that for some prefix
+/// of `items`.
 fn applied_prefix(
     db: &Db,
     before: &Model,
     items: &[(Vec<u8>, Arc<[u8]>)],
+    own: &dyn Fn(&[u8]) -> bool,
 ) -> std::result::Result<Model, String> {
-    let got = db
+    let mut got = db
         .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
         .map_err(|e| format!("live run: scan after a failed put_many: {e}"))?;
+    got.retain(|(k, _)| own(k));
     let mut model = before.clone();
     for n in 0..=items.len() {
         if n > 0 {
@@ -486,10 +603,8 @@ fn describe_diff(model: &Model, got: &[(Vec<u8>, Vec<u8>)]) -> String {
 
 impl Subject for KvSubject {
     fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
-        let db = match Db::open_image(image, &self.options(None)) {
-            Ok(db) => db,
-            Err(Error::NotAPool { .. }) if point < self.create_end => return Ok(()),
-            Err(e) => return Err(format!("recovery failed: {e}")),
+        let Some(db) = self.settings.open(image, point, self.create_end)? else {
+            return Ok(());
         };
         self.compare(&db, point)?;
         db.check()
@@ -498,18 +613,197 @@ impl Subject for KvSubject {
     }
 
     fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
-        let rec = Arc::new(Recorder::new());
-        match Db::open_image(image, &self.options(Some(Arc::clone(&rec)))) {
-            Ok(db) => drop(db),
-            Err(Error::NotAPool { .. }) => {}
-            Err(e) => return Err(format!("recovery failed: {e}")),
-        }
-        Ok(rec.take())
+        self.settings.record_recovery(image)
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
         let (acked, in_flight) = self.expected(point);
         (acked, in_flight.then(|| self.ops[acked].to_string()))
+    }
+}
+
+// ----- several writers at once ---------------------------------------------
+
+/// What one writer of a [`ConcurrentKvSubject`] did.
+struct WriterLog {
+    ops: Vec<Op>,
+    /// Event positions (start, end) of each op: the trace's length when it
+    /// began and when it had returned.
+    spans: Vec<(usize, usize)>,
+    /// `models[i]`: this writer's keys after its first `i` ops.
+    models: Vec<Model>,
+}
+
+/// Several threads running workloads at once on one pool, each over keys
+/// of its own ([`workload::generate_concurrent`]). At a crash point each
+/// writer has acknowledged some of its operations and may have one in
+/// flight; since no two writers share a key, each writer's keys must hold
+/// what its own operations say, and its operation in flight is
+/// all-or-nothing on its own, whatever the other writers' are.
+struct ConcurrentKvSubject {
+    settings: KvSettings,
+    writers: Vec<WriterLog>,
+    /// The writer each key belongs to.
+    owner: std::collections::HashMap<Vec<u8>, usize>,
+    create_end: usize,
+}
+
+impl ConcurrentKvSubject {
+    /// Creates a recorded anonymous pool, then runs each plan on a thread
+    /// of its own, all started together.
+    fn record(
+        cfg: &CrashConfig,
+        plans: Vec<Vec<Op>>,
+    ) -> Result<(ConcurrentKvSubject, Trace, Vec<Failure>)> {
+        let rec = Arc::new(Recorder::new());
+        let settings = KvSettings::new(cfg);
+        let opts = Options {
+            pool_size: cfg.pool_size,
+            ..settings.options(Some(Arc::clone(&rec)))
+        };
+        let db = Db::create_anonymous(&opts)?;
+        let create_end = rec.position();
+        let mut owner = std::collections::HashMap::new();
+        for (t, ops) in plans.iter().enumerate() {
+            for op in ops {
+                match op {
+                    Op::PutMany(items) => {
+                        for (k, _) in items {
+                            owner.insert(k.clone(), t);
+                        }
+                    }
+                    op => {
+                        owner.insert(op.key().to_vec(), t);
+                    }
+                }
+            }
+        }
+        let start = std::sync::Barrier::new(plans.len());
+        let mut failures = Vec::new();
+        let mut writers = Vec::new();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = plans
+                .into_iter()
+                .enumerate()
+                .map(|(t, ops)| {
+                    let (db, rec, start, owner) = (&db, &rec, &start, &owner);
+                    scope.spawn(move || {
+                        let own = |k: &[u8]| owner.get(k) == Some(&t);
+                        let mut live = LiveRun::new(&own, format!("writer {t}: "));
+                        let mut log = WriterLog {
+                            ops: Vec::new(),
+                            spans: Vec::new(),
+                            models: vec![Model::new()],
+                        };
+                        start.wait();
+                        for (i, op) in ops.iter().enumerate() {
+                            let begin = rec.position();
+                            let outcome = apply_op(db, &mut live.model, op);
+                            live.settle(db, i, op, outcome, &log.models[i]);
+                            log.spans.push((begin, rec.position()));
+                            log.models.push(live.model.clone());
+                        }
+                        log.ops = ops;
+                        (log, live.failures)
+                    })
+                })
+                .collect();
+            for (t, h) in handles.into_iter().enumerate() {
+                match h.join() {
+                    Ok((log, mut f)) => {
+                        writers.push(log);
+                        failures.append(&mut f);
+                    }
+                    Err(_) => {
+                        // An engine's panic (a bug): the images mean nothing.
+                        failures.push(Failure {
+                            crash_point: None,
+                            acked_ops: 0,
+                            in_flight: None,
+                            image: "live".into(),
+                            message: format!("live run: writer {t} panicked"),
+                        });
+                        writers.push(WriterLog {
+                            ops: Vec::new(),
+                            spans: Vec::new(),
+                            models: vec![Model::new()],
+                        });
+                    }
+                }
+            }
+        });
+        if let Err(e) = db.check() {
+            failures.push(Failure {
+                crash_point: None,
+                acked_ops: writers.iter().map(|w| w.ops.len()).sum(),
+                in_flight: None,
+                image: "live".into(),
+                message: format!("live run: check failed: {e}"),
+            });
+        }
+        drop(db);
+        let subject = ConcurrentKvSubject {
+            settings,
+            writers,
+            owner,
+            create_end,
+        };
+        Ok((subject, rec.take(), failures))
+    }
+}
+
+impl Subject for ConcurrentKvSubject {
+    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
+        let Some(db) = self.settings.open(image, point, self.create_end)? else {
+            return Ok(());
+        };
+        let got = db
+            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+        let mut mine: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); self.writers.len()];
+        for (k, v) in got {
+            match self.owner.get(&k) {
+                Some(&t) => mine[t].push((k, v)),
+                None => {
+                    return Err(format!(
+                        "key {} exists but no writer wrote it",
+                        super::show_key(&k)
+                    ))
+                }
+            }
+        }
+        for (t, (w, got)) in self.writers.iter().zip(&mine).enumerate() {
+            let (acked, in_flight) = expected_at(&w.spans, point);
+            compare_models(&w.models, &w.ops, acked, in_flight, got)
+                .map_err(|m| format!("writer {t}: {m}"))?;
+        }
+        db.check()
+            .map_err(|e| format!("check after recovery: {e}"))?;
+        Ok(())
+    }
+
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+        self.settings.record_recovery(image)
+    }
+
+    fn at(&self, point: usize) -> (usize, Option<String>) {
+        let mut acked_all = 0;
+        let mut flying = Vec::new();
+        for (t, w) in self.writers.iter().enumerate() {
+            let (acked, in_flight) = expected_at(&w.spans, point);
+            acked_all += acked;
+            if in_flight {
+                flying.push(format!("writer {t}: {}", w.ops[acked]));
+            }
+        }
+        (acked_all, (!flying.is_empty()).then(|| flying.join("; ")))
+    }
+
+    fn in_flight(&self, point: usize) -> usize {
+        self.writers
+            .iter()
+            .filter(|w| expected_at(&w.spans, point).1)
+            .count()
     }
 }
 
@@ -779,7 +1073,7 @@ fn crash_points(trace: &Trace, between: usize, rng: &mut SmallRng) -> Vec<usize>
     let mut pts = Vec::new();
     let mut prev = 0usize;
     for (i, e) in trace.events.iter().enumerate() {
-        if *e == Event::Fence {
+        if e.is_fence() {
             if i > prev + 1 {
                 for _ in 0..between {
                     pts.push(rng.gen_range(prev + 1..i));
@@ -883,6 +1177,7 @@ impl Shared<'_> {
 
 struct EnumStats {
     points: usize,
+    overlapping: usize,
     duplicates: usize,
 }
 
@@ -927,6 +1222,7 @@ fn check_trace<'a>(
         .map_or(usize::MAX, |n| n.max(1));
     let mut stats = EnumStats {
         points: 0,
+        overlapping: 0,
         duplicates: 0,
     };
     let threads = cfg.threads.max(1);
@@ -955,6 +1251,7 @@ fn check_trace<'a>(
                 idx += 1;
             }
             stats.points += 1;
+            stats.overlapping += usize::from(subject.in_flight(p) >= 2);
             let mut dup_streak = 0;
             for i in 0..2 + randoms {
                 if shared.stop.load(Ordering::Relaxed) || sent >= budget {
@@ -1011,8 +1308,9 @@ fn report_from(
         seed: cfg.seed,
         ops: cfg.ops,
         events: trace.events.len(),
-        fences: trace.events.iter().filter(|e| **e == Event::Fence).count(),
+        fences: trace.events.iter().filter(|e| e.is_fence()).count(),
         crash_points: stats.points,
+        overlapping_points: stats.overlapping,
         images: shared.checked.load(Ordering::Relaxed),
         recovery_images: shared.recovery_images.load(Ordering::Relaxed),
         duplicates: stats.duplicates,
@@ -1021,11 +1319,17 @@ fn report_from(
         failures: live,
         shrunk: None,
         reproduce: format!(
-            "pmindex crashtest --engine {} --ops {} --states {} --seed {}{}{}{}",
+            "pmindex crashtest --engine {} --ops {} --keys {} --states {} --seed {}{}{}{}{}",
             cfg.engine,
             cfg.ops,
+            cfg.keys,
             cfg.states,
             cfg.seed,
+            if cfg.writers > 1 {
+                format!(" --writers {}", cfg.writers)
+            } else {
+                String::new()
+            },
             if cfg.eadr { " --eadr" } else { "" },
             cfg.fault
                 .map(|f| format!(" --fault {f}"))
@@ -1066,7 +1370,7 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
         };
         let mut r = run_round(&rcfg)?;
         let failed = !r.failures.is_empty();
-        if failed && cfg.shrink && cfg.engine != ALLOC_SUBJECT {
+        if failed && cfg.shrink && cfg.engine != ALLOC_SUBJECT && cfg.writers <= 1 {
             let ops = workload::generate(rcfg.seed, rcfg.ops, rcfg.keys);
             r.shrunk = Some(
                 shrink_kv(&rcfg, ops, &r)?
@@ -1081,6 +1385,7 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
                 t.events += r.events;
                 t.fences += r.fences;
                 t.crash_points += r.crash_points;
+                t.overlapping_points += r.overlapping_points;
                 t.images += r.images;
                 t.recovery_images += r.recovery_images;
                 t.duplicates += r.duplicates;
@@ -1107,6 +1412,13 @@ fn run_round(cfg: &CrashConfig) -> Result<CrashReport> {
     if cfg.engine == ALLOC_SUBJECT {
         let ops = AllocSubject::generate(cfg.seed, cfg.ops, cfg.keys.max(TABLE_ROOT + 1));
         run_alloc(cfg, ops)
+    } else if cfg.writers > 1 {
+        let plans = workload::generate_concurrent(cfg.seed, cfg.ops, cfg.keys, cfg.writers);
+        let t0 = Instant::now();
+        let (subject, trace, live) = ConcurrentKvSubject::record(cfg, plans)?;
+        let base = vec![0u8; cfg.pool_size as usize];
+        let (stats, shared) = check_trace(&subject, &trace, base, cfg);
+        Ok(report_from(cfg, &trace, stats, shared, live, t0))
     } else {
         run_kv(cfg, workload::generate(cfg.seed, cfg.ops, cfg.keys))
     }

@@ -1,11 +1,19 @@
-//! Recording what a pool does to PM: every store, flush and fence, in
-//! program order.
+//! Recording what a pool does to PM: every store, flush and fence, in the
+//! order the recorder saw them. With several threads that is one
+//! interleaving of their events; flushes and fences carry the index of the
+//! thread that issued them, because a fence orders only its own thread's
+//! flushes (docs/design.md §8, "Several writers").
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::ThreadId;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::pm::PmObserver;
+
+/// The index of a recorded thread: the order in which threads first
+/// recorded an event, from 0. Threads past the 255th share index 255.
+pub type ThreadIndex = u8;
 
 /// One PM event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,10 +27,17 @@ pub enum Event {
         /// Number of bytes.
         len: usize,
     },
-    /// The cache line at this offset was flushed.
-    Flush(u64),
-    /// A fence.
-    Fence,
+    /// The cache line at this offset was flushed, by this thread.
+    Flush(u64, ThreadIndex),
+    /// A fence, by this thread: it makes durable what this thread flushed.
+    Fence(ThreadIndex),
+}
+
+impl Event {
+    /// Whether this is a fence (of any thread).
+    pub fn is_fence(&self) -> bool {
+        matches!(self, Event::Fence(_))
+    }
 }
 
 /// A recorded sequence of events.
@@ -35,6 +50,17 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Appends a store of `bytes` at `off`.
+    fn push_store(&mut self, off: u64, bytes: &[u8]) {
+        let at = self.data.len();
+        self.data.extend_from_slice(bytes);
+        self.events.push(Event::Store {
+            off,
+            at,
+            len: bytes.len(),
+        });
+    }
+
     /// The bytes of a store event.
     pub fn bytes(&self, at: usize, len: usize) -> &[u8] {
         &self.data[at..at + len]
@@ -42,12 +68,33 @@ impl Trace {
 }
 
 /// A [`PmObserver`] that records a [`Trace`]. Install it in a pool through
-/// `PoolConfig::observer` / `Options::observer`. The crash simulator assumes
-/// one thread issues the events (the harness runs its workload on one thread).
+/// `PoolConfig::observer` / `Options::observer`. Any number of threads may
+/// record at once: their events are kept in the order they reached the
+/// recorder, each flush and fence with its thread's [`ThreadIndex`].
 #[derive(Debug, Default)]
 pub struct Recorder {
-    trace: Mutex<Trace>,
+    inner: Mutex<Inner>,
     paused: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    trace: Trace,
+    /// Threads that recorded, by index.
+    threads: Vec<ThreadId>,
+}
+
+impl Inner {
+    fn thread_index(&mut self) -> ThreadIndex {
+        let me = std::thread::current().id();
+        match self.threads.iter().position(|&t| t == me) {
+            Some(i) => i.min(ThreadIndex::MAX as usize) as ThreadIndex,
+            None => {
+                self.threads.push(me);
+                (self.threads.len() - 1).min(ThreadIndex::MAX as usize) as ThreadIndex
+            }
+        }
+    }
 }
 
 impl Recorder {
@@ -58,7 +105,7 @@ impl Recorder {
 
     /// Number of events recorded so far: the crash point "now".
     pub fn position(&self) -> usize {
-        self.trace.lock().events.len()
+        self.inner.lock().trace.events.len()
     }
 
     /// Stops or resumes recording.
@@ -68,12 +115,19 @@ impl Recorder {
 
     /// Takes the trace recorded so far, leaving an empty one.
     pub fn take(&self) -> Trace {
-        std::mem::take(&mut *self.trace.lock())
+        std::mem::take(&mut self.inner.lock().trace)
     }
 
-    fn push(&self, e: Event) {
+    /// Records the event `make` builds from the calling thread's index.
+    fn push(&self, make: impl FnOnce(ThreadIndex) -> Event) {
         if !self.paused.load(Ordering::Relaxed) {
-            self.trace.lock().events.push(e);
+            let mut inner = self.inner.lock();
+            let t = inner.thread_index();
+            inner.trace.events.push(make(t));
+            // A thread waiting to record goes next: several writers then
+            // interleave event by event instead of one running on while
+            // the other sleeps (no cost without a waiter).
+            MutexGuard::unlock_fair(inner);
         }
     }
 }
@@ -83,19 +137,55 @@ impl PmObserver for Recorder {
         if self.paused.load(Ordering::Relaxed) {
             return;
         }
-        let mut t = self.trace.lock();
-        let at = t.data.len();
-        t.data.extend_from_slice(bytes);
-        t.events.push(Event::Store {
-            off: offset,
-            at,
-            len: bytes.len(),
-        });
+        let mut inner = self.inner.lock();
+        inner.trace.push_store(offset, bytes);
+        MutexGuard::unlock_fair(inner);
+    }
+    /// Runs the read-modify-write under the recorder's lock: the order of
+    /// two threads' read-modify-writes of one word in the trace is the
+    /// order in which they took effect.
+    fn rmw(&self, offset: u64, op: &mut dyn FnMut() -> u64) {
+        if self.paused.load(Ordering::Relaxed) {
+            op();
+            return;
+        }
+        let mut inner = self.inner.lock();
+        let new = op();
+        inner.trace.push_store(offset, &new.to_le_bytes());
+        MutexGuard::unlock_fair(inner);
     }
     fn flush(&self, line: u64) {
-        self.push(Event::Flush(line));
+        self.push(|t| Event::Flush(line, t));
     }
     fn fence(&self) {
         self.push(Event::Fence);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_s_flushes_and_fences_carry_its_own_index() {
+        let rec = Recorder::new();
+        rec.flush(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                rec.flush(64);
+                rec.fence();
+            });
+        });
+        rec.fence();
+        let t = rec.take();
+        assert_eq!(
+            t.events,
+            vec![
+                Event::Flush(0, 0),
+                Event::Flush(64, 1),
+                Event::Fence(1),
+                Event::Fence(0)
+            ]
+        );
     }
 }

@@ -134,25 +134,50 @@ pub fn value(rng: &mut SmallRng, tag: u64) -> Arc<[u8]> {
 pub fn generate(seed: u64, n: usize, keys: usize) -> Vec<Op> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let space = key_space(&mut rng, keys);
+    ops_over(&mut rng, n, &space, true)
+}
+
+/// The workloads of `writers` threads that run at once: the key space of
+/// `keys` keys is dealt out (key `i` to thread `i % writers`, so the
+/// threads' keys are mixed in key order and share nodes, chunks and
+/// blocks), and thread `t` gets `n` operations over its own keys, with no
+/// reopen. Each thread's keys are its own, so each thread's acknowledged
+/// operations alone say what its keys must hold.
+pub fn generate_concurrent(seed: u64, n: usize, keys: usize, writers: usize) -> Vec<Vec<Op>> {
+    let writers = writers.max(1);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let space = key_space(&mut rng, keys.max(writers));
+    (0..writers)
+        .map(|t| {
+            let mine: Vec<Vec<u8>> = space.iter().skip(t).step_by(writers).cloned().collect();
+            ops_over(&mut rng, n, &mine, false)
+        })
+        .collect()
+}
+
+/// `n` operations over the keys of `space`; `reopen`: whether some are
+/// reopens.
+fn ops_over(rng: &mut SmallRng, n: usize, space: &[Vec<u8>], reopen: bool) -> Vec<Op> {
     (0..n)
         .map(|i| {
             let k = space[rng.gen_range(0..space.len())].clone();
             match rng.gen_range(0..100) {
-                0..=1 => Op::Reopen,
+                0..=1 if reopen => Op::Reopen,
+                0..=1 => Op::Put(k, value(rng, i as u64)),
                 2..=7 => {
                     // 1 to 40 items: past one engine batch of 32, with
                     // repeated keys now and then.
                     let n = rng.gen_range(1..=40);
-                    let mut items = vec![(k, value(&mut rng, i as u64))];
+                    let mut items = vec![(k, value(rng, i as u64))];
                     for j in 1..n {
                         let k = space[rng.gen_range(0..space.len())].clone();
-                        items.push((k, value(&mut rng, (i as u64) << 8 | j)));
+                        items.push((k, value(rng, (i as u64) << 8 | j)));
                     }
                     Op::PutMany(items)
                 }
-                8..=44 => Op::Put(k, value(&mut rng, i as u64)),
-                45..=59 => Op::Insert(k, value(&mut rng, i as u64)),
-                60..=74 => Op::Update(k, value(&mut rng, i as u64)),
+                8..=44 => Op::Put(k, value(rng, i as u64)),
+                45..=59 => Op::Insert(k, value(rng, i as u64)),
+                60..=74 => Op::Update(k, value(rng, i as u64)),
                 _ => Op::Delete(k),
             }
         })
