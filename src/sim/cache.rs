@@ -186,6 +186,20 @@ impl CacheModel {
         }
     }
 
+    /// Lines that a thread flushed and has not fenced since, with pending
+    /// units its flush covered: `(thread, line)`, in line order. At the end
+    /// of a thread's work there should be none: only its own fence makes
+    /// its flushes durable, and nothing after it will.
+    pub fn unfenced(&self) -> Vec<(ThreadIndex, u64)> {
+        let mut out: Vec<(ThreadIndex, u64)> = self
+            .lines
+            .iter()
+            .flat_map(|(&line, ls)| ls.flushed.iter().map(move |&(t, _)| (t, line)))
+            .collect();
+        out.sort_unstable_by_key(|&(t, line)| (line, t));
+        out
+    }
+
     /// Builds the crash image where each pending line keeps what `choose`
     /// says, and a hash that identifies the image among all images of this
     /// epoch (lines equal to the durable image do not contribute).

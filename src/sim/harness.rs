@@ -19,7 +19,7 @@
 //! pool may be "not a pool" (creation never finished) or an empty index.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,6 +37,9 @@ use crate::pm::{Fault, FlushKind, PersistConfig, Pool, PoolConfig};
 
 /// The pseudo-engine name that runs the allocator workload.
 pub const ALLOC_SUBJECT: &str = "alloc";
+
+/// The most writers a crash test runs at once ([`CrashConfig::writers`]).
+pub const MAX_WRITERS: usize = 16;
 
 /// A progress callback: images checked so far, and the budget.
 pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
@@ -678,60 +681,38 @@ impl ConcurrentKvSubject {
                 }
             }
         }
-        let start = std::sync::Barrier::new(plans.len());
+        // 0: wait, 1: run, 2: give up (a writer's thread could not start).
+        let go = AtomicU8::new(0);
         let mut failures = Vec::new();
         let mut writers = Vec::new();
+        let mut spawn_error = None;
         std::thread::scope(|scope| {
-            let handles: Vec<_> = plans
-                .into_iter()
-                .enumerate()
-                .map(|(t, ops)| {
-                    let (db, rec, start, owner) = (&db, &rec, &start, &owner);
-                    scope.spawn(move || {
-                        let own = |k: &[u8]| owner.get(k) == Some(&t);
-                        let mut live = LiveRun::new(&own, format!("writer {t}: "));
-                        let mut log = WriterLog {
-                            ops: Vec::new(),
-                            spans: Vec::new(),
-                            models: vec![Model::new()],
-                        };
-                        start.wait();
-                        for (i, op) in ops.iter().enumerate() {
-                            let begin = rec.position();
-                            let outcome = apply_op(db, &mut live.model, op);
-                            live.settle(db, i, op, outcome, &log.models[i]);
-                            log.spans.push((begin, rec.position()));
-                            log.models.push(live.model.clone());
-                        }
-                        log.ops = ops;
-                        (log, live.failures)
-                    })
-                })
-                .collect();
-            for (t, h) in handles.into_iter().enumerate() {
-                match h.join() {
-                    Ok((log, mut f)) => {
-                        writers.push(log);
-                        failures.append(&mut f);
-                    }
-                    Err(_) => {
-                        // An engine's panic (a bug): the images mean nothing.
-                        failures.push(Failure {
-                            crash_point: None,
-                            acked_ops: 0,
-                            in_flight: None,
-                            image: "live".into(),
-                            message: format!("live run: writer {t} panicked"),
-                        });
-                        writers.push(WriterLog {
-                            ops: Vec::new(),
-                            spans: Vec::new(),
-                            models: vec![Model::new()],
-                        });
+            let mut handles = Vec::new();
+            for (t, ops) in plans.into_iter().enumerate() {
+                let (db, rec, go, owner) = (&db, &rec, &go, &owner);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("crash-writer-{t}"))
+                    .spawn_scoped(scope, move || run_writer(t, ops, db, rec, go, owner));
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        spawn_error = Some(e);
+                        break;
                     }
                 }
             }
+            go.store(if spawn_error.is_some() { 2 } else { 1 }, Ordering::Release);
+            for h in handles {
+                // A writer catches its operations' panics; its own code
+                // has none to throw.
+                let (log, mut f) = h.join().expect("a crash-test writer panicked");
+                writers.push(log);
+                failures.append(&mut f);
+            }
         });
+        if let Some(e) = spawn_error {
+            return Err(Error::io("starting a crash-test writer thread", e));
+        }
         if let Err(e) = db.check() {
             failures.push(Failure {
                 crash_point: None,
@@ -750,6 +731,69 @@ impl ConcurrentKvSubject {
         };
         Ok((subject, rec.take(), failures))
     }
+}
+
+/// One writer of [`ConcurrentKvSubject::record`]: waits for `go`, then runs
+/// `ops` on `db`, keeping its log and the failures of its results. An
+/// operation that panics (an engine bug) ends the writer: it is reported
+/// with its message and stays in flight at every later crash point, since
+/// it never returned.
+fn run_writer(
+    t: usize,
+    mut ops: Vec<Op>,
+    db: &Db,
+    rec: &Recorder,
+    go: &AtomicU8,
+    owner: &std::collections::HashMap<Vec<u8>, usize>,
+) -> (WriterLog, Vec<Failure>) {
+    let own = |k: &[u8]| owner.get(k) == Some(&t);
+    let mut live = LiveRun::new(&own, format!("writer {t}: "));
+    let mut log = WriterLog {
+        ops: Vec::new(),
+        spans: Vec::new(),
+        models: vec![Model::new()],
+    };
+    loop {
+        match go.load(Ordering::Acquire) {
+            0 => std::thread::yield_now(),
+            1 => break,
+            _ => return (log, live.failures),
+        }
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let begin = rec.position();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            apply_op(db, &mut live.model, op)
+        }));
+        match ran {
+            Ok(outcome) => {
+                live.settle(db, i, op, outcome, &log.models[i]);
+                log.spans.push((begin, rec.position()));
+                log.models.push(live.model.clone());
+            }
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                live.failures.push(live_failure(
+                    i,
+                    op,
+                    format!("{}live run: the operation panicked: {msg}", live.who),
+                ));
+                // `apply_op` applied the op to the model before calling
+                // the engine: the model with it is the "after" of an op
+                // in flight.
+                log.spans.push((begin, usize::MAX));
+                log.models.push(live.model.clone());
+                break;
+            }
+        }
+    }
+    ops.truncate(log.spans.len());
+    log.ops = ops;
+    (log, live.failures)
 }
 
 impl Subject for ConcurrentKvSubject {
@@ -1172,7 +1216,28 @@ impl Shared<'_> {
                 }
             }
         }
+        // A recovery's threads end with their flushes fenced, each by its
+        // own thread. (Not required of the live run: the radix trees write
+        // and flush a leaf before they know whether an insert or update
+        // will publish it, and leave the flush of one they then drop
+        // unfenced; nothing references that block.)
+        if let Some(m) = unfenced_message(&model) {
+            self.fail(job.point, "recovery/unfenced", format!("recovery: {m}"));
+        }
     }
+}
+
+/// At the end of a trace: the flushes that no fence of their own thread
+/// followed (a fence orders only its own thread's flushes, so nothing makes
+/// them durable), described; `None` if there are none.
+fn unfenced_message(model: &CacheModel) -> Option<String> {
+    let left = model.unfenced();
+    let &(t, line) = left.first()?;
+    Some(format!(
+        "{} flushed line(s) with no fence of the flushing thread after them, \
+         the first line {line:#x} by thread {t}",
+        left.len()
+    ))
 }
 
 struct EnumStats {
@@ -1349,6 +1414,17 @@ fn report_from(
 pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
     if cfg.engine != ALLOC_SUBJECT {
         crate::engine::find(&cfg.engine)?;
+    }
+    if !(1..=MAX_WRITERS).contains(&cfg.writers) {
+        return Err(Error::InvalidArgument(format!(
+            "writers: {} (1 to {MAX_WRITERS})",
+            cfg.writers
+        )));
+    }
+    if cfg.writers > 1 && cfg.engine == ALLOC_SUBJECT {
+        return Err(Error::InvalidArgument(
+            "writers: the allocator workload runs on one thread".into(),
+        ));
     }
     let t0 = Instant::now();
     let mut total: Option<CrashReport> = None;

@@ -17,7 +17,7 @@ pub mod harness;
 pub mod trace;
 pub mod workload;
 
-pub use harness::{run, run_ops, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT};
+pub use harness::{run, run_ops, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT, MAX_WRITERS};
 
 /// The crash-image budget of a crash test: `PMINDEX_CRASH_STATES` when it is
 /// set, else `default` (the quick budget CI runs).

@@ -12,8 +12,9 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::pm::PmObserver;
 
 /// The index of a recorded thread: the order in which threads first
-/// recorded an event, from 0. Threads past the 255th share index 255.
-pub type ThreadIndex = u8;
+/// recorded an event into one recorder, from 0. (Threads past the
+/// 65,535th would share the last index; a crash test records a few dozen.)
+pub type ThreadIndex = u16;
 
 /// One PM event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,9 +12,11 @@
 //!    whose CRC matches key ‖ value, else the other slot, whose number is
 //!    then written back into the commit word and flushed). This is where
 //!    recovery reads PM, so it is the phase that gains from cores.
-//! 3. One fence for the repaired commit words; free the large blocks that a
-//!    slot still points to but that are no live value (a crash between a
-//!    slot write and its activation or free).
+//!    A worker that repaired a commit word fences once, on its own thread,
+//!    when it runs out of chunks: a fence orders only the flushes of the
+//!    thread that issues it (docs/design.md §8, "Several writers").
+//! 3. Free the large blocks that a slot still points to but that are no
+//!    live value (a crash between a slot write and its activation or free).
 //! 4. **Rebuild, in parallel over stripes**: worker `s` marks stripe `s`'s
 //!    live leaves and value objects used and recycles its empty chunks, and
 //!    puts into their ARTs the live leaves of the hash keys that route to
@@ -265,11 +267,13 @@ fn scan_leaf(
 }
 
 /// Runs `work(i)` for `i` in `0..n` on `threads` threads; each thread
-/// folds its results into its own `T`.
+/// folds its results into its own `T`, and calls `done` on it, on its own
+/// thread, when no `i` is left.
 fn parallel<T: Send + Default>(
     threads: usize,
     n: usize,
     work: impl Fn(usize, &mut T) -> Result<()> + Sync,
+    done: impl Fn(&T) + Sync,
 ) -> Result<Vec<T>> {
     let next = AtomicUsize::new(0);
     let run = || -> Result<T> {
@@ -277,6 +281,7 @@ fn parallel<T: Send + Default>(
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             if i >= n {
+                done(&acc);
                 return Ok(acc);
             }
             work(i, &mut acc)?;
@@ -395,36 +400,42 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
                 .flat_map(move |(lc, list)| list.chunk_offsets().map(move |c| (s, lc, c)))
         })
         .collect();
-    let found = parallel(threads, chunks.len(), |i, found: &mut Found| {
-        if found.stripes.is_empty() {
-            found.stripes.resize_with(STRIPES, StripeFound::default);
-        }
-        let (s, lc, c) = chunks[i];
-        let mut used = 0u64;
-        for (j, leaf) in lists[s].leaves[lc].chunk_objects(c).enumerate() {
-            if scan_leaf(pool_ref, format, k_h, &lists[s], (leaf, lc, s), found)? {
-                used |= 1 << j;
+    let found = parallel(
+        threads,
+        chunks.len(),
+        |i, found: &mut Found| {
+            if found.stripes.is_empty() {
+                found.stripes.resize_with(STRIPES, StripeFound::default);
             }
-        }
-        found.stripes[s].leaf_chunks.push((lc, c, used));
-        Ok(())
-    })?;
+            let (s, lc, c) = chunks[i];
+            let mut used = 0u64;
+            for (j, leaf) in lists[s].leaves[lc].chunk_objects(c).enumerate() {
+                if scan_leaf(pool_ref, format, k_h, &lists[s], (leaf, lc, s), found)? {
+                    used |= 1 << j;
+                }
+            }
+            found.stripes[s].leaf_chunks.push((lc, c, used));
+            Ok(())
+        },
+        // The worker's repaired commit words, durable before the large
+        // blocks are freed (phase 3) and before recovery returns.
+        |found: &Found| {
+            if found.repaired {
+                pool_ref.fence();
+            }
+        },
+    )?;
 
     // Phase 3.
     let mut per_stripe: Vec<Vec<StripeFound>> = (0..STRIPES).map(|_| Vec::new()).collect();
-    let mut repaired = false;
     let mut leftovers = Vec::new();
     let mut large = Vec::new();
     for f in found {
-        repaired |= f.repaired;
         leftovers.extend(f.leftovers);
         large.extend(f.large);
         for (s, sf) in f.stripes.into_iter().enumerate() {
             per_stripe[s].push(sf);
         }
-    }
-    if repaired {
-        pool.fence();
     }
     // A large value's block, live or left over, is a block of its own:
     // not the superblock, not inside a chunk, named by one slot. Else a
@@ -457,59 +468,64 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         pool: pool_ref,
         k_h,
     };
-    let rebuilt = parallel(threads, STRIPES, |s, out: &mut Vec<(usize, Rebuilt)>| {
-        let mut w = work[s].lock();
-        let (lists, found) = &mut *w;
-        let mut trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>> =
-            HashMap::default();
-        let mut len = 0;
-        let mut values = Vec::new();
-        for f in found.iter_mut() {
-            for &(lc, c, used) in &f.leaf_chunks {
-                lists.leaves[lc].set_taken(c, used)?;
-            }
-            values.append(&mut f.values);
-            len += f.held;
-            for l in &f.live {
-                let key = &f.keys[l.key_at..l.key_at + l.key_len];
-                let (hk, ak) = key.split_at(k_h.min(key.len()));
-                let art = trees.entry(HashKey::new(hk)).or_default();
-                if art.insert(ak, l.leaf, &keys).is_some() {
-                    return Err(leaf::corrupt(
-                        l.leaf.off(),
-                        "two live leaves hold the same key",
-                    ));
+    let rebuilt = parallel(
+        threads,
+        STRIPES,
+        |s, out: &mut Vec<(usize, Rebuilt)>| {
+            let mut w = work[s].lock();
+            let (lists, found) = &mut *w;
+            let mut trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>> =
+                HashMap::default();
+            let mut len = 0;
+            let mut values = Vec::new();
+            for f in found.iter_mut() {
+                for &(lc, c, used) in &f.leaf_chunks {
+                    lists.leaves[lc].set_taken(c, used)?;
+                }
+                values.append(&mut f.values);
+                len += f.held;
+                for l in &f.live {
+                    let key = &f.keys[l.key_at..l.key_at + l.key_len];
+                    let (hk, ak) = key.split_at(k_h.min(key.len()));
+                    let art = trees.entry(HashKey::new(hk)).or_default();
+                    if art.insert(ak, l.leaf, &keys).is_some() {
+                        return Err(leaf::corrupt(
+                            l.leaf.off(),
+                            "two live leaves hold the same key",
+                        ));
+                    }
                 }
             }
-        }
-        // Value objects, a chunk at a time (an object used twice is
-        // `Corrupt`).
-        values.sort_unstable();
-        let mut k = 0;
-        while k < values.len() {
-            let (vc, c, _) = values[k];
-            let mut mask = 0u64;
-            while k < values.len() && values[k].0 == vc && values[k].1 == c {
-                let bit = 1u64 << values[k].2;
-                if mask & bit != 0 {
-                    return Err(Error::corrupt(
-                        c,
-                        "hart: a value object is referenced by two leaves",
-                    ));
+            // Value objects, a chunk at a time (an object used twice is
+            // `Corrupt`).
+            values.sort_unstable();
+            let mut k = 0;
+            while k < values.len() {
+                let (vc, c, _) = values[k];
+                let mut mask = 0u64;
+                while k < values.len() && values[k].0 == vc && values[k].1 == c {
+                    let bit = 1u64 << values[k].2;
+                    if mask & bit != 0 {
+                        return Err(Error::corrupt(
+                            c,
+                            "hart: a value object is referenced by two leaves",
+                        ));
+                    }
+                    mask |= bit;
+                    k += 1;
                 }
-                mask |= bit;
-                k += 1;
+                lists.values[vc].set_taken(c, mask)?;
             }
-            lists.values[vc].set_taken(c, mask)?;
-        }
-        for l in lists.leaves.iter_mut().chain(lists.values.iter_mut()) {
-            for _ in 0..l.settle(pool_ref)? {
-                cases::record(Case::HartChunkRecycledAtOpen);
+            for l in lists.leaves.iter_mut().chain(lists.values.iter_mut()) {
+                for _ in 0..l.settle(pool_ref)? {
+                    cases::record(Case::HartChunkRecycledAtOpen);
+                }
             }
-        }
-        out.push((s, Rebuilt { trees, len }));
-        Ok(())
-    })?;
+            out.push((s, Rebuilt { trees, len }));
+            Ok(())
+        },
+        |_| {},
+    )?;
     drop(work);
 
     let mut lens = [0u64; STRIPES];
