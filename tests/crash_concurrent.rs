@@ -151,6 +151,20 @@ fn wort_missing_leaf_flush_is_caught_with_two_writers() {
     must_catch(Fault::WortSkipLeafFlush, "wort");
 }
 
+const POOL: u64 = 2 << 20;
+
+/// A new anonymous pool of `POOL` bytes whose PM events `rec` records.
+fn recorded_pool() -> (Arc<Recorder>, Pool) {
+    let rec = Arc::new(Recorder::new());
+    let cfg = PoolConfig {
+        persist: PersistConfig::new(FlushKind::Eadr, None).unwrap(),
+        observer: Some(Arc::clone(&rec) as Arc<dyn PmObserver>),
+        fault: None,
+    };
+    let pool = Pool::create_anonymous(POOL, "alloc", &cfg).unwrap();
+    (rec, pool)
+}
+
 /// Found by the first runs with several writers: two threads setting bits
 /// of one PM word with atomic ORs (the allocator's slab bitmaps, one lane
 /// each) were recorded after the fact, so the trace could hold the later
@@ -161,14 +175,7 @@ fn wort_missing_leaf_flush_is_caught_with_two_writers() {
 #[test]
 fn two_threads_read_modify_writes_of_one_word_are_recorded_in_effect_order() {
     let _turn = ONE_AT_A_TIME.lock();
-    let rec = Arc::new(Recorder::new());
-    let cfg = PoolConfig {
-        persist: PersistConfig::new(FlushKind::Eadr, None).unwrap(),
-        observer: Some(Arc::clone(&rec) as Arc<dyn PmObserver>),
-        fault: None,
-    };
-    let size = 2 << 20;
-    let pool = Pool::create_anonymous(size, "alloc", &cfg).unwrap();
+    let (rec, pool) = recorded_pool();
     const WORDS: u64 = 4096;
     let block = pool.reserve(8 * WORDS).unwrap().offset();
     let words: Vec<u64> = (0..WORDS).map(|i| block + 8 * i).collect();
@@ -214,7 +221,7 @@ fn two_threads_read_modify_writes_of_one_word_are_recorded_in_effect_order() {
             })
             .collect()
     };
-    let mut model = CacheModel::new(vec![0; size as usize], true);
+    let mut model = CacheModel::new(vec![0; POOL as usize], true);
     for e in &trace.events[..mid] {
         model.apply(&trace, e);
     }
@@ -235,14 +242,7 @@ fn two_threads_read_modify_writes_of_one_word_are_recorded_in_effect_order() {
 /// fence, and are durable after their own thread's.
 #[test]
 fn another_thread_s_fence_does_not_make_a_flush_durable() {
-    let rec = Arc::new(Recorder::new());
-    let cfg = PoolConfig {
-        persist: PersistConfig::new(FlushKind::Eadr, None).unwrap(),
-        observer: Some(Arc::clone(&rec) as Arc<dyn PmObserver>),
-        fault: None,
-    };
-    let size = 2 << 20;
-    let pool = Pool::create_anonymous(size, "alloc", &cfg).unwrap();
+    let (rec, pool) = recorded_pool();
     let word = pool.reserve(64).unwrap().offset();
     let start = rec.position();
     let step = std::sync::Barrier::new(2);
@@ -274,7 +274,7 @@ fn another_thread_s_fence_does_not_make_a_flush_durable() {
         "the two fences carry different threads"
     );
     let durable = |upto: usize| {
-        let mut model = CacheModel::new(vec![0; size as usize], false);
+        let mut model = CacheModel::new(vec![0; POOL as usize], false);
         for e in &trace.events[..upto] {
             model.apply(&trace, e);
         }
