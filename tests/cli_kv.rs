@@ -366,3 +366,42 @@ fn put_takes_a_value_from_a_file_or_standard_input() {
         assert_eq!(pmindex(&["get", s, "a"]).stdout, b"x\0y\n", "{engine}");
     }
 }
+
+/// `pmindex crashtest --writers`: several writers at once, and the counts
+/// it refuses.
+#[test]
+fn crashtest_with_several_writers() {
+    let o = pmindex(&[
+        "crashtest",
+        "--engine",
+        "pmlog",
+        "--writers",
+        "2",
+        "--states",
+        "200",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("by each of 2 writers at once"), "{out}");
+    assert!(
+        out.contains("with two or more operations in flight"),
+        "{out}"
+    );
+    assert!(out.contains("0 failures"), "{out}");
+    for bad in ["0", "17"] {
+        let o = pmindex(&["crashtest", "--writers", bad, "--states", "10"]);
+        assert_eq!(o.status.code(), Some(2), "--writers {bad}");
+        assert!(text(&o.stderr).contains("1..=16"), "{}", text(&o.stderr));
+    }
+    let o = pmindex(&[
+        "crashtest",
+        "--engine",
+        "alloc",
+        "--writers",
+        "2",
+        "--states",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("runs on one thread"));
+}

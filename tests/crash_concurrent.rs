@@ -320,3 +320,17 @@ fn hart_recovery_workers_fence_their_own_repairs() {
         assert!(r.recovery_images > 0);
     }
 }
+
+/// The library refuses writer counts it cannot run.
+#[test]
+fn writer_counts_out_of_range_are_refused() {
+    for (engine, writers) in [("hart", 0), ("hart", 17), ("alloc", 2)] {
+        let mut cfg = CrashConfig::new(engine);
+        cfg.writers = writers;
+        cfg.states = 10;
+        match run(&cfg) {
+            Err(pmindex::Error::InvalidArgument(m)) => assert!(m.contains("writers"), "{m}"),
+            other => panic!("{engine} with {writers} writers: {other:?}"),
+        }
+    }
+}
