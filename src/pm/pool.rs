@@ -783,29 +783,41 @@ impl Pool {
     /// Atomically ORs `bits` into the word at `off`; returns the old value.
     #[inline]
     pub fn fetch_or_u64(&self, off: u64, bits: u64) -> Result<u64> {
-        let w = self.word(off)?;
-        let Some(o) = &self.observer else {
-            return Ok(w.fetch_or(bits, Ordering::AcqRel));
-        };
-        let mut old = 0;
-        o.rmw(off, &mut || {
-            old = w.fetch_or(bits, Ordering::AcqRel);
-            old | bits
-        });
-        Ok(old)
+        self.read_modify_write(
+            off,
+            |w| w.fetch_or(bits, Ordering::AcqRel),
+            |old| old | bits,
+        )
     }
 
     /// Atomically ANDs `mask` into the word at `off`; returns the old value.
     #[inline]
     pub fn fetch_and_u64(&self, off: u64, mask: u64) -> Result<u64> {
+        self.read_modify_write(
+            off,
+            |w| w.fetch_and(mask, Ordering::AcqRel),
+            |old| old & mask,
+        )
+    }
+
+    /// Runs `op` (an atomic read-modify-write returning the old value) on
+    /// the word at `off`, inside the observer's order if there is one
+    /// ([`PmObserver::rmw`]); `new` gives the stored value from the old.
+    #[inline]
+    fn read_modify_write(
+        &self,
+        off: u64,
+        op: impl Fn(&AtomicU64) -> u64,
+        new: impl Fn(u64) -> u64,
+    ) -> Result<u64> {
         let w = self.word(off)?;
         let Some(o) = &self.observer else {
-            return Ok(w.fetch_and(mask, Ordering::AcqRel));
+            return Ok(op(w));
         };
         let mut old = 0;
         o.rmw(off, &mut || {
-            old = w.fetch_and(mask, Ordering::AcqRel);
-            old & mask
+            old = op(w);
+            new(old)
         });
         Ok(old)
     }

@@ -255,19 +255,28 @@ impl KvSettings {
         }
     }
 
-    /// Recovers `image`: `None` if it is no pool and may not be one yet
-    /// (the crash came before creation ended at event `create_end`).
-    fn open(
+    /// Recovers `image` and verifies it: `compare` judges the recovered
+    /// contents (every pair, in key order), then `check()` runs. A crash
+    /// before creation ended (at event `create_end`) may leave no pool.
+    fn verify(
         &self,
         image: &[u8],
         point: usize,
         create_end: usize,
-    ) -> std::result::Result<Option<Db>, String> {
-        match Db::open_image(image, &self.options(None)) {
-            Ok(db) => Ok(Some(db)),
-            Err(Error::NotAPool { .. }) if point < create_end => Ok(None),
-            Err(e) => Err(format!("recovery failed: {e}")),
-        }
+        compare: impl FnOnce(Vec<(Vec<u8>, Vec<u8>)>) -> std::result::Result<(), String>,
+    ) -> std::result::Result<(), String> {
+        let db = match Db::open_image(image, &self.options(None)) {
+            Ok(db) => db,
+            Err(Error::NotAPool { .. }) if point < create_end => return Ok(()),
+            Err(e) => return Err(format!("recovery failed: {e}")),
+        };
+        let got = db
+            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+        compare(got)?;
+        db.check()
+            .map_err(|e| format!("check after recovery: {e}"))?;
+        Ok(())
     }
 
     fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
@@ -480,12 +489,9 @@ impl KvSubject {
         expected_at(&self.spans, point)
     }
 
-    fn compare(&self, db: &Db, point: usize) -> std::result::Result<(), String> {
-        let got = db
-            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
-            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+    fn compare(&self, got: &[(Vec<u8>, Vec<u8>)], point: usize) -> std::result::Result<(), String> {
         let (acked, in_flight) = self.expected(point);
-        compare_models(&self.models, &self.ops, acked, in_flight, &got)
+        compare_models(&self.models, &self.ops, acked, in_flight, got)
     }
 }
 
@@ -606,13 +612,9 @@ fn describe_diff(model: &Model, got: &[(Vec<u8>, Vec<u8>)]) -> String {
 
 impl Subject for KvSubject {
     fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
-        let Some(db) = self.settings.open(image, point, self.create_end)? else {
-            return Ok(());
-        };
-        self.compare(&db, point)?;
-        db.check()
-            .map_err(|e| format!("check after recovery: {e}"))?;
-        Ok(())
+        self.settings.verify(image, point, self.create_end, |got| {
+            self.compare(&got, point)
+        })
     }
 
     fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
@@ -796,14 +798,14 @@ fn run_writer(
     (log, live.failures)
 }
 
-impl Subject for ConcurrentKvSubject {
-    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
-        let Some(db) = self.settings.open(image, point, self.create_end)? else {
-            return Ok(());
-        };
-        let got = db
-            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
-            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+impl ConcurrentKvSubject {
+    /// Each writer's keys of the recovered contents `got` against that
+    /// writer's models at `point`; a key no writer wrote is a failure.
+    fn compare(
+        &self,
+        got: Vec<(Vec<u8>, Vec<u8>)>,
+        point: usize,
+    ) -> std::result::Result<(), String> {
         let mut mine: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); self.writers.len()];
         for (k, v) in got {
             match self.owner.get(&k) {
@@ -821,9 +823,15 @@ impl Subject for ConcurrentKvSubject {
             compare_models(&w.models, &w.ops, acked, in_flight, got)
                 .map_err(|m| format!("writer {t}: {m}"))?;
         }
-        db.check()
-            .map_err(|e| format!("check after recovery: {e}"))?;
         Ok(())
+    }
+}
+
+impl Subject for ConcurrentKvSubject {
+    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
+        self.settings.verify(image, point, self.create_end, |got| {
+            self.compare(got, point)
+        })
     }
 
     fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
