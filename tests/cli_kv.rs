@@ -405,3 +405,36 @@ fn crashtest_with_several_writers() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("runs on one thread"));
 }
+
+/// `pmindex crashtest --shared-keys`: writers on the same keys, and the
+/// allocator refused.
+#[test]
+fn crashtest_with_writers_on_shared_keys() {
+    let o = pmindex(&[
+        "crashtest",
+        "--engine",
+        "wort",
+        "--writers",
+        "2",
+        "--shared-keys",
+        "--keys",
+        "16",
+        "--states",
+        "200",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("writers at once, on shared keys"), "{out}");
+    assert!(out.contains("of them on one key"), "{out}");
+    assert!(out.contains("0 failures"), "{out}");
+    let o = pmindex(&[
+        "crashtest",
+        "--engine",
+        "alloc",
+        "--shared-keys",
+        "--states",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("has no keys"));
+}

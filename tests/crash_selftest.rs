@@ -104,6 +104,8 @@ fn radix_batch_held_commits_without_their_fence_are_caught() {
 
 #[test]
 fn every_fault_is_covered_here() {
-    // A new fault must get a test above.
-    assert_eq!(Fault::ALL.len(), 15);
+    // A new fault must get a test above (`hart-delete-fence-unlocked` is
+    // caught only with writers on the same keys: its test is in
+    // `crash_shared_keys.rs`).
+    assert_eq!(Fault::ALL.len(), 16);
 }

@@ -35,7 +35,7 @@ pub fn run(out: Output, mut cfg: CrashConfig) -> Result<(), CliError> {
     if out.json {
         print_json(&report)?;
     } else {
-        print_text(&text(&report, cfg.eadr, cfg.writers))?;
+        print_text(&text(&report, &cfg))?;
     }
     if report.failures.is_empty() {
         Ok(())
@@ -48,7 +48,8 @@ pub fn run(out: Output, mut cfg: CrashConfig) -> Result<(), CliError> {
     }
 }
 
-fn text(r: &CrashReport, eadr: bool, writers: usize) -> String {
+fn text(r: &CrashReport, cfg: &pmindex::sim::CrashConfig) -> String {
+    let (eadr, writers) = (cfg.eadr, cfg.writers);
     let mut s = format!(
         "crashtest {}{}: seed {}, {} rounds of {} ops{}\n\
          {} PM events, {} fences, {} crash points{}\n\
@@ -59,18 +60,25 @@ fn text(r: &CrashReport, eadr: bool, writers: usize) -> String {
         r.seed,
         r.rounds,
         r.ops,
-        if writers > 1 {
-            format!(" by each of {writers} writers at once")
-        } else {
-            String::new()
+        match (writers, cfg.shared_keys) {
+            (1, false) => String::new(),
+            (1, true) => " on one writer, checked as shared keys".to_string(),
+            (w, false) => format!(" by each of {w} writers at once"),
+            (w, true) => format!(" by each of {w} writers at once, on shared keys"),
         },
         r.events,
         r.fences,
         r.crash_points,
-        if writers > 1 {
-            format!(" ({} with two or more operations in flight)", r.overlapping_points)
-        } else {
-            String::new()
+        match (writers > 1, cfg.shared_keys) {
+            (false, _) => String::new(),
+            (true, false) => format!(
+                " ({} with two or more operations in flight)",
+                r.overlapping_points
+            ),
+            (true, true) => format!(
+                " ({} with two or more operations in flight, {} of them on one key)",
+                r.overlapping_points, r.same_key_points
+            ),
         },
         r.images,
         r.recovery_images,

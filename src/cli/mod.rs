@@ -223,6 +223,11 @@ struct CrashtestArgs {
     /// to run, so a failure is not shrunk and a rerun may pass.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
     writers: u8,
+    /// The writers share one key space, with reads among their operations:
+    /// their operations on a key race, and after a crash each key must hold
+    /// what some order of them (each writer's own, and real time) leaves.
+    #[arg(long)]
+    shared_keys: bool,
     #[command(flatten)]
     settings: EngineOpts,
 }
@@ -695,6 +700,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 cfg.threads = t.max(1);
             }
             cfg.writers = a.writers.into();
+            cfg.shared_keys = a.shared_keys;
+            if a.engine == pmindex::sim::ALLOC_SUBJECT && a.shared_keys {
+                return Err(CliError::Usage(
+                    "--shared-keys: the allocator workload (`--engine alloc`) has no keys".into(),
+                ));
+            }
             if a.engine == pmindex::sim::ALLOC_SUBJECT && a.writers > 1 {
                 return Err(CliError::Usage(
                     "--writers: the allocator workload (`--engine alloc`) runs on one thread"

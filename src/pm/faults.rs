@@ -42,6 +42,12 @@ pub enum Fault {
     /// hart: a batch of puts returns without its fence (acknowledged items
     /// can be lost).
     HartBatchSkipFence,
+    /// hart: a delete fences its cleared commit word only after it lets go
+    /// of the ART's lock (another thread can act on the delete, and return,
+    /// before the delete is durable). Caught only with writers on the same
+    /// keys (`pmindex crashtest --shared-keys`): the deleting thread's own
+    /// operation is still in flight until that fence.
+    HartDeleteFenceUnlocked,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -80,6 +86,7 @@ impl Fault {
         Fault::HartSkipLeafFlush,
         Fault::HartCommitBeforeSlot,
         Fault::HartBatchSkipFence,
+        Fault::HartDeleteFenceUnlocked,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -100,6 +107,7 @@ impl Fault {
             Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
             Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
             Fault::HartBatchSkipFence => "hart-batch-skip-fence",
+            Fault::HartDeleteFenceUnlocked => "hart-delete-fence-unlocked",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -117,9 +125,10 @@ impl Fault {
             | Fault::AllocSkipRecordFence
             | Fault::AllocFrontierUnflushed => None,
             Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
-            Fault::HartSkipLeafFlush | Fault::HartCommitBeforeSlot | Fault::HartBatchSkipFence => {
-                Some("hart")
-            }
+            Fault::HartSkipLeafFlush
+            | Fault::HartCommitBeforeSlot
+            | Fault::HartBatchSkipFence
+            | Fault::HartDeleteFenceUnlocked => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush

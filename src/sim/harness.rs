@@ -29,6 +29,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::cache::CacheModel;
+use super::linear::{Action, KeyHistory, KeyOp};
 use super::trace::{Recorder, Trace};
 use super::workload::{self, Op};
 use crate::db::{Db, Options};
@@ -79,6 +80,11 @@ pub struct CrashConfig {
     /// (docs/design.md §8, "Several writers"). Their interleaving differs
     /// from run to run, so a failing round is not shrunk.
     pub writers: usize,
+    /// The writers share one key space (`--shared-keys`): their operations
+    /// on a key race, reads are among them, and each key must hold what
+    /// some order of its operations leaves (docs/design.md §8, "Writers on
+    /// the same keys"). Key-value engines only.
+    pub shared_keys: bool,
     /// On failure, shrink the workload to a minimal failing sequence.
     pub shrink: bool,
     /// Progress callback.
@@ -119,6 +125,7 @@ impl CrashConfig {
                 .map_or(1, |n| n.get())
                 .min(4),
             writers: 1,
+            shared_keys: false,
             shrink: true,
             progress: None,
             engine_config: Default::default(),
@@ -160,6 +167,9 @@ pub struct CrashReport {
     /// Of which points with two or more operations in flight (several
     /// writers).
     pub overlapping_points: usize,
+    /// Of which points where two writers' operations in flight share a key
+    /// (shared-key workloads).
+    pub same_key_points: usize,
     /// Distinct crash images recovered and verified (including recovery crashes).
     pub images: usize,
     /// Of which crashed during recovery.
@@ -215,6 +225,10 @@ trait Subject: Sync {
     /// How many operations are in flight at `point`.
     fn in_flight(&self, point: usize) -> usize {
         usize::from(self.at(point).1.is_some())
+    }
+    /// Whether two writers' operations in flight at `point` share a key.
+    fn in_flight_on_one_key(&self, _point: usize) -> bool {
+        false
     }
 }
 
@@ -292,52 +306,79 @@ impl KvSettings {
 
 /// Runs `op` on `db` and applies it to `model`: what the database returned,
 /// and what the model says it must return. A reopen is the caller's (it
-/// needs the database by value); here it does nothing.
+/// needs the database by value); here it does nothing. A read returns
+/// whether it found the model's value.
 fn apply_op(db: &Db, model: &mut Model, op: &Op) -> (Result<bool>, bool) {
+    if let Op::Get(k) = op {
+        let want = model.get(k).map(|v| v.to_vec());
+        return (db.get(k).map(|got| got == want), true);
+    }
+    let expect = model_apply(model, op);
+    (run_op(db, op), expect)
+}
+
+/// Applies `op` to `model`, and says what the database must return for it
+/// ([`run_op`]).
+fn model_apply(model: &mut Model, op: &Op) -> bool {
     match op {
-        Op::Put(k, v) => {
-            let e = model.insert(k.clone(), Arc::clone(v)).is_some();
-            (db.put(k, v), e)
-        }
+        Op::Put(k, v) => model.insert(k.clone(), Arc::clone(v)).is_some(),
         Op::Insert(k, v) => {
             let absent = !model.contains_key(k);
             if absent {
                 model.insert(k.clone(), Arc::clone(v));
             }
-            (
-                db.insert(k, v).map(|()| true).or_else(|e| match e {
-                    Error::KeyExists => Ok(false),
-                    e => Err(e),
-                }),
-                absent,
-            )
+            absent
         }
         Op::Update(k, v) => {
             let present = model.contains_key(k);
             if present {
                 model.insert(k.clone(), Arc::clone(v));
             }
-            (
-                db.update(k, v).map(|()| true).or_else(|e| match e {
-                    Error::KeyNotFound => Ok(false),
-                    e => Err(e),
-                }),
-                present,
-            )
+            present
         }
-        Op::Delete(k) => {
-            let e = model.remove(k.as_slice()).is_some();
-            (db.delete(k), e)
-        }
+        Op::Delete(k) => model.remove(k.as_slice()).is_some(),
         Op::PutMany(items) => {
             for (k, v) in items {
                 model.insert(k.clone(), Arc::clone(v));
             }
-            let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
-            (db.put_many(&refs).map(|()| true), true)
+            true
         }
-        Op::Reopen => (Ok(true), true),
+        Op::Get(k) => model.contains_key(k),
+        Op::Reopen => true,
     }
+}
+
+/// Runs `op` on `db`: whether a put replaced a value, an insert inserted,
+/// an update replaced, a delete or a read found its key; `true` for a
+/// `put_many` and a reopen (the caller's).
+fn run_op(db: &Db, op: &Op) -> Result<bool> {
+    match op {
+        Op::Put(k, v) => db.put(k, v),
+        Op::Insert(k, v) => db.insert(k, v).map(|()| true).or_else(|e| match e {
+            Error::KeyExists => Ok(false),
+            e => Err(e),
+        }),
+        Op::Update(k, v) => db.update(k, v).map(|()| true).or_else(|e| match e {
+            Error::KeyNotFound => Ok(false),
+            e => Err(e),
+        }),
+        Op::Delete(k) => db.delete(k),
+        Op::PutMany(items) => {
+            let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            db.put_many(&refs).map(|()| true)
+        }
+        Op::Get(k) => db.get(k).map(|v| v.is_some()),
+        Op::Reopen => Ok(true),
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// A workload's live run as it goes: the model of its keys, and the
@@ -660,14 +701,7 @@ impl ConcurrentKvSubject {
         cfg: &CrashConfig,
         plans: Vec<Vec<Op>>,
     ) -> Result<(ConcurrentKvSubject, Trace, Vec<Failure>)> {
-        let rec = Arc::new(Recorder::new());
-        let settings = KvSettings::new(cfg);
-        let opts = Options {
-            pool_size: cfg.pool_size,
-            ..settings.options(Some(Arc::clone(&rec)))
-        };
-        let db = Db::create_anonymous(&opts)?;
-        let create_end = rec.position();
+        let (rec, settings, db, create_end) = recorded_db(cfg)?;
         let mut owner = std::collections::HashMap::new();
         for (t, ops) in plans.iter().enumerate() {
             for op in ops {
@@ -683,47 +717,10 @@ impl ConcurrentKvSubject {
                 }
             }
         }
-        // 0: wait, 1: run, 2: give up (a writer's thread could not start).
-        let go = AtomicU8::new(0);
-        let mut failures = Vec::new();
-        let mut writers = Vec::new();
-        let mut spawn_error = None;
-        std::thread::scope(|scope| {
-            let mut handles = Vec::new();
-            for (t, ops) in plans.into_iter().enumerate() {
-                let (db, rec, go, owner) = (&db, &rec, &go, &owner);
-                let spawned = std::thread::Builder::new()
-                    .name(format!("crash-writer-{t}"))
-                    .spawn_scoped(scope, move || run_writer(t, ops, db, rec, go, owner));
-                match spawned {
-                    Ok(h) => handles.push(h),
-                    Err(e) => {
-                        spawn_error = Some(e);
-                        break;
-                    }
-                }
-            }
-            go.store(if spawn_error.is_some() { 2 } else { 1 }, Ordering::Release);
-            for h in handles {
-                // A writer catches its operations' panics; its own code
-                // has none to throw.
-                let (log, mut f) = h.join().expect("a crash-test writer panicked");
-                writers.push(log);
-                failures.append(&mut f);
-            }
-        });
-        if let Some(e) = spawn_error {
-            return Err(Error::io("starting a crash-test writer thread", e));
-        }
-        if let Err(e) = db.check() {
-            failures.push(Failure {
-                crash_point: None,
-                acked_ops: writers.iter().map(|w| w.ops.len()).sum(),
-                in_flight: None,
-                image: "live".into(),
-                message: format!("live run: check failed: {e}"),
-            });
-        }
+        let (writers, mut failures) =
+            run_writers(plans, |t, ops| run_writer(t, ops, &db, &rec, &owner))?;
+        let acked = writers.iter().map(|w| w.ops.len()).sum();
+        failures.extend(live_check(&db, acked));
         drop(db);
         let subject = ConcurrentKvSubject {
             settings,
@@ -735,8 +732,82 @@ impl ConcurrentKvSubject {
     }
 }
 
-/// One writer of [`ConcurrentKvSubject::record`]: waits for `go`, then runs
-/// `ops` on `db`, keeping its log and the failures of its results. An
+/// A recorded anonymous pool for `cfg`: the recorder, the settings, the
+/// database, and the event at which its creation ended.
+fn recorded_db(cfg: &CrashConfig) -> Result<(Arc<Recorder>, KvSettings, Db, usize)> {
+    let rec = Arc::new(Recorder::new());
+    let settings = KvSettings::new(cfg);
+    let opts = Options {
+        pool_size: cfg.pool_size,
+        ..settings.options(Some(Arc::clone(&rec)))
+    };
+    let db = Db::create_anonymous(&opts)?;
+    let create_end = rec.position();
+    Ok((rec, settings, db, create_end))
+}
+
+/// Runs `body(t, plans[t])` on a thread of its own for each plan, all
+/// started together (none, if one of the threads cannot start): the
+/// writers' logs, in order, and their failures.
+fn run_writers<L: Send>(
+    plans: Vec<Vec<Op>>,
+    body: impl Fn(usize, Vec<Op>) -> (L, Vec<Failure>) + Sync,
+) -> Result<(Vec<L>, Vec<Failure>)> {
+    // 0: wait, 1: run, 2: give up (a writer's thread could not start).
+    let go = AtomicU8::new(0);
+    let mut failures = Vec::new();
+    let mut logs = Vec::new();
+    let mut spawn_error = None;
+    std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (t, ops) in plans.into_iter().enumerate() {
+            let (go, body) = (&go, &body);
+            let spawned = std::thread::Builder::new()
+                .name(format!("crash-writer-{t}"))
+                .spawn_scoped(scope, move || loop {
+                    match go.load(Ordering::Acquire) {
+                        0 => std::thread::yield_now(),
+                        1 => break Some(body(t, ops)),
+                        _ => break None,
+                    }
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    spawn_error = Some(e);
+                    break;
+                }
+            }
+        }
+        go.store(if spawn_error.is_some() { 2 } else { 1 }, Ordering::Release);
+        for h in handles {
+            // A writer catches its operations' panics; its own code has
+            // none to throw.
+            if let Some((log, mut f)) = h.join().expect("a crash-test writer panicked") {
+                logs.push(log);
+                failures.append(&mut f);
+            }
+        }
+    });
+    match spawn_error {
+        Some(e) => Err(Error::io("starting a crash-test writer thread", e)),
+        None => Ok((logs, failures)),
+    }
+}
+
+/// `check()` of the live database after the writers, as a failure.
+fn live_check(db: &Db, acked: usize) -> Option<Failure> {
+    db.check().err().map(|e| Failure {
+        crash_point: None,
+        acked_ops: acked,
+        in_flight: None,
+        image: "live".into(),
+        message: format!("live run: check failed: {e}"),
+    })
+}
+
+/// One writer of [`ConcurrentKvSubject::record`]: runs `ops` on `db`,
+/// keeping its log and the failures of its results. An
 /// operation that panics (an engine bug) ends the writer: it is reported
 /// with its message and stays in flight at every later crash point, since
 /// it never returned.
@@ -745,7 +816,6 @@ fn run_writer(
     mut ops: Vec<Op>,
     db: &Db,
     rec: &Recorder,
-    go: &AtomicU8,
     owner: &std::collections::HashMap<Vec<u8>, usize>,
 ) -> (WriterLog, Vec<Failure>) {
     let own = |k: &[u8]| owner.get(k) == Some(&t);
@@ -755,13 +825,6 @@ fn run_writer(
         spans: Vec::new(),
         models: vec![Model::new()],
     };
-    loop {
-        match go.load(Ordering::Acquire) {
-            0 => std::thread::yield_now(),
-            1 => break,
-            _ => return (log, live.failures),
-        }
-    }
     for (i, op) in ops.iter().enumerate() {
         let begin = rec.position();
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -774,11 +837,7 @@ fn run_writer(
                 log.models.push(live.model.clone());
             }
             Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let msg = panic_message(&*panic);
                 live.failures.push(live_failure(
                     i,
                     op,
@@ -839,16 +898,10 @@ impl Subject for ConcurrentKvSubject {
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
-        let mut acked_all = 0;
-        let mut flying = Vec::new();
-        for (t, w) in self.writers.iter().enumerate() {
-            let (acked, in_flight) = expected_at(&w.spans, point);
-            acked_all += acked;
-            if in_flight {
-                flying.push(format!("writer {t}: {}", w.ops[acked]));
-            }
-        }
-        (acked_all, (!flying.is_empty()).then(|| flying.join("; ")))
+        writers_at(
+            self.writers.iter().map(|w| (&w.ops[..], &w.spans[..])),
+            point,
+        )
     }
 
     fn in_flight(&self, point: usize) -> usize {
@@ -856,6 +909,338 @@ impl Subject for ConcurrentKvSubject {
             .iter()
             .filter(|w| expected_at(&w.spans, point).1)
             .count()
+    }
+}
+
+/// [`Subject::at`] of several writers, given each one's operations and
+/// their spans: the operations acknowledged by all, and each writer's in
+/// flight.
+fn writers_at<'a>(
+    writers: impl Iterator<Item = (&'a [Op], &'a [(usize, usize)])>,
+    point: usize,
+) -> (usize, Option<String>) {
+    let mut acked_all = 0;
+    let mut flying = Vec::new();
+    for (t, (ops, spans)) in writers.enumerate() {
+        let (acked, in_flight) = expected_at(spans, point);
+        acked_all += acked;
+        if in_flight {
+            flying.push(format!("writer {t}: {}", ops[acked]));
+        }
+    }
+    (acked_all, (!flying.is_empty()).then(|| flying.join("; ")))
+}
+
+// ----- several writers on the same keys ------------------------------------
+
+/// The most a shared-key writer waits before each fence while recording
+/// ([`Recorder::delay_fences`]): long enough for another writer to read a
+/// key, or to finish a short write, between a thread's stores and its fence.
+const SHARED_FENCE_DELAY: std::time::Duration = std::time::Duration::from_micros(40);
+
+/// What an operation of a shared-key writer returned.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// A write's result ([`run_op`]).
+    Returned(bool),
+    /// A read's value.
+    Read(Option<Vec<u8>>),
+    /// A full pool: a single operation changed nothing, a `put_many`
+    /// applied some prefix of its items.
+    Full,
+    /// Another error, or a panic: anything may have happened.
+    Failed,
+}
+
+/// What one writer of a [`SharedKvSubject`] did.
+struct SharedLog {
+    ops: Vec<Op>,
+    /// Event positions (start, end) of each op, as [`WriterLog::spans`].
+    spans: Vec<(usize, usize)>,
+    outcomes: Vec<Outcome>,
+}
+
+/// Several threads running workloads at once on one pool over the **same**
+/// keys ([`workload::generate_shared`]), reads among their operations. At a
+/// crash point each key must hold what some order of the operations on it
+/// leaves (the check of [`super::linear`]): every operation acknowledged
+/// before the point, with the result it returned, and any of those in
+/// flight, in each writer's order and in real time. The live run is held
+/// to the same check with every operation returned.
+struct SharedKvSubject {
+    settings: KvSettings,
+    writers: Vec<SharedLog>,
+    /// Every key an operation wrote or read, and its operations.
+    keys: BTreeMap<Vec<u8>, KeyHistory>,
+    create_end: usize,
+}
+
+impl SharedKvSubject {
+    /// Creates a recorded anonymous pool, then runs each plan on a thread
+    /// of its own, all started together.
+    fn record(
+        cfg: &CrashConfig,
+        plans: Vec<Vec<Op>>,
+    ) -> Result<(SharedKvSubject, Trace, Vec<Failure>)> {
+        let (rec, settings, db, create_end) = recorded_db(cfg)?;
+        rec.delay_fences(SHARED_FENCE_DELAY);
+        let (writers, mut failures) =
+            run_writers(plans, |t, ops| run_shared_writer(t, ops, &db, &rec))?;
+        let acked = writers.iter().map(|w| w.ops.len()).sum();
+        let (keys, foreign) = histories(&writers);
+        failures.extend(foreign.into_iter().map(|m| Failure {
+            crash_point: None,
+            acked_ops: acked,
+            in_flight: None,
+            image: "live".into(),
+            message: format!("live run: {m}"),
+        }));
+        let got = db
+            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+            .map_err(|e| format!("scan: {e}"))
+            .and_then(|got| compare_shared(&keys, got, usize::MAX - 1));
+        if let Err(m) = got {
+            failures.push(Failure {
+                crash_point: None,
+                acked_ops: acked,
+                in_flight: None,
+                image: "live".into(),
+                message: format!("live run: {m}"),
+            });
+        }
+        failures.extend(live_check(&db, acked));
+        drop(db);
+        let subject = SharedKvSubject {
+            settings,
+            writers,
+            keys,
+            create_end,
+        };
+        Ok((subject, rec.take(), failures))
+    }
+}
+
+/// One writer of [`SharedKvSubject::record`]: runs `ops` on `db` and keeps
+/// what each returned. An operation that panics ends the writer and stays
+/// in flight, as in [`run_writer`].
+fn run_shared_writer(
+    t: usize,
+    mut ops: Vec<Op>,
+    db: &Db,
+    rec: &Recorder,
+) -> (SharedLog, Vec<Failure>) {
+    let mut log = SharedLog {
+        ops: Vec::new(),
+        spans: Vec::new(),
+        outcomes: Vec::new(),
+    };
+    let mut failures = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let begin = rec.position();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match op {
+            Op::Get(k) => db.get(k).map(Outcome::Read),
+            op => run_op(db, op).map(Outcome::Returned),
+        }));
+        let end = rec.position();
+        let outcome = match ran {
+            Ok(Ok(o)) => o,
+            Ok(Err(Error::PoolFull { .. })) => Outcome::Full,
+            Ok(Err(e)) => {
+                failures.push(live_failure(i, op, format!("writer {t}: live run: {e}")));
+                Outcome::Failed
+            }
+            Err(panic) => {
+                let msg = panic_message(&*panic);
+                failures.push(live_failure(
+                    i,
+                    op,
+                    format!("writer {t}: live run: the operation panicked: {msg}"),
+                ));
+                log.spans.push((begin, usize::MAX));
+                log.outcomes.push(Outcome::Failed);
+                break;
+            }
+        };
+        log.spans.push((begin, end));
+        log.outcomes.push(outcome);
+    }
+    ops.truncate(log.spans.len());
+    log.ops = ops;
+    (log, failures)
+}
+
+/// Each key's operations, by writer, from the writers' logs; and the reads
+/// that returned a value no operation wrote (failures of the live run).
+fn histories(writers: &[SharedLog]) -> (BTreeMap<Vec<u8>, KeyHistory>, Vec<String>) {
+    let n = writers.len();
+    let mut keys: BTreeMap<Vec<u8>, KeyHistory> = BTreeMap::new();
+    // First every value written, so that a read can name the one it got.
+    for w in writers {
+        for op in &w.ops {
+            let items: Vec<(&Vec<u8>, &Arc<[u8]>)> = match op {
+                Op::Put(k, v) | Op::Insert(k, v) | Op::Update(k, v) => vec![(k, v)],
+                Op::PutMany(items) => items.iter().map(|(k, v)| (k, v)).collect(),
+                Op::Delete(k) | Op::Get(k) => {
+                    keys.entry(k.clone()).or_insert_with(|| KeyHistory::new(n));
+                    Vec::new()
+                }
+                Op::Reopen => Vec::new(),
+            };
+            for (k, v) in items {
+                keys.entry(k.clone())
+                    .or_insert_with(|| KeyHistory::new(n))
+                    .value_id(v);
+            }
+        }
+    }
+    let mut foreign = Vec::new();
+    for (t, w) in writers.iter().enumerate() {
+        for (index, ((op, &(begin, end)), outcome)) in
+            w.ops.iter().zip(&w.spans).zip(&w.outcomes).enumerate()
+        {
+            let (result, partial) = match outcome {
+                Outcome::Returned(_) if matches!(op, Op::PutMany(_)) => (None, false),
+                Outcome::Returned(r) => (Some(*r), false),
+                // A read's value is its result (`Action::Get`).
+                Outcome::Read(_) => (None, false),
+                Outcome::Full | Outcome::Failed => (None, true),
+            };
+            let push = |keys: &mut BTreeMap<Vec<u8>, KeyHistory>, k: &[u8], action| {
+                let h = keys.get_mut(k).expect("every key was entered above");
+                h.writers[t].push(KeyOp {
+                    action,
+                    begin,
+                    end,
+                    result,
+                    partial,
+                    index,
+                });
+            };
+            let single_full = matches!(outcome, Outcome::Full) && !matches!(op, Op::PutMany(_));
+            match op {
+                // A single operation that found the pool full changed nothing.
+                _ if single_full => {}
+                Op::Put(k, v) | Op::Insert(k, v) | Op::Update(k, v) => {
+                    let id = keys[k.as_slice()].find_value(v).expect("entered above");
+                    let action = match op {
+                        Op::Put(..) => Action::Put(id),
+                        Op::Insert(..) => Action::Insert(id),
+                        _ => Action::Update(id),
+                    };
+                    push(&mut keys, k, action);
+                }
+                Op::Delete(k) => push(&mut keys, k, Action::Delete),
+                // One operation per item, with the call's span (not atomic).
+                Op::PutMany(items) => {
+                    for (k, v) in items {
+                        let id = keys[k.as_slice()].find_value(v).expect("entered above");
+                        push(&mut keys, k, Action::Put(id));
+                    }
+                }
+                // A read that failed says nothing.
+                Op::Get(k) => {
+                    if let Outcome::Read(got) = outcome {
+                        let id = match got {
+                            None => Some(None),
+                            Some(v) => keys[k.as_slice()].find_value(v).map(Some),
+                        };
+                        match id {
+                            Some(id) => push(&mut keys, k, Action::Get(id)),
+                            None => foreign.push(format!(
+                                "writer {t}: op {index}, get {}, returned a {}-byte value \
+                                 that no operation wrote",
+                                super::show_key(k),
+                                got.as_ref().map_or(0, Vec::len)
+                            )),
+                        }
+                    }
+                }
+                Op::Reopen => {}
+            }
+        }
+    }
+    (keys, foreign)
+}
+
+/// Whether the recovered contents `got` are what a crash at `point` may
+/// leave, key by key ([`KeyHistory::explains`]).
+fn compare_shared(
+    keys: &BTreeMap<Vec<u8>, KeyHistory>,
+    got: Vec<(Vec<u8>, Vec<u8>)>,
+    point: usize,
+) -> std::result::Result<(), String> {
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = got.into_iter().collect();
+    if let Some(k) = got.keys().find(|k| !keys.contains_key(*k)) {
+        return Err(format!(
+            "key {} exists but no writer wrote it",
+            super::show_key(k)
+        ));
+    }
+    for (k, h) in keys {
+        let now = got.get(k);
+        let state = match now {
+            None => Ok(None),
+            Some(v) => h.find_value(v).map(Some).ok_or(()),
+        };
+        if !h.explains(point, state) {
+            return Err(format!(
+                "key {} {}, which no order of the writers' operations on it explains \
+                 ({})",
+                super::show_key(k),
+                match (now, state) {
+                    (None, _) => "is absent".to_string(),
+                    (Some(v), Ok(Some(id))) => format!("holds {} B #{id}", v.len()),
+                    (Some(v), _) => format!("holds a {}-byte value no operation wrote", v.len()),
+                },
+                h.describe(point)
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Subject for SharedKvSubject {
+    fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String> {
+        self.settings.verify(image, point, self.create_end, |got| {
+            compare_shared(&self.keys, got, point)
+        })
+    }
+
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+        self.settings.record_recovery(image)
+    }
+
+    fn at(&self, point: usize) -> (usize, Option<String>) {
+        writers_at(
+            self.writers.iter().map(|w| (&w.ops[..], &w.spans[..])),
+            point,
+        )
+    }
+
+    fn in_flight(&self, point: usize) -> usize {
+        self.writers
+            .iter()
+            .filter(|w| expected_at(&w.spans, point).1)
+            .count()
+    }
+
+    fn in_flight_on_one_key(&self, point: usize) -> bool {
+        let mut seen: HashSet<&[u8]> = HashSet::new();
+        for w in &self.writers {
+            let (acked, in_flight) = expected_at(&w.spans, point);
+            if !in_flight {
+                continue;
+            }
+            let keys: HashSet<&[u8]> = match &w.ops[acked] {
+                Op::PutMany(items) => items.iter().map(|(k, _)| &k[..]).collect(),
+                op => std::iter::once(op.key()).collect(),
+            };
+            if keys.iter().any(|k| seen.contains(k)) {
+                return true;
+            }
+            seen.extend(keys);
+        }
+        false
     }
 }
 
@@ -1251,6 +1636,7 @@ fn unfenced_message(model: &CacheModel) -> Option<String> {
 struct EnumStats {
     points: usize,
     overlapping: usize,
+    same_key: usize,
     duplicates: usize,
 }
 
@@ -1296,6 +1682,7 @@ fn check_trace<'a>(
     let mut stats = EnumStats {
         points: 0,
         overlapping: 0,
+        same_key: 0,
         duplicates: 0,
     };
     let threads = cfg.threads.max(1);
@@ -1325,6 +1712,7 @@ fn check_trace<'a>(
             }
             stats.points += 1;
             stats.overlapping += usize::from(subject.in_flight(p) >= 2);
+            stats.same_key += usize::from(subject.in_flight_on_one_key(p));
             let mut dup_streak = 0;
             for i in 0..2 + randoms {
                 if shared.stop.load(Ordering::Relaxed) || sent >= budget {
@@ -1384,6 +1772,7 @@ fn report_from(
         fences: trace.events.iter().filter(|e| e.is_fence()).count(),
         crash_points: stats.points,
         overlapping_points: stats.overlapping,
+        same_key_points: stats.same_key,
         images: shared.checked.load(Ordering::Relaxed),
         recovery_images: shared.recovery_images.load(Ordering::Relaxed),
         duplicates: stats.duplicates,
@@ -1392,7 +1781,7 @@ fn report_from(
         failures: live,
         shrunk: None,
         reproduce: format!(
-            "pmindex crashtest --engine {} --ops {} --keys {} --states {} --seed {}{}{}{}{}",
+            "pmindex crashtest --engine {} --ops {} --keys {} --states {} --seed {}{}{}{}{}{}",
             cfg.engine,
             cfg.ops,
             cfg.keys,
@@ -1402,6 +1791,11 @@ fn report_from(
                 format!(" --writers {}", cfg.writers)
             } else {
                 String::new()
+            },
+            if cfg.shared_keys {
+                " --shared-keys"
+            } else {
+                ""
             },
             if cfg.eadr { " --eadr" } else { "" },
             cfg.fault
@@ -1434,6 +1828,11 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
             "writers: the allocator workload runs on one thread".into(),
         ));
     }
+    if cfg.shared_keys && cfg.engine == ALLOC_SUBJECT {
+        return Err(Error::InvalidArgument(
+            "shared keys: the allocator workload has no keys".into(),
+        ));
+    }
     let t0 = Instant::now();
     let mut total: Option<CrashReport> = None;
     let max_rounds = (cfg.states / 20).max(1) as u64;
@@ -1454,7 +1853,12 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
         };
         let mut r = run_round(&rcfg)?;
         let failed = !r.failures.is_empty();
-        if failed && cfg.shrink && cfg.engine != ALLOC_SUBJECT && cfg.writers <= 1 {
+        if failed
+            && cfg.shrink
+            && cfg.engine != ALLOC_SUBJECT
+            && cfg.writers <= 1
+            && !cfg.shared_keys
+        {
             let ops = workload::generate(rcfg.seed, rcfg.ops, rcfg.keys);
             r.shrunk = Some(
                 shrink_kv(&rcfg, ops, &r)?
@@ -1470,6 +1874,7 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
                 t.fences += r.fences;
                 t.crash_points += r.crash_points;
                 t.overlapping_points += r.overlapping_points;
+                t.same_key_points += r.same_key_points;
                 t.images += r.images;
                 t.recovery_images += r.recovery_images;
                 t.duplicates += r.duplicates;
@@ -1496,6 +1901,13 @@ fn run_round(cfg: &CrashConfig) -> Result<CrashReport> {
     if cfg.engine == ALLOC_SUBJECT {
         let ops = AllocSubject::generate(cfg.seed, cfg.ops, cfg.keys.max(TABLE_ROOT + 1));
         run_alloc(cfg, ops)
+    } else if cfg.shared_keys {
+        let plans = workload::generate_shared(cfg.seed, cfg.ops, cfg.keys, cfg.writers);
+        let t0 = Instant::now();
+        let (subject, trace, live) = SharedKvSubject::record(cfg, plans)?;
+        let base = vec![0u8; cfg.pool_size as usize];
+        let (stats, shared) = check_trace(&subject, &trace, base, cfg);
+        Ok(report_from(cfg, &trace, stats, shared, live, t0))
     } else if cfg.writers > 1 {
         let plans = workload::generate_concurrent(cfg.seed, cfg.ops, cfg.keys, cfg.writers);
         let t0 = Instant::now();

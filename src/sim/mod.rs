@@ -6,6 +6,8 @@
 //!   images a power failure can leave (the model is documented there and in
 //!   `docs/design.md`).
 //! - [`workload`]: seeded workloads.
+//! - [`linear`]: the check of a key that several writers' operations race
+//!   on (shared-key workloads).
 //! - [`harness`]: crash at every fence and between fences, recover every
 //!   distinct image, verify it against the model of acknowledged operations.
 //! - [`damage`]: not a power failure but damage (any bytes): the workload
@@ -14,6 +16,7 @@
 pub mod cache;
 pub mod damage;
 pub mod harness;
+pub mod linear;
 pub mod trace;
 pub mod workload;
 

@@ -4,7 +4,7 @@
 //! thread that issued them, because a fence orders only its own thread's
 //! flushes (docs/design.md §8, "Several writers").
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::ThreadId;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -76,6 +76,9 @@ impl Trace {
 pub struct Recorder {
     inner: Mutex<Inner>,
     paused: AtomicBool,
+    /// Nanoseconds: the most a thread waits before its fence is recorded
+    /// ([`Recorder::delay_fences`]); 0: no wait.
+    fence_delay: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -112,6 +115,46 @@ impl Recorder {
     /// Stops or resumes recording.
     pub fn set_paused(&self, paused: bool) {
         self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    /// From now on, each thread waits (spinning) a pseudo-random time of up
+    /// to `max` before each of its fences is recorded. Between a thread's
+    /// stores and its fence is where another thread may act on what is not
+    /// yet durable; with several writers the wait widens that window, so
+    /// that the interleavings a slow fence would give (on real PM a fence
+    /// waits for the write-backs) are recorded, not only the fast ones.
+    pub fn delay_fences(&self, max: std::time::Duration) {
+        let ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        self.fence_delay.store(ns, Ordering::Relaxed);
+    }
+
+    /// The wait of [`Recorder::delay_fences`], if one is set.
+    fn wait_before_fence(&self) {
+        let max = self.fence_delay.load(Ordering::Relaxed);
+        if max == 0 {
+            return;
+        }
+        thread_local! {
+            static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        }
+        // A per-thread xorshift, seeded from the thread's address space
+        // position so that threads differ.
+        let r = STATE.with(|s| {
+            let mut x = s.get();
+            if x == 0 {
+                x = (s as *const _ as u64) | 1;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.set(x);
+            x
+        });
+        let wait = std::time::Duration::from_nanos(r % max);
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < wait {
+            std::hint::spin_loop();
+        }
     }
 
     /// Takes the trace recorded so far, leaving an empty one.
@@ -159,6 +202,9 @@ impl PmObserver for Recorder {
         self.push(|t| Event::Flush(line, t));
     }
     fn fence(&self) {
+        if !self.paused.load(Ordering::Relaxed) {
+            self.wait_before_fence();
+        }
         self.push(Event::Fence);
     }
 }
@@ -166,6 +212,26 @@ impl PmObserver for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delayed_fences_wait_and_are_still_recorded() {
+        let rec = Recorder::new();
+        rec.delay_fences(std::time::Duration::from_millis(2));
+        let t0 = std::time::Instant::now();
+        for _ in 0..50 {
+            rec.fence();
+        }
+        // 50 waits of up to 2 ms, about 50 ms in all; far more than 5 ms
+        // unless the waits are skipped.
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(5));
+        assert_eq!(rec.take().events, vec![Event::Fence(0); 50]);
+        // Paused: neither recorded nor delayed.
+        rec.set_paused(true);
+        let t0 = std::time::Instant::now();
+        rec.fence();
+        assert!(rec.take().events.is_empty());
+        assert!(t0.elapsed() < std::time::Duration::from_millis(500));
+    }
 
     #[test]
     fn each_thread_s_flushes_and_fences_carry_its_own_index() {

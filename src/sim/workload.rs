@@ -30,6 +30,9 @@ pub enum Op {
     /// repeat). In flight, each of its keys may hold its value from before
     /// the call or any the call gives it, independently of the others.
     PutMany(Vec<(Vec<u8>, Arc<[u8]>)>),
+    /// Read (only in the shared-key workloads, [`generate_shared`]: what a
+    /// read returned is checked against the other writers' operations).
+    Get(Vec<u8>),
     /// Close the pool and open it again (recovery runs, and later appends
     /// follow a recovered log).
     Reopen,
@@ -39,7 +42,7 @@ impl Op {
     /// The key (the first item's for `PutMany`, empty for `Reopen`).
     pub fn key(&self) -> &[u8] {
         match self {
-            Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) => k,
+            Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) | Op::Get(k) => k,
             Op::PutMany(items) => items.first().map_or(&[], |(k, _)| k),
             Op::Reopen => &[],
         }
@@ -54,6 +57,7 @@ impl std::fmt::Display for Op {
             Op::Insert(_, v) => write!(f, "insert {k} ({} B)", v.len()),
             Op::Update(_, v) => write!(f, "update {k} ({} B)", v.len()),
             Op::Delete(_) => write!(f, "delete {k}"),
+            Op::Get(_) => write!(f, "get {k}"),
             Op::PutMany(items) => write!(
                 f,
                 "put_many of {} items ({})",
@@ -155,31 +159,58 @@ pub fn generate_concurrent(seed: u64, n: usize, keys: usize, writers: usize) -> 
         .collect()
 }
 
+/// The workloads of `writers` threads that run at once over **one** key
+/// space of `keys` keys: thread `t` gets `n` operations over all of them,
+/// a fifth of them reads ([`Op::Get`]), with no reopen. The threads'
+/// operations on one key then race, and a crash is checked by the order of
+/// them that explains what the key holds ([`super::linear`]).
+pub fn generate_shared(seed: u64, n: usize, keys: usize, writers: usize) -> Vec<Vec<Op>> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let space = key_space(&mut rng, keys);
+    (0..writers.max(1))
+        .map(|t| {
+            (0..n)
+                .map(|i| {
+                    if rng.gen_range(0..5) == 0 {
+                        Op::Get(space[rng.gen_range(0..space.len())].clone())
+                    } else {
+                        // Values tagged by writer too, so that two writers'
+                        // values differ (but for the empty ones).
+                        one_op(&mut rng, t * n + i, &space, false)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// `n` operations over the keys of `space`; `reopen`: whether some are
 /// reopens.
 fn ops_over(rng: &mut SmallRng, n: usize, space: &[Vec<u8>], reopen: bool) -> Vec<Op> {
-    (0..n)
-        .map(|i| {
-            let k = space[rng.gen_range(0..space.len())].clone();
-            match rng.gen_range(0..100) {
-                0..=1 if reopen => Op::Reopen,
-                0..=1 => Op::Put(k, value(rng, i as u64)),
-                2..=7 => {
-                    // 1 to 40 items: past one engine batch of 32, with
-                    // repeated keys now and then.
-                    let n = rng.gen_range(1..=40);
-                    let mut items = vec![(k, value(rng, i as u64))];
-                    for j in 1..n {
-                        let k = space[rng.gen_range(0..space.len())].clone();
-                        items.push((k, value(rng, (i as u64) << 8 | j)));
-                    }
-                    Op::PutMany(items)
-                }
-                8..=44 => Op::Put(k, value(rng, i as u64)),
-                45..=59 => Op::Insert(k, value(rng, i as u64)),
-                60..=74 => Op::Update(k, value(rng, i as u64)),
-                _ => Op::Delete(k),
+    (0..n).map(|i| one_op(rng, i, space, reopen)).collect()
+}
+
+/// Operation `i` of a workload over the keys of `space` (the mix of
+/// [`generate`]).
+fn one_op(rng: &mut SmallRng, i: usize, space: &[Vec<u8>], reopen: bool) -> Op {
+    let k = space[rng.gen_range(0..space.len())].clone();
+    match rng.gen_range(0..100) {
+        0..=1 if reopen => Op::Reopen,
+        0..=1 => Op::Put(k, value(rng, i as u64)),
+        2..=7 => {
+            // 1 to 40 items: past one engine batch of 32, with
+            // repeated keys now and then.
+            let n = rng.gen_range(1..=40);
+            let mut items = vec![(k, value(rng, i as u64))];
+            for j in 1..n {
+                let k = space[rng.gen_range(0..space.len())].clone();
+                items.push((k, value(rng, (i as u64) << 8 | j)));
             }
-        })
-        .collect()
+            Op::PutMany(items)
+        }
+        8..=44 => Op::Put(k, value(rng, i as u64)),
+        45..=59 => Op::Insert(k, value(rng, i as u64)),
+        60..=74 => Op::Update(k, value(rng, i as u64)),
+        _ => Op::Delete(k),
+    }
 }

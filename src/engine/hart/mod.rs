@@ -953,7 +953,12 @@ impl Hart {
             Ok((c, v))
         })()
         .map_err(DeleteError::Unchanged)?;
-        self.pool.persist(leaf, 8);
+        if self.pool.fault(Fault::HartDeleteFenceUnlocked) {
+            // The fence comes in `delete`, after the ART's lock (the fault).
+            self.pool.flush(leaf, 8);
+        } else {
+            self.pool.persist(leaf, 8);
+        }
         (|| {
             self.drop_value(st, v, leaf::slot_off(leaf, c.active))?;
             // Algorithm 5 line 12 (paper order): persist the reset value bit.
@@ -1165,6 +1170,9 @@ impl Engine for Hart {
             self.trees.retire(&hk, r, &mut t);
         }
         drop(t);
+        if self.pool.fault(Fault::HartDeleteFenceUnlocked) {
+            self.pool.fence();
+        }
         if group_due {
             // The delete is durable and the DRAM state follows it: an error
             // of the group (a leaf its list does not hold) comes after.
