@@ -307,11 +307,19 @@ impl KvSettings {
 /// Runs `op` on `db` and applies it to `model`: what the database returned,
 /// and what the model says it must return. A reopen is the caller's (it
 /// needs the database by value); here it does nothing. A read returns
-/// whether it found the model's value.
+/// whether it found the model's value, a scan whether it found the model's
+/// pairs.
 fn apply_op(db: &Db, model: &mut Model, op: &Op) -> (Result<bool>, bool) {
     if let Op::Get(k) = op {
         let want = model.get(k).map(|v| v.to_vec());
         return (db.get(k).map(|got| got == want), true);
+    }
+    if let Op::Scan(lo, hi) = op {
+        let want: Vec<(Vec<u8>, Vec<u8>)> = model
+            .range(lo.clone()..=hi.clone())
+            .map(|(k, v)| (k.clone(), v.to_vec()))
+            .collect();
+        return (scan_range(db, lo, hi).map(|got| got == want), true);
     }
     let expect = model_apply(model, op);
     (run_op(db, op), expect)
@@ -344,13 +352,13 @@ fn model_apply(model: &mut Model, op: &Op) -> bool {
             true
         }
         Op::Get(k) => model.contains_key(k),
-        Op::Reopen => true,
+        Op::Scan(..) | Op::Reopen => true,
     }
 }
 
 /// Runs `op` on `db`: whether a put replaced a value, an insert inserted,
 /// an update replaced, a delete or a read found its key; `true` for a
-/// `put_many` and a reopen (the caller's).
+/// `put_many`, a scan and a reopen (the caller's).
 fn run_op(db: &Db, op: &Op) -> Result<bool> {
     match op {
         Op::Put(k, v) => db.put(k, v),
@@ -368,8 +376,15 @@ fn run_op(db: &Db, op: &Op) -> Result<bool> {
             db.put_many(&refs).map(|()| true)
         }
         Op::Get(k) => db.get(k).map(|v| v.is_some()),
+        Op::Scan(lo, hi) => scan_range(db, lo, hi).map(|_| true),
         Op::Reopen => Ok(true),
     }
+}
+
+/// The pairs of `db` with keys from `lo` to `hi`, both included.
+fn scan_range(db: &Db, lo: &[u8], hi: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use std::ops::Bound::Included;
+    db.scan(Included(lo), Included(hi), None)
 }
 
 /// The message of a caught panic.
@@ -945,6 +960,8 @@ enum Outcome {
     Returned(bool),
     /// A read's value.
     Read(Option<Vec<u8>>),
+    /// A scan's pairs.
+    Scanned(Vec<(Vec<u8>, Vec<u8>)>),
     /// A full pool: a single operation changed nothing, a `put_many`
     /// applied some prefix of its items.
     Full,
@@ -1039,6 +1056,7 @@ fn run_shared_writer(
         let begin = rec.position();
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match op {
             Op::Get(k) => db.get(k).map(Outcome::Read),
+            Op::Scan(lo, hi) => scan_range(db, lo, hi).map(Outcome::Scanned),
             op => run_op(db, op).map(Outcome::Returned),
         }));
         let end = rec.position();
@@ -1084,7 +1102,7 @@ fn histories(writers: &[SharedLog]) -> (BTreeMap<Vec<u8>, KeyHistory>, Vec<Strin
                     keys.entry(k.clone()).or_insert_with(|| KeyHistory::new(n));
                     Vec::new()
                 }
-                Op::Reopen => Vec::new(),
+                Op::Scan(..) | Op::Reopen => Vec::new(),
             };
             for (k, v) in items {
                 keys.entry(k.clone())
@@ -1102,7 +1120,7 @@ fn histories(writers: &[SharedLog]) -> (BTreeMap<Vec<u8>, KeyHistory>, Vec<Strin
                 Outcome::Returned(_) if matches!(op, Op::PutMany(_)) => (None, false),
                 Outcome::Returned(r) => (Some(*r), false),
                 // A read's value is its result (`Action::Get`).
-                Outcome::Read(_) => (None, false),
+                Outcome::Read(_) | Outcome::Scanned(_) => (None, false),
                 Outcome::Full | Outcome::Failed => (None, true),
             };
             let push = |keys: &mut BTreeMap<Vec<u8>, KeyHistory>, k: &[u8], action| {
@@ -1152,6 +1170,43 @@ fn histories(writers: &[SharedLog]) -> (BTreeMap<Vec<u8>, KeyHistory>, Vec<Strin
                                 super::show_key(k),
                                 got.as_ref().map_or(0, Vec::len)
                             )),
+                        }
+                    }
+                }
+                // A scan reads each key of its range, at some instant of its
+                // span: the value it returned, or absent if it returned none.
+                Op::Scan(lo, hi) => {
+                    if let Outcome::Scanned(got) = outcome {
+                        let range = lo.clone()..=hi.clone();
+                        for (k, v) in got {
+                            let known = keys.get(k).and_then(|h| h.find_value(v));
+                            if !range.contains(k) || known.is_none() {
+                                foreign.push(format!(
+                                    "writer {t}: op {index}, {op}, returned key {} with a \
+                                     {}-byte value, {}",
+                                    super::show_key(k),
+                                    v.len(),
+                                    if range.contains(k) {
+                                        "which no operation wrote"
+                                    } else {
+                                        "outside its range"
+                                    }
+                                ));
+                            }
+                        }
+                        // (A key returned with a value no operation wrote
+                        // is a failure above, and read nothing here.)
+                        let read: Vec<(Vec<u8>, Option<u32>)> = keys
+                            .range(range.clone())
+                            .filter_map(|(k, h)| {
+                                match got.binary_search_by(|(g, _)| g.as_slice().cmp(k)) {
+                                    Ok(i) => h.find_value(&got[i].1).map(|v| (k.clone(), Some(v))),
+                                    Err(_) => Some((k.clone(), None)),
+                                }
+                            })
+                            .collect();
+                        for (k, v) in read {
+                            push(&mut keys, &k, Action::Get(v));
                         }
                     }
                 }
@@ -1233,6 +1288,11 @@ impl Subject for SharedKvSubject {
             }
             let keys: HashSet<&[u8]> = match &w.ops[acked] {
                 Op::PutMany(items) => items.iter().map(|(k, _)| &k[..]).collect(),
+                Op::Scan(lo, hi) => self
+                    .keys
+                    .range(lo.clone()..=hi.clone())
+                    .map(|(k, _)| &k[..])
+                    .collect(),
                 op => std::iter::once(op.key()).collect(),
             };
             if keys.iter().any(|k| seen.contains(k)) {
@@ -1997,4 +2057,123 @@ pub fn run_expecting(cfg: &CrashConfig) -> Result<CrashReport> {
         )));
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(b: &[u8]) -> Arc<[u8]> {
+        b.to_vec().into()
+    }
+
+    /// A writer's log with one event per operation.
+    fn log(ops: Vec<Op>, outcomes: Vec<Outcome>) -> SharedLog {
+        SharedLog {
+            spans: (0..ops.len()).map(|i| (2 * i, 2 * i + 1)).collect(),
+            ops,
+            outcomes,
+        }
+    }
+
+    #[test]
+    fn a_scan_reads_every_key_of_its_range() {
+        let put = |k: &[u8], x: &[u8]| Op::Put(k.to_vec(), v(x));
+        let w0 = log(
+            vec![
+                put(b"a", b"1"),
+                put(b"b", b"2"),
+                put(b"c", b"3"),
+                put(b"d", b"4"),
+            ],
+            vec![Outcome::Returned(false); 4],
+        );
+        let mut w1 = log(
+            vec![Op::Scan(b"a".to_vec(), b"c".to_vec())],
+            vec![Outcome::Scanned(vec![(b"b".to_vec(), b"2".to_vec())])],
+        );
+        // Over all four puts (events 0 to 7).
+        w1.spans = vec![(0, 10)];
+        let (keys, foreign) = histories(&[w0, w1]);
+        assert!(foreign.is_empty(), "{foreign:?}");
+        let reads = |k: &[u8]| keys[k].writers[1].clone();
+        assert_eq!(reads(b"a")[0].action, Action::Get(None));
+        assert_eq!(reads(b"b")[0].action, Action::Get(Some(0)));
+        assert_eq!(reads(b"c")[0].action, Action::Get(None));
+        assert!(reads(b"d").is_empty(), "outside the range");
+        // The scan overlapped the puts: a and c absent and b present is
+        // explained, and the puts' values after them all.
+        assert!(keys[&b"a"[..]].explains(100, Ok(Some(0))));
+        // Had it begun after the put of b returned, b absent would not be.
+        let mut late = keys[&b"b"[..]].clone();
+        late.writers[1][0].begin = 4;
+        late.writers[1][0].action = Action::Get(None);
+        assert!(!late.explains(100, Ok(Some(0))));
+        assert!(compare_shared(
+            &keys,
+            vec![
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"b".to_vec(), b"2".to_vec()),
+                (b"c".to_vec(), b"3".to_vec()),
+                (b"d".to_vec(), b"4".to_vec()),
+            ],
+            100
+        )
+        .is_ok());
+        assert!(compare_shared(&keys, vec![(b"a".to_vec(), b"1".to_vec())], 100).is_err());
+    }
+
+    #[test]
+    fn a_scan_or_a_read_of_a_value_no_one_wrote_is_a_failure() {
+        let w0 = log(
+            vec![Op::Put(b"a".to_vec(), v(b"1"))],
+            vec![Outcome::Returned(false)],
+        );
+        let w1 = log(
+            vec![
+                Op::Scan(b"a".to_vec(), b"z".to_vec()),
+                Op::Get(b"a".to_vec()),
+                Op::Scan(b"b".to_vec(), b"c".to_vec()),
+            ],
+            vec![
+                Outcome::Scanned(vec![(b"a".to_vec(), b"9".to_vec())]),
+                Outcome::Read(Some(b"8".to_vec())),
+                Outcome::Scanned(vec![(b"a".to_vec(), b"1".to_vec())]),
+            ],
+        );
+        let (keys, foreign) = histories(&[w0, w1]);
+        assert_eq!(foreign.len(), 3, "{foreign:?}");
+        assert!(
+            foreign[0].contains("which no operation wrote"),
+            "{}",
+            foreign[0]
+        );
+        assert!(foreign[1].contains("no operation wrote"), "{}", foreign[1]);
+        assert!(foreign[2].contains("outside its range"), "{}", foreign[2]);
+        // None of them became a read of the key.
+        assert!(keys[&b"a"[..]].writers[1].is_empty());
+    }
+
+    #[test]
+    fn a_full_pool_drops_a_single_op_and_leaves_a_put_many_s_items_optional() {
+        let w0 = log(
+            vec![
+                Op::Put(b"a".to_vec(), v(b"1")),
+                Op::PutMany(vec![(b"a".to_vec(), v(b"2")), (b"a".to_vec(), v(b"3"))]),
+                Op::PutMany(vec![(b"a".to_vec(), v(b"4"))]),
+            ],
+            vec![Outcome::Full, Outcome::Returned(true), Outcome::Full],
+        );
+        let (keys, _) = histories(&[w0]);
+        let ops = &keys[&b"a"[..]].writers[0];
+        assert_eq!(ops.len(), 3, "the full single put is gone: {ops:?}");
+        assert!(ops[..2].iter().all(|o| !o.partial && o.result.is_none()));
+        assert!(ops[2].partial);
+        let h = &keys[&b"a"[..]];
+        let id = |b: &[u8]| h.find_value(b).unwrap();
+        assert!(h.explains(100, Ok(Some(id(b"3")))));
+        assert!(h.explains(100, Ok(Some(id(b"4")))));
+        assert!(!h.explains(100, Ok(Some(id(b"1")))));
+        assert!(!h.explains(100, Ok(Some(id(b"2")))));
+    }
 }

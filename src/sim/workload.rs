@@ -33,16 +33,26 @@ pub enum Op {
     /// Read (only in the shared-key workloads, [`generate_shared`]: what a
     /// read returned is checked against the other writers' operations).
     Get(Vec<u8>),
+    /// Every pair with a key from the first to the second, both included
+    /// (only in the shared-key workloads: each key in the range is read,
+    /// at some instant of the scan's span, as by a [`Op::Get`]).
+    Scan(Vec<u8>, Vec<u8>),
     /// Close the pool and open it again (recovery runs, and later appends
     /// follow a recovered log).
     Reopen,
 }
 
 impl Op {
-    /// The key (the first item's for `PutMany`, empty for `Reopen`).
+    /// The key (the first item's for `PutMany`, the low end of a `Scan`'s
+    /// range, empty for `Reopen`).
     pub fn key(&self) -> &[u8] {
         match self {
-            Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) | Op::Get(k) => k,
+            Op::Put(k, _)
+            | Op::Insert(k, _)
+            | Op::Update(k, _)
+            | Op::Delete(k)
+            | Op::Get(k)
+            | Op::Scan(k, _) => k,
             Op::PutMany(items) => items.first().map_or(&[], |(k, _)| k),
             Op::Reopen => &[],
         }
@@ -58,6 +68,7 @@ impl std::fmt::Display for Op {
             Op::Update(_, v) => write!(f, "update {k} ({} B)", v.len()),
             Op::Delete(_) => write!(f, "delete {k}"),
             Op::Get(_) => write!(f, "get {k}"),
+            Op::Scan(_, hi) => write!(f, "scan {k} ..= {}", crate::sim::show_key(hi)),
             Op::PutMany(items) => write!(
                 f,
                 "put_many of {} items ({})",
@@ -161,7 +172,8 @@ pub fn generate_concurrent(seed: u64, n: usize, keys: usize, writers: usize) -> 
 
 /// The workloads of `writers` threads that run at once over **one** key
 /// space of `keys` keys: thread `t` gets `n` operations over all of them,
-/// a fifth of them reads ([`Op::Get`]), with no reopen. The threads'
+/// a fifth of them reads (15% [`Op::Get`], 5% [`Op::Scan`] of a random
+/// range), with no reopen. The threads'
 /// operations on one key then race, and a crash is checked by the order of
 /// them that explains what the key holds ([`super::linear`]).
 pub fn generate_shared(seed: u64, n: usize, keys: usize, writers: usize) -> Vec<Vec<Op>> {
@@ -171,8 +183,13 @@ pub fn generate_shared(seed: u64, n: usize, keys: usize, writers: usize) -> Vec<
         .map(|t| {
             (0..n)
                 .map(|i| {
-                    if rng.gen_range(0..5) == 0 {
-                        Op::Get(space[rng.gen_range(0..space.len())].clone())
+                    let pick = |rng: &mut SmallRng| space[rng.gen_range(0..space.len())].clone();
+                    let read = rng.gen_range(0..20);
+                    if read < 3 {
+                        Op::Get(pick(&mut rng))
+                    } else if read == 3 {
+                        let (a, b) = (pick(&mut rng), pick(&mut rng));
+                        Op::Scan(a.clone().min(b.clone()), a.max(b))
                     } else {
                         // Values tagged by writer too, so that two writers'
                         // values differ (but for the empty ones).
