@@ -19,7 +19,7 @@
 //! pool may be "not a pool" (creation never finished) or an empty index.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::Instant;
@@ -167,8 +167,8 @@ pub struct CrashReport {
     /// Of which points with two or more operations in flight (several
     /// writers).
     pub overlapping_points: usize,
-    /// Of which points where two writers' operations in flight share a key
-    /// (shared-key workloads).
+    /// Of which points where two writers' operations in flight share a key,
+    /// one of them at least a write (shared-key workloads).
     pub same_key_points: usize,
     /// Distinct crash images recovered and verified (including recovery crashes).
     pub images: usize,
@@ -974,6 +974,8 @@ struct SharedLog {
     ops: Vec<Op>,
     /// Event positions (start, end) of each op, as [`WriterLog::spans`].
     spans: Vec<(usize, usize)>,
+    /// The operation clock at each op's call and return ([`KeyOp::called`]).
+    ticks: Vec<(u64, u64)>,
     outcomes: Vec<Outcome>,
 }
 
@@ -1001,8 +1003,9 @@ impl SharedKvSubject {
     ) -> Result<(SharedKvSubject, Trace, Vec<Failure>)> {
         let (rec, settings, db, create_end) = recorded_db(cfg)?;
         rec.delay_fences(SHARED_FENCE_DELAY);
+        let clock = AtomicU64::new(0);
         let (writers, mut failures) =
-            run_writers(plans, |t, ops| run_shared_writer(t, ops, &db, &rec))?;
+            run_writers(plans, |t, ops| run_shared_writer(t, ops, &db, &rec, &clock))?;
         let acked = writers.iter().map(|w| w.ops.len()).sum();
         let (keys, foreign) = histories(&writers);
         failures.extend(foreign.into_iter().map(|m| Failure {
@@ -1045,14 +1048,17 @@ fn run_shared_writer(
     mut ops: Vec<Op>,
     db: &Db,
     rec: &Recorder,
+    clock: &AtomicU64,
 ) -> (SharedLog, Vec<Failure>) {
     let mut log = SharedLog {
         ops: Vec::new(),
         spans: Vec::new(),
+        ticks: Vec::new(),
         outcomes: Vec::new(),
     };
     let mut failures = Vec::new();
     for (i, op) in ops.iter().enumerate() {
+        let called = clock.fetch_add(1, Ordering::SeqCst);
         let begin = rec.position();
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match op {
             Op::Get(k) => db.get(k).map(Outcome::Read),
@@ -1060,6 +1066,7 @@ fn run_shared_writer(
             op => run_op(db, op).map(Outcome::Returned),
         }));
         let end = rec.position();
+        let returned = clock.fetch_add(1, Ordering::SeqCst);
         let outcome = match ran {
             Ok(Ok(o)) => o,
             Ok(Err(Error::PoolFull { .. })) => Outcome::Full,
@@ -1075,11 +1082,13 @@ fn run_shared_writer(
                     format!("writer {t}: live run: the operation panicked: {msg}"),
                 ));
                 log.spans.push((begin, usize::MAX));
+                log.ticks.push((called, u64::MAX));
                 log.outcomes.push(Outcome::Failed);
                 break;
             }
         };
         log.spans.push((begin, end));
+        log.ticks.push((called, returned));
         log.outcomes.push(outcome);
     }
     ops.truncate(log.spans.len());
@@ -1113,8 +1122,13 @@ fn histories(writers: &[SharedLog]) -> (BTreeMap<Vec<u8>, KeyHistory>, Vec<Strin
     }
     let mut foreign = Vec::new();
     for (t, w) in writers.iter().enumerate() {
-        for (index, ((op, &(begin, end)), outcome)) in
-            w.ops.iter().zip(&w.spans).zip(&w.outcomes).enumerate()
+        for (index, (((op, &(begin, end)), &(called, returned)), outcome)) in w
+            .ops
+            .iter()
+            .zip(&w.spans)
+            .zip(&w.ticks)
+            .zip(&w.outcomes)
+            .enumerate()
         {
             let (result, partial) = match outcome {
                 Outcome::Returned(_) if matches!(op, Op::PutMany(_)) => (None, false),
@@ -1129,6 +1143,8 @@ fn histories(writers: &[SharedLog]) -> (BTreeMap<Vec<u8>, KeyHistory>, Vec<Strin
                     action,
                     begin,
                     end,
+                    called,
+                    returned,
                     result,
                     partial,
                     index,
@@ -1279,14 +1295,20 @@ impl Subject for SharedKvSubject {
             .count()
     }
 
+    /// Two operations in flight on one key, one of them at least a write
+    /// (two reads of a key say nothing of each other). A panicked op stays
+    /// in flight, and counts, as long as the run goes on.
     fn in_flight_on_one_key(&self, point: usize) -> bool {
-        let mut seen: HashSet<&[u8]> = HashSet::new();
+        // Keys read, and keys written, by the writers seen so far.
+        let mut read: HashSet<&[u8]> = HashSet::new();
+        let mut written: HashSet<&[u8]> = HashSet::new();
         for w in &self.writers {
             let (acked, in_flight) = expected_at(&w.spans, point);
             if !in_flight {
                 continue;
             }
-            let keys: HashSet<&[u8]> = match &w.ops[acked] {
+            let op = &w.ops[acked];
+            let keys: HashSet<&[u8]> = match op {
                 Op::PutMany(items) => items.iter().map(|(k, _)| &k[..]).collect(),
                 Op::Scan(lo, hi) => self
                     .keys
@@ -1295,10 +1317,18 @@ impl Subject for SharedKvSubject {
                     .collect(),
                 op => std::iter::once(op.key()).collect(),
             };
-            if keys.iter().any(|k| seen.contains(k)) {
+            let writes = !matches!(op, Op::Get(_) | Op::Scan(..));
+            if keys
+                .iter()
+                .any(|k| written.contains(k) || (writes && read.contains(k)))
+            {
                 return true;
             }
-            seen.extend(keys);
+            if writes {
+                written.extend(keys);
+            } else {
+                read.extend(keys);
+            }
         }
         false
     }
@@ -2071,6 +2101,7 @@ mod tests {
     fn log(ops: Vec<Op>, outcomes: Vec<Outcome>) -> SharedLog {
         SharedLog {
             spans: (0..ops.len()).map(|i| (2 * i, 2 * i + 1)).collect(),
+            ticks: (0..ops.len() as u64).map(|i| (2 * i, 2 * i + 1)).collect(),
             ops,
             outcomes,
         }
@@ -2094,6 +2125,7 @@ mod tests {
         );
         // Over all four puts (events 0 to 7).
         w1.spans = vec![(0, 10)];
+        w1.ticks = vec![(0, 10)];
         let (keys, foreign) = histories(&[w0, w1]);
         assert!(foreign.is_empty(), "{foreign:?}");
         let reads = |k: &[u8]| keys[k].writers[1].clone();
@@ -2106,7 +2138,7 @@ mod tests {
         assert!(keys[&b"a"[..]].explains(100, Ok(Some(0))));
         // Had it begun after the put of b returned, b absent would not be.
         let mut late = keys[&b"b"[..]].clone();
-        late.writers[1][0].begin = 4;
+        late.writers[1][0].called = 4;
         late.writers[1][0].action = Action::Get(None);
         assert!(!late.explains(100, Ok(Some(0))));
         assert!(compare_shared(

@@ -18,7 +18,10 @@
 //!   atomic, and a read may see its first item before its second),
 //!
 //! that keeps each writer's own order and real time (an operation that
-//! returned before another began comes first), and that leaves the key
+//! returned before another was called comes first: by an operation clock
+//! read at each call and return, [`KeyOp::called`], since a read records no
+//! trace event and so often shares its trace positions with the operation
+//! before it), and that leaves the key
 //! holding what the recovered pool holds? A read ([`Action::Get`]) is an
 //! operation too: the value it returned must be the key's value at its
 //! place in the order, so a read that returned a value a crash then lost is
@@ -61,6 +64,13 @@ pub struct KeyOp {
     /// The trace's length when it had returned; `usize::MAX` if it never
     /// returned (it panicked).
     pub end: usize,
+    /// The operation clock when it was called: a shared counter every
+    /// writer advances at each call and each return, so no two readings
+    /// are equal. Real-time order: `a` before `b` if `a.returned <
+    /// b.called`. (The trace positions say what a crash includes.)
+    pub called: u64,
+    /// The operation clock when it had returned (`u64::MAX`: never).
+    pub returned: u64,
     /// What it returned (see [`Action`]), where known.
     pub result: Option<bool>,
     /// It may have had no effect (an item of a `put_many` that failed on a
@@ -146,7 +156,7 @@ impl KeyHistory {
                 // Real time: every operation that returned before this one
                 // was called is placed already.
                 let ready = self.writers.iter().enumerate().all(|(u, other)| {
-                    u == t || pos[u] >= other.partition_point(|o| o.end < op.begin)
+                    u == t || pos[u] >= other.partition_point(|o| o.returned < op.called)
                 });
                 if !ready {
                     continue;
@@ -238,12 +248,15 @@ fn successors(op: &KeyOp, returned: bool, state: State) -> Vec<State> {
 mod tests {
     use super::*;
 
-    /// An operation that returned `result` over `begin..end`.
+    /// An operation that returned `result` over `begin..end`, its clock
+    /// readings the same numbers.
     fn op(action: Action, begin: usize, end: usize, result: Option<bool>) -> KeyOp {
         KeyOp {
             action,
             begin,
             end,
+            called: begin as u64,
+            returned: end as u64,
             result,
             partial: false,
             index: 0,
@@ -340,6 +353,45 @@ mod tests {
         assert!(!h.explains(40, Ok(None)), "the read saw the put");
         // A read in flight says nothing.
         assert!(h.explains(15, Ok(None)));
+    }
+
+    #[test]
+    fn an_operation_that_returned_as_another_was_called_may_come_after_it() {
+        // The put returned at 10 as the read was called at 10: not ordered.
+        let h = history(vec![
+            vec![op(Action::Put(0), 0, 10, Some(false))],
+            vec![op(Action::Get(None), 10, 10, None)],
+        ]);
+        assert!(h.explains(20, Ok(Some(0))));
+    }
+
+    #[test]
+    fn real_time_is_the_operation_clock_s_not_the_trace_s() {
+        // A delete returned at trace position 10 and a read was called
+        // and returned there too (a read records no event); by the clock
+        // the read came after the delete, so it cannot have seen the
+        // old value.
+        let delete = KeyOp {
+            called: 1,
+            returned: 2,
+            ..op(Action::Delete, 5, 10, Some(true))
+        };
+        let stale = KeyOp {
+            called: 3,
+            returned: 4,
+            ..op(Action::Get(Some(0)), 10, 10, None)
+        };
+        let put = KeyOp {
+            called: 0,
+            returned: 0,
+            ..op(Action::Put(0), 0, 5, Some(false))
+        };
+        let h = history(vec![vec![put.clone(), delete.clone()], vec![stale.clone()]]);
+        assert!(!h.explains(20, Ok(None)));
+        // Called before the delete returned, it may have.
+        let early = KeyOp { called: 1, ..stale };
+        let h = history(vec![vec![put, delete], vec![early]]);
+        assert!(h.explains(20, Ok(None)));
     }
 
     #[test]
