@@ -716,6 +716,7 @@ impl ConcurrentKvSubject {
         plans: Vec<Vec<Op>>,
     ) -> Result<(ConcurrentKvSubject, Trace, Vec<Failure>)> {
         let (rec, settings, db, create_end) = recorded_db(cfg)?;
+        rec.delay_fences(WRITER_FENCE_DELAY);
         let mut owner = std::collections::HashMap::new();
         for (t, ops) in plans.iter().enumerate() {
             for op in ops {
@@ -745,6 +746,12 @@ impl ConcurrentKvSubject {
         Ok((subject, rec.take(), failures))
     }
 }
+
+/// The most a writer of several waits before each fence while recording
+/// ([`Recorder::delay_fences`]): long enough for another writer to read a
+/// key, or to finish a short write, between a thread's stores and its
+/// fence, and for writers to overlap on a loaded machine.
+const WRITER_FENCE_DELAY: std::time::Duration = std::time::Duration::from_micros(40);
 
 /// A recorded anonymous pool for `cfg`: the recorder, the settings, the
 /// database, and the event at which its creation ended.

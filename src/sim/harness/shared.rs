@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{
     expected_at, live_check, live_failure, panic_message, recorded_db, run_op, run_writers,
-    scan_range, writers_at, writers_in_flight, Failure, KvSettings, Subject,
+    scan_range, writers_at, writers_in_flight, Failure, KvSettings, Subject, WRITER_FENCE_DELAY,
 };
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -17,11 +17,6 @@ use crate::sim::linear::{Action, KeyHistory, KeyOp};
 use crate::sim::trace::{Recorder, Trace};
 use crate::sim::workload::Op;
 use crate::sim::CrashConfig;
-
-/// The most a shared-key writer waits before each fence while recording
-/// ([`Recorder::delay_fences`]): long enough for another writer to read a
-/// key, or to finish a short write, between a thread's stores and its fence.
-const SHARED_FENCE_DELAY: std::time::Duration = std::time::Duration::from_micros(40);
 
 /// What an operation of a shared-key writer returned.
 #[derive(Debug, Clone)]
@@ -72,7 +67,7 @@ impl SharedKvSubject {
         plans: Vec<Vec<Op>>,
     ) -> Result<(SharedKvSubject, Trace, Vec<Failure>)> {
         let (rec, settings, db, create_end) = recorded_db(cfg)?;
-        rec.delay_fences(SHARED_FENCE_DELAY);
+        rec.delay_fences(WRITER_FENCE_DELAY);
         let clock = AtomicU64::new(0);
         let (writers, mut failures) =
             run_writers(plans, |t, ops| run_shared_writer(t, ops, &db, &rec, &clock))?;
