@@ -1617,17 +1617,11 @@ fn run_round(cfg: &CrashConfig) -> Result<CrashReport> {
     } else if cfg.shared_keys {
         let plans = workload::generate_shared(cfg.seed, cfg.ops, cfg.keys, cfg.writers);
         let t0 = Instant::now();
-        let (subject, trace, live) = SharedKvSubject::record(cfg, plans)?;
-        let base = vec![0u8; cfg.pool_size as usize];
-        let (stats, shared) = check_trace(&subject, &trace, base, cfg);
-        Ok(report_from(cfg, &trace, stats, shared, live, t0))
+        check_recorded(cfg, t0, SharedKvSubject::record(cfg, plans)?)
     } else if cfg.writers > 1 {
         let plans = workload::generate_concurrent(cfg.seed, cfg.ops, cfg.keys, cfg.writers);
         let t0 = Instant::now();
-        let (subject, trace, live) = ConcurrentKvSubject::record(cfg, plans)?;
-        let base = vec![0u8; cfg.pool_size as usize];
-        let (stats, shared) = check_trace(&subject, &trace, base, cfg);
-        Ok(report_from(cfg, &trace, stats, shared, live, t0))
+        check_recorded(cfg, t0, ConcurrentKvSubject::record(cfg, plans)?)
     } else {
         run_kv(cfg, workload::generate(cfg.seed, cfg.ops, cfg.keys))
     }
@@ -1645,7 +1639,16 @@ pub fn run_ops(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
 
 fn run_kv(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
     let t0 = Instant::now();
-    let (subject, trace, live) = KvSubject::record(cfg, ops)?;
+    check_recorded(cfg, t0, KvSubject::record(cfg, ops)?)
+}
+
+/// Checks a recorded run (its subject, trace and live failures) at every
+/// crash point, and reports it (`t0`: when the run began).
+fn check_recorded(
+    cfg: &CrashConfig,
+    t0: Instant,
+    (subject, trace, live): (impl Subject, Trace, Vec<Failure>),
+) -> Result<CrashReport> {
     let base = vec![0u8; cfg.pool_size as usize];
     let (stats, shared) = check_trace(&subject, &trace, base, cfg);
     Ok(report_from(cfg, &trace, stats, shared, live, t0))
@@ -1653,10 +1656,7 @@ fn run_kv(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
 
 fn run_alloc(cfg: &CrashConfig, ops: Vec<AllocOp>) -> Result<CrashReport> {
     let t0 = Instant::now();
-    let (subject, trace, live) = AllocSubject::record(cfg, ops)?;
-    let base = vec![0u8; cfg.pool_size as usize];
-    let (stats, shared) = check_trace(&subject, &trace, base, cfg);
-    Ok(report_from(cfg, &trace, stats, shared, live, t0))
+    check_recorded(cfg, t0, AllocSubject::record(cfg, ops)?)
 }
 
 /// Shrinks a failing workload: cut it after the failing operation, then drop
