@@ -1,6 +1,7 @@
 //! Point-search cost of one engine without the benchmark harness: loads N
-//! sparse 8-byte keys (splitmix64 of 0..N, the keys of `pmindex bench --keys
-//! sparse --seed 42`, inserted in the same order), then searches all of them
+//! sparse 8-byte keys (splitmix64 of 0..N, big-endian; not the bench's
+//! `--keys sparse`, which `examples/write_keys.rs` writes to a key file),
+//! then searches all of them
 //! three times in a shuffled order and prints ns per operation. Values are
 //! 8 bytes (`i + 1`, as in the comparison drivers).
 //!

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Runs the authors' published HART, WORT and WOART beside ours, on the same
+# keys in the same order, in interleaved rounds, and prints ns per operation
+# and our throughput against theirs (docs/design.md §7, "The authors'
+# published code", and §11). This is how the speed goals of issues #5 and #6
+# ("at least 1.5x the authors' insert and search throughput") are measured.
+#
+#   scripts/authors/compare.sh [--src DIR] [--engines hart,wort,woart]
+#       [--keys sparse,rand-string,dictionary] [--records N] [--rounds R]
+#       [--flush clwb|published] [--work DIR] [--words FILE]
+#
+# --src DIR   a directory holding the authors' checkouts: DIR/hart
+#             (github.com/CASL-SDSU/HART) and DIR/wort (github.com/SeKwonLee/WORT).
+#             Without it they are cloned into WORK/src (WORT at the commit
+#             the design notes used, HART at its default branch; the commits
+#             are printed).
+# --engines   which of the authors' engines (default all three).
+# --keys      key sets, `pmindex bench --keys` names (default: sparse,
+#             rand-string and dictionary for hart, sparse for wort and woart,
+#             whose code takes 8-byte integers only). The dictionary is
+#             --words (default /usr/share/dict/words, Debian's
+#             wamerican-insane gives the 663,473 words of the notes).
+# --records   keys per run (default 1000000; a dictionary gives its size).
+# --rounds    interleaved rounds (default 3), ours first in odd rounds.
+# --flush     clwb (default): the authors' flushes made `clwb` and their
+#             `mfence`s `sfence`, as ours are; published: as published
+#             (HART: `clflush` + `sfence`; WORT, WOART: `clflush` between
+#             `mfence`s).
+# --work DIR  where builds, key files and results go (default target/authors).
+#
+# The authors' code is fetched and patched here, never kept in this
+# repository. What is changed, and why (all of it is printed):
+#   - HART: our driver splits keys itself, binary-safe (their hadix.c splits
+#     with strncpy/strlen and loses keys with a 0 byte), and the hash table
+#     is given hash keys without 0 bytes; with the dictionary, whose words
+#     reach past their leaf's 24 key bytes, the leaf's key array is 64 bytes.
+#   - WOART: `make_leaf` is given its missing `l = ret;` (it writes through
+#     an uninitialised pointer as published).
+# Their values stay out of line, as published: a search that finds a key
+# reads its value through the leaf's pointer, as ours reads its value.
+#
+# Output: one line per run in WORK/results-<time>.txt, then a table of
+# medians. Ours runs `examples/search_probe.rs` with `ANON=1` (a pool in
+# anonymous memory, as theirs is in the heap); a search figure is the best
+# of three passes over all keys, for both.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+here="$root/scripts/authors"
+
+src="" engines="hart,wort,woart" keys="" records=1000000 rounds=3 flush=clwb
+work="$root/target/authors" words=/usr/share/dict/words
+wort_commit=d3ab0e43b801c170212b50ee45b6ac217afd0b0b
+
+die() { echo "compare.sh: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --src) src="$2"; shift 2 ;;
+    --engines) engines="$2"; shift 2 ;;
+    --keys) keys="$2"; shift 2 ;;
+    --records) records="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --flush) flush="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --words) words="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+case "$flush" in clwb|published) ;; *) die "--flush is clwb or published" ;; esac
+[[ "$records" =~ ^[1-9][0-9]*$ ]] || die "--records is a positive number"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds is a positive number"
+for e in ${engines//,/ }; do
+  case "$e" in hart|wort|woart) ;; *) die "unknown engine $e (hart, wort, woart)" ;; esac
+done
+command -v gcc >/dev/null || die "needs gcc"
+mkdir -p "$work"
+
+# --- the authors' sources --------------------------------------------------
+if [ -z "$src" ]; then
+  src="$work/src"
+  mkdir -p "$src"
+  if [ ! -d "$src/hart" ]; then
+    git clone -q https://github.com/CASL-SDSU/HART "$src/hart" ||
+      die "cannot clone CASL-SDSU/HART; pass --src DIR with hart/ and wort/ checkouts"
+  fi
+  if [ ! -d "$src/wort" ]; then
+    git clone -q https://github.com/SeKwonLee/WORT "$src/wort" ||
+      die "cannot clone SeKwonLee/WORT; pass --src DIR with hart/ and wort/ checkouts"
+    git -C "$src/wort" checkout -q "$wort_commit"
+  fi
+fi
+for f in hart/art.c hart/art.h hart/hash.c hart/hash.h hart/flush_delay.h \
+         wort/src/wort/wort.c wort/src/woart/woart.c; do
+  [ -f "$src/$f" ] || die "$src/$f is missing (see --src)"
+done
+for r in hart wort; do
+  c=$(git -C "$src/$r" rev-parse HEAD 2>/dev/null || echo "not a git checkout")
+  echo "authors' $r: $src/$r ($c)"
+done
+
+# --- build theirs -----------------------------------------------------------
+build="$work/build-$flush"
+rm -rf "$build"
+mkdir -p "$build/bin"
+cp -r "$src/hart" "$build/hart"
+cp -r "$src/wort/src" "$build/wort"
+if [ "$flush" = clwb ]; then
+  sed -i 's/int support_clwb = 0;/int support_clwb = 1;/' "$build/hart/flush_delay.h"
+  grep -q 'int support_clwb = 1;' "$build/hart/flush_delay.h" || die "HART's flush switch not found"
+  for f in "$build/wort/wort/wort.c" "$build/wort/woart/woart.c"; do
+    sed -i 's/"mfence"/"sfence"/; s/clflush %0/clwb %0/' "$f"
+    grep -q 'clwb %0' "$f" || die "$f: flush not found"
+  done
+  echo "patched: flushes are clwb, WORT's and WOART's mfence is sfence"
+fi
+woart="$build/wort/woart/woart.c"
+if ! sed -n '/^static art_leaf\* make_leaf/,/^}/p' "$woart" | grep -q 'l = ret;'; then
+  sed -i '/^static art_leaf\* make_leaf/,/^}/ s/^\([[:space:]]*posix_memalign(&ret, 64, sizeof(art_leaf));\)$/\1\n    l = ret;/' "$woart"
+  sed -n '/^static art_leaf\* make_leaf/,/^}/p' "$woart" | grep -q 'l = ret;' ||
+    die "WOART's make_leaf could not be patched"
+  echo "patched: WOART's make_leaf sets l = ret"
+fi
+cp -r "$build/hart" "$build/hart64"
+sed -i 's/unsigned char key\[24\];/unsigned char key[64];/' "$build/hart64/art.h"
+grep -q 'key\[64\]' "$build/hart64/art.h" || die "HART's leaf key array not found"
+cc="gcc -O3 -march=native -w -I$here"
+$cc -DENGINE_WORT -I"$build/wort/wort" -o "$build/bin/wort" "$here/driver.c" "$build/wort/wort/wort.c" -lm
+$cc -DENGINE_WOART -I"$build/wort/woart" -o "$build/bin/woart" "$here/driver.c" "$build/wort/woart/woart.c" -lm
+$cc -DENGINE_HART -I"$build/hart" -o "$build/bin/hart" "$here/driver.c" "$build/hart/art.c" "$build/hart/hash.c" -lm
+$cc -DENGINE_HART -I"$build/hart64" -o "$build/bin/hart64" "$here/driver.c" "$build/hart64/art.c" "$build/hart64/hash.c" -lm
+echo "built: $build/bin/{hart,hart64,wort,woart}"
+
+# --- build ours and the keys ------------------------------------------------
+(cd "$root" && cargo build --release --quiet --example search_probe --example write_keys)
+probe="$root/target/release/examples/search_probe"
+keyfile() { # kind -> file, written once
+  local f="$work/keys/$1-$records.keys"
+  if [ ! -s "$f" ]; then
+    mkdir -p "$work/keys"
+    "$root/target/release/examples/write_keys" "$1" "$records" "$f" 42 "$words" >&2
+  fi
+  echo "$f"
+}
+
+# --- run ----------------------------------------------------------------------
+out="$work/results-$(date +%Y%m%d-%H%M%S).txt"
+echo "# engine keys round who insert_ns search_ns (best of 3 passes)" > "$out"
+best() { awk '/search/ { v = $(NF - 1); if (b == "" || v < b) b = v } END { print b }'; }
+ins() { awk '/insert/ { print $(NF - 1) }'; }
+one() { # who engine keyset file round
+  local o
+  if [ "$1" = ours ]; then
+    o=$(ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4")
+  else
+    local bin="$build/bin/$2"
+    [ "$2" = hart ] && [ "$3" = dictionary ] && bin="$build/bin/hart64"
+    o=$(SEARCHES=3 "$bin" "$4" "$records")
+  fi
+  echo "$2 $3 $5 $1 $(echo "$o" | ins) $(echo "$o" | best)" | tee -a "$out"
+}
+for e in ${engines//,/ }; do
+  ks="$keys"
+  if [ -z "$ks" ]; then
+    [ "$e" = hart ] && ks="sparse,rand-string,dictionary" || ks="sparse"
+  fi
+  for k in ${ks//,/ }; do
+    if [ "$e" != hart ] && [ "$k" != sparse ] && [ "$k" != dense ] && [ "$k" != clustered ]; then
+      echo "skipped: $e with $k keys (the authors' $e takes 8-byte integers only)"
+      continue
+    fi
+    f=$(keyfile "$k")
+    for r in $(seq 1 "$rounds"); do
+      if [ $((r % 2)) -eq 1 ]; then
+        one ours "$e" "$k" "$f" "$r"; one theirs "$e" "$k" "$f" "$r"
+      else
+        one theirs "$e" "$k" "$f" "$r"; one ours "$e" "$k" "$f" "$r"
+      fi
+    done
+  done
+done
+
+# --- table of medians -----------------------------------------------------------
+echo
+echo "medians over $rounds rounds, ns/op; x = our throughput / theirs ($flush build)"
+printf '%-6s %-12s %9s %9s %6s %9s %9s %6s\n' engine keys "ins:them" "ins:ours" x "srch:them" "srch:ours" x
+awk '!/^#/ { k = $1 " " $2; ins[k, $4] = ins[k, $4] " " $5; srch[k, $4] = srch[k, $4] " " $6; seen[k] = 1; if (!(k in order)) { order[k] = ++n; keys[n] = k } }
+  function median(s,   a, m, i, j, t) {
+    m = split(s, a, " ")
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+  }
+  END {
+    for (i = 1; i <= n; i++) {
+      k = keys[i]; split(k, kk, " ")
+      ti = median(ins[k, "theirs"]); oi = median(ins[k, "ours"])
+      ts = median(srch[k, "theirs"]); os = median(srch[k, "ours"])
+      printf "%-6s %-12s %9.0f %9.0f %5.2fx %9.0f %9.0f %5.2fx\n", kk[1], kk[2], ti, oi, ti / oi, ts, os, ts / os
+    }
+  }' "$out"
+echo "(each run: $out)"
