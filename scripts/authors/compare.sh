@@ -39,6 +39,9 @@
 # Their values stay out of line, as published: a search that finds a key
 # reads its value through the leaf's pointer, as ours reads its value.
 #
+# scripts/authors/selftest.sh (run by .ci/run) tests driver.c on a stand-in
+# for the authors' code (adapter_mock.h).
+#
 # Output: one line per run in WORK/results-<time>.txt, then a table of
 # medians. Ours runs `examples/search_probe.rs` with `ANON=1` (a pool in
 # anonymous memory, as theirs is in the heap); a search figure is the best

@@ -88,8 +88,10 @@ static void read_keys(const char *path, uint64_t want)
 #include "adapter_hart.h"
 #elif defined(ENGINE_WORT) || defined(ENGINE_WOART)
 #include "adapter_wort.h"
+#elif defined(ENGINE_MOCK)
+#include "adapter_mock.h"
 #else
-#error "define ENGINE_HART, ENGINE_WORT or ENGINE_WOART"
+#error "define ENGINE_HART, ENGINE_WORT, ENGINE_WOART or ENGINE_MOCK"
 #endif
 
 int main(int argc, char **argv)
@@ -99,6 +101,10 @@ int main(int argc, char **argv)
         return 2;
     }
     read_keys(argv[1], strtoull(argv[2], NULL, 10));
+    if (n == 0) {
+        fprintf(stderr, "%s: no keys (N must be a positive number)\n", argv[1]);
+        return 1;
+    }
     const char *s = getenv("SEARCHES");
     int searches = s ? atoi(s) : 3;
     for (uint64_t i = 0; i < n; i++) {
