@@ -89,7 +89,8 @@ if [ -z "$src" ]; then
   if [ ! -d "$src/wort" ]; then
     git clone -q https://github.com/SeKwonLee/WORT "$src/wort" ||
       die "cannot clone SeKwonLee/WORT; pass --src DIR with hart/ and wort/ checkouts"
-    git -C "$src/wort" checkout -q "$wort_commit"
+    git -C "$src/wort" checkout -q "$wort_commit" ||
+      die "SeKwonLee/WORT has no commit $wort_commit any more; pass --src DIR"
   fi
 fi
 for f in hart/art.c hart/art.h hart/hash.c hart/hash.h hart/flush_delay.h \
