@@ -12,7 +12,9 @@
  * (examples/write_keys.rs writes them); the first N are used in file order.
  * Values are 8 bytes, i + 1 for key i. Searches run over all keys in the
  * order search_probe shuffles them (the same shuffle), SEARCHES passes
- * (default 3), and every key must be found with its value.
+ * (default 3), and every key must be found with its value. LFENCE=1 puts
+ * an lfence after each search, as search_probe's LFENCE=1 does: searches
+ * one after the other, without overlap.
  *
  * The engine is chosen at compile time: -DENGINE_HART, -DENGINE_WORT or
  * -DENGINE_WOART, with the authors' sources on the include path
@@ -106,6 +108,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *s = getenv("SEARCHES");
+    int lfence = getenv("LFENCE") != NULL;
     int searches = s ? atoi(s) : 3;
     for (uint64_t i = 0; i < n; i++) {
         if (!adapter_accepts(KEY(i), KEYLEN(i))) {
@@ -140,6 +143,8 @@ int main(int argc, char **argv)
         for (uint64_t k = 0; k < n; k++) {
             uint64_t i = order[k];
             found += adapter_search(KEY(i), KEYLEN(i), i + 1);
+            if (lfence)
+                __asm__ volatile("lfence" ::: "memory");
         }
         double ns = (now_ns() - t) / (double)n;
         if (found != n) {
