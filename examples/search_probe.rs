@@ -262,6 +262,25 @@ fn main() {
         let j = (splitmix(i as u64 ^ 77) % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
+    // The keys in loading order and in search order, as one FNV-1a digest
+    // each (of every key's length as a little-endian `u32`, then its
+    // bytes): scripts/authors/driver.c prints the same line, and
+    // scripts/authors/selftest.sh checks that both drivers do the same work.
+    let digest = |idx: &mut dyn Iterator<Item = usize>| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for i in idx {
+            let k = keys.get(i);
+            for &b in (k.len() as u32).to_le_bytes().iter().chain(k) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h
+    };
+    println!(
+        "{engine}: key digest {n} {:016x} {:016x}",
+        digest(&mut (0..keys.len())),
+        digest(&mut order.iter().copied())
+    );
     // LFENCE=1 serializes successive searches (no overlap of their misses).
     let lfence = std::env::var_os("LFENCE").is_some();
     // PAD=K runs K independent instructions after each search.

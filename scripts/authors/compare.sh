@@ -32,8 +32,10 @@
 # repository. What is changed, and why (all of it is printed):
 #   - HART: our driver splits keys itself, binary-safe (their hadix.c splits
 #     with strncpy/strlen and loses keys with a 0 byte), and the hash table
-#     is given hash keys without 0 bytes; with the dictionary, whose words
-#     reach past their leaf's 24 key bytes, the leaf's key array is 64 bytes.
+#     is given hash keys without 0 bytes (adapter_hart.h). Their leaf holds
+#     24 bytes of key past the 2-byte hash key (the paper's limit), so the
+#     dictionary is written without its words over 25 bytes (29 of
+#     663,473), for both sides.
 #   - WOART: `make_leaf` is given its missing `l = ret;` (it writes through
 #     an uninitialised pointer as published).
 # Their values stay out of line, as published: a search that finds a key
@@ -47,6 +49,7 @@
 # anonymous memory, as theirs is in the heap); a search figure is the best
 # of three passes over all keys, for both.
 set -euo pipefail
+shopt -s inherit_errexit
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/scripts/authors"
 
@@ -56,6 +59,10 @@ wort_commit=d3ab0e43b801c170212b50ee45b6ac217afd0b0b
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
+  case "$1" in
+    --src|--engines|--keys|--records|--rounds|--flush|--work|--words)
+      [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
+  esac
   case "$1" in
     --src) src="$2"; shift 2 ;;
     --engines) engines="$2"; shift 2 ;;
@@ -75,7 +82,16 @@ case "$flush" in clwb|published) ;; *) die "--flush is clwb or published" ;; esa
 for e in ${engines//,/ }; do
   case "$e" in hart|wort|woart) ;; *) die "unknown engine $e (hart, wort, woart)" ;; esac
 done
+for k in ${keys//,/ }; do
+  case "$k" in
+    sparse|dense|clustered|random-u64|rand-string|seq-string|dictionary) ;;
+    *) die "unknown key set $k (sparse, dense, clustered, random-u64, rand-string, seq-string, dictionary)" ;;
+  esac
+done
 command -v gcc >/dev/null || die "needs gcc"
+if [ "$flush" = clwb ] && ! grep -qw clwb /proc/cpuinfo 2>/dev/null; then
+  die "this CPU has no clwb: use --flush published"
+fi
 mkdir -p "$work"
 
 # --- the authors' sources --------------------------------------------------
@@ -112,8 +128,9 @@ if [ "$flush" = clwb ]; then
   sed -i 's/int support_clwb = 0;/int support_clwb = 1;/' "$build/hart/flush_delay.h"
   grep -q 'int support_clwb = 1;' "$build/hart/flush_delay.h" || die "HART's flush switch not found"
   for f in "$build/wort/wort/wort.c" "$build/wort/woart/woart.c"; do
-    sed -i 's/"mfence"/"sfence"/; s/clflush %0/clwb %0/' "$f"
+    sed -i 's/"mfence"/"sfence"/g; s/clflush %0/clwb %0/g' "$f"
     grep -q 'clwb %0' "$f" || die "$f: flush not found"
+    ! grep -q 'clflush\|"mfence"' "$f" || die "$f: a clflush or mfence is left"
   done
   echo "patched: flushes are clwb, WORT's and WOART's mfence is sfence"
 fi
@@ -124,24 +141,27 @@ if ! sed -n '/^static art_leaf\* make_leaf/,/^}/p' "$woart" | grep -q 'l = ret;'
     die "WOART's make_leaf could not be patched"
   echo "patched: WOART's make_leaf sets l = ret"
 fi
-cp -r "$build/hart" "$build/hart64"
-sed -i 's/unsigned char key\[24\];/unsigned char key[64];/' "$build/hart64/art.h"
-grep -q 'key\[64\]' "$build/hart64/art.h" || die "HART's leaf key array not found"
-cc="gcc -O3 -march=native -w -I$here"
-$cc -DENGINE_WORT -I"$build/wort/wort" -o "$build/bin/wort" "$here/driver.c" "$build/wort/wort/wort.c" -lm
-$cc -DENGINE_WOART -I"$build/wort/woart" -o "$build/bin/woart" "$here/driver.c" "$build/wort/woart/woart.c" -lm
-$cc -DENGINE_HART -I"$build/hart" -o "$build/bin/hart" "$here/driver.c" "$build/hart/art.c" "$build/hart/hash.c" -lm
-$cc -DENGINE_HART -I"$build/hart64" -o "$build/bin/hart64" "$here/driver.c" "$build/hart64/art.c" "$build/hart64/hash.c" -lm
-echo "built: $build/bin/{hart,hart64,wort,woart}"
+cc=(gcc -O3 -march=native -w -I"$here")
+"${cc[@]}" -DENGINE_WORT -I"$build/wort/wort" -o "$build/bin/wort" "$here/driver.c" "$build/wort/wort/wort.c" -lm
+"${cc[@]}" -DENGINE_WOART -I"$build/wort/woart" -o "$build/bin/woart" "$here/driver.c" "$build/wort/woart/woart.c" -lm
+"${cc[@]}" -DENGINE_HART -I"$build/hart" -o "$build/bin/hart" "$here/driver.c" "$build/hart/art.c" "$build/hart/hash.c" -lm
+echo "built: $build/bin/{hart,wort,woart}"
 
 # --- build ours and the keys ------------------------------------------------
 (cd "$root" && cargo build --release --quiet --example search_probe --example write_keys)
 probe="$root/target/release/examples/search_probe"
 keyfile() { # kind -> file, written once
-  local f="$work/keys/$1-$records.keys"
+  local f="$work/keys/$1-$records.keys" max=""
+  if [ "$1" = dictionary ]; then
+    # Their HART's leaf: 24 key bytes past the hash key.
+    f="$work/keys/$1-$records-max25-$(basename "$words").keys"
+    max=25
+  fi
   if [ ! -s "$f" ]; then
     mkdir -p "$work/keys"
-    "$root/target/release/examples/write_keys" "$1" "$records" "$f" 42 "$words" >&2
+    MAX_LEN="$max" "$root/target/release/examples/write_keys" "$1" "$records" "$f.tmp" 42 "$words" >&2 ||
+      die "could not write the $1 keys"
+    mv "$f.tmp" "$f"
   fi
   echo "$f"
 }
@@ -153,13 +173,13 @@ best() { awk '/search/ { v = $(NF - 1); if (b == "" || v < b) b = v } END { prin
 ins() { awk '/insert/ { print $(NF - 1) }'; }
 one() { # who engine keyset file round
   local o
+  local rc=0
   if [ "$1" = ours ]; then
-    o=$(ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4")
+    o=$(ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
   else
-    local bin="$build/bin/$2"
-    [ "$2" = hart ] && [ "$3" = dictionary ] && bin="$build/bin/hart64"
-    o=$(SEARCHES=3 "$bin" "$4" "$records")
+    o=$(SEARCHES=3 "$build/bin/$2" "$4" "$records") || rc=$?
   fi
+  [ "$rc" = 0 ] || die "$1 $2 on $3 keys, round $5, failed (exit $rc); the rounds before are in $out"
   echo "$2 $3 $5 $1 $(echo "$o" | ins) $(echo "$o" | best)" | tee -a "$out"
 }
 for e in ${engines//,/ }; do
@@ -168,7 +188,8 @@ for e in ${engines//,/ }; do
     [ "$e" = hart ] && ks="sparse,rand-string,dictionary" || ks="sparse"
   fi
   for k in ${ks//,/ }; do
-    if [ "$e" != hart ] && [ "$k" != sparse ] && [ "$k" != dense ] && [ "$k" != clustered ]; then
+    if [ "$e" != hart ] && [ "$k" != sparse ] && [ "$k" != dense ] && [ "$k" != clustered ] &&
+       [ "$k" != random-u64 ]; then
       echo "skipped: $e with $k keys (the authors' $e takes 8-byte integers only)"
       continue
     fi

@@ -3,10 +3,16 @@
  * the same order, as examples/search_probe.rs runs ours, and prints its
  * figures in search_probe's format:
  *
+ *     <engine>: key digest <n> <hex> <hex>
  *     <engine>: insert <ns> ns/op
  *     <engine>: search <ns> ns/op      (one line per pass)
  *
- * Usage: <engine>-<flush> KEYFILE N
+ * The digest line is search_probe's: an FNV-1a digest of the keys in
+ * loading order and in search order (each key's length as a little-endian
+ * u32, then its bytes), so that selftest.sh can check that both drivers
+ * do the same work on the same key file.
+ *
+ * Usage: <engine> KEYFILE N
  *
  * KEYFILE holds records of a little-endian u32 length and that many bytes
  * (examples/write_keys.rs writes them); the first N are used in file order.
@@ -48,6 +54,16 @@ static uint8_t *bytes;
 static uint64_t *start;
 static uint64_t n;
 
+static void *alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
 static void read_keys(const char *path, uint64_t want)
 {
     FILE *f = fopen(path, "rb");
@@ -58,14 +74,21 @@ static void read_keys(const char *path, uint64_t want)
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fseek(f, 0, SEEK_SET);
-    uint8_t *raw = malloc((size_t)size);
-    if (!raw || fread(raw, 1, (size_t)size, f) != (size_t)size) {
+    if (size < 0) {
+        perror(path);
+        exit(1);
+    }
+    uint8_t *raw = alloc((size_t)size);
+    if (fread(raw, 1, (size_t)size, f) != (size_t)size) {
         fprintf(stderr, "%s: cannot read\n", path);
         exit(1);
     }
     fclose(f);
-    bytes = malloc((size_t)size);
-    start = malloc(sizeof(uint64_t) * (want + 1));
+    /* A record takes at least 4 bytes: no more keys than that. */
+    if (want > (uint64_t)size / 4)
+        want = (uint64_t)size / 4;
+    bytes = alloc((size_t)size);
+    start = alloc(sizeof(uint64_t) * (want + 1));
     uint64_t at = 0, out = 0;
     n = 0;
     while (n < want && at + 4 <= (uint64_t)size) {
@@ -85,6 +108,24 @@ static void read_keys(const char *path, uint64_t want)
 
 #define KEY(i) (bytes + start[i])
 #define KEYLEN(i) ((uint32_t)(start[(i) + 1] - start[i]))
+
+/* FNV-1a over the keys idx[0..n) (all keys in file order when idx is
+ * NULL), as search_probe's digest line. */
+static uint64_t digest(const uint64_t *idx)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t i = idx ? idx[k] : k;
+        uint32_t len = KEYLEN(i);
+        uint8_t le[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                         (uint8_t)(len >> 24)};
+        for (int b = 0; b < 4; b++)
+            h = (h ^ le[b]) * 0x100000001b3ull;
+        for (uint32_t b = 0; b < len; b++)
+            h = (h ^ KEY(i)[b]) * 0x100000001b3ull;
+    }
+    return h;
+}
 
 #if defined(ENGINE_HART)
 #include "adapter_hart.h"
@@ -117,7 +158,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    uint64_t *values = malloc(sizeof(uint64_t) * n);
+    uint64_t *values = alloc(sizeof(uint64_t) * n);
     for (uint64_t i = 0; i < n; i++)
         values[i] = i + 1;
     adapter_init(n);
@@ -128,7 +169,7 @@ int main(int argc, char **argv)
     printf("%s: insert %.0f ns/op\n", ENGINE_NAME, (now_ns() - t) / (double)n);
 
     /* search_probe's shuffle, step for step. */
-    uint64_t *order = malloc(sizeof(uint64_t) * n);
+    uint64_t *order = alloc(sizeof(uint64_t) * n);
     for (uint64_t i = 0; i < n; i++)
         order[i] = i;
     for (uint64_t i = n; i-- > 1;) {
@@ -137,6 +178,8 @@ int main(int argc, char **argv)
         order[i] = order[j];
         order[j] = x;
     }
+    printf("%s: key digest %llu %016llx %016llx\n", ENGINE_NAME, (unsigned long long)n,
+           (unsigned long long)digest(NULL), (unsigned long long)digest(order));
     for (int pass = 0; pass < searches; pass++) {
         uint64_t found = 0;
         t = now_ns();
