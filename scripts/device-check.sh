@@ -12,7 +12,12 @@
 #      (tests/hart_stress.rs, tests/radix_stress.rs);
 #   5. two threads deleting, three runs of examples/delete_scaling.rs
 #      (design.md §7 "Two threads deleting"), on a machine whose other
-#      cores are idle.
+#      cores are idle;
+#   6. the authors' HART, WORT and WOART beside ours, one key at a time
+#      (scripts/authors/compare.sh --prebuilt; design.md §7 "Side by side,
+#      reproducibly"): only where `build` was given AUTHORS_SRC=DIR (the
+#      authors' checkouts, as compare.sh's --src), which puts their static
+#      drivers and ours in .dev/bin/authors.
 # SECTIONS="2 3" runs some of them only. PREFAULT=1 maps every pool
 # before timing in sections 1 and 2 (`pmindex bench --prefault`);
 # RADIX_ENGINES=wort,woart,... replaces section 2's six engines. Each section has a timeout, so
@@ -44,7 +49,7 @@ static=(env RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=/tmp/pmin
 # device's copy of the tree may have none).
 sources() {
     # The C locale's order: the device's locale sorts names differently.
-    find src tests examples Cargo.toml Cargo.lock -type f -print0 | LC_ALL=C sort -z |
+    find src tests examples scripts/authors Cargo.toml Cargo.lock -type f -print0 | LC_ALL=C sort -z |
         xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
 
@@ -75,6 +80,19 @@ build() {
     done
     "${static[@]}" cargo build --release --target "$target" --example delete_scaling
     cp /tmp/pmindex-static/$target/release/examples/delete_scaling "$bin/delete_scaling"
+    rm -rf "$bin/authors"
+    if [ -n "${AUTHORS_SRC:-}" ]; then
+        scripts/authors/compare.sh --src "$AUTHORS_SRC" --build-only --static \
+            --work /tmp/pmindex-authors
+        mkdir -p "$bin/authors"
+        cp /tmp/pmindex-authors/build-clwb/bin/{hart,wort,woart,FLUSH} "$bin/authors/"
+        "${static[@]}" cargo build --release --target "$target" --example search_probe \
+            --example write_keys
+        cp /tmp/pmindex-static/$target/release/examples/{search_probe,write_keys} "$bin/authors/"
+        strip "$bin"/authors/{hart,wort,woart,search_probe,write_keys}
+    else
+        echo "device-check: section 6 not built (AUTHORS_SRC unset)"
+    fi
     rm -f "$bin"/pmindex-combined "$bin"/pmindex-new "$bin"/pmindex-nolock
     strip "$bin"/pmindex "$bin"/killed_process "$bin"/hart_stress "$bin"/radix_stress \
         "$bin"/delete_scaling
@@ -105,7 +123,7 @@ run() {
     if [ -n "${PREFAULT:-}" ]; then
         prefault=(--prefault)
     fi
-    local sections=${SECTIONS:-1 2 3 4 5}
+    local sections=${SECTIONS:-1 2 3 4 5 6}
     nproc >"$res/nproc.txt"
     lscpu >"$res/lscpu.txt" 2>&1 || true
     if [[ " $sections " == *" 1 "* ]]; then
@@ -153,6 +171,20 @@ run() {
                 echo "exit $?" >>"$res/delete_scaling.txt"
         done
         cat "$res/delete_scaling.txt"
+    fi
+    if [[ " $sections " == *" 6 "* ]]; then
+        if [ -d "$bin/authors" ]; then
+            local keys=sparse,rand-string
+            [ -s /usr/share/dict/words ] && keys=$keys,dictionary
+            echo "== 6. the authors' code beside ours ($records keys: $keys; 3 rounds)"
+            timeout 300 scripts/authors/compare.sh --prebuilt "$bin/authors" --work "$res/authors" \
+                --records "$records" --rounds 3 --keys "$keys" >"$res/authors.txt" 2>&1 ||
+                echo "exit $?" >>"$res/authors.txt"
+            rm -rf "$res/authors/keys"
+            tail -n 8 "$res/authors.txt"
+        else
+            echo "== 6. skipped: .dev/bin/authors was not built (AUTHORS_SRC)"
+        fi
     fi
     mkdir -p "$out"
     tar czf "$out/device-check.tgz" -C "$res" .

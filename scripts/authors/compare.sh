@@ -8,6 +8,7 @@
 #   scripts/authors/compare.sh [--src DIR] [--engines hart,wort,woart]
 #       [--keys sparse,rand-string,dictionary] [--records N] [--rounds R]
 #       [--flush clwb|published] [--work DIR] [--words FILE]
+#       [--build-only] [--static] [--prebuilt DIR]
 #
 # --src DIR   a directory holding the authors' checkouts: DIR/hart
 #             (github.com/CASL-SDSU/HART) and DIR/wort (github.com/SeKwonLee/WORT).
@@ -27,6 +28,12 @@
 #             (HART: `clflush` + `sfence`; WORT, WOART: `clflush` between
 #             `mfence`s).
 # --work DIR  where builds, key files and results go (default target/authors).
+# --build-only  build theirs into WORK/build-FLUSH/bin and stop.
+# --static    build theirs static, for x86-64-v3 rather than this CPU (for
+#             another machine: scripts/device-check.sh).
+# --prebuilt DIR  run with binaries built elsewhere, no gcc, cargo or
+#             sources needed: DIR holds theirs (hart, wort, woart, and FLUSH
+#             naming their build) and ours (search_probe, write_keys).
 #
 # The authors' code is fetched and patched here, never kept in this
 # repository. What is changed, and why (all of it is printed):
@@ -54,13 +61,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/scripts/authors"
 
 src="" engines="hart,wort,woart" keys="" records=1000000 rounds=3 flush=clwb
+build_only="" static="" prebuilt=""
 work="$root/target/authors" words=/usr/share/dict/words
 wort_commit=d3ab0e43b801c170212b50ee45b6ac217afd0b0b
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --src|--engines|--keys|--records|--rounds|--flush|--work|--words)
+    --src|--engines|--keys|--records|--rounds|--flush|--work|--words|--prebuilt)
       [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
   esac
   case "$1" in
@@ -72,6 +80,9 @@ while [ $# -gt 0 ]; do
     --flush) flush="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --words) words="$2"; shift 2 ;;
+    --prebuilt) prebuilt="$2"; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    --static) static=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -88,12 +99,26 @@ for k in ${keys//,/ }; do
     *) die "unknown key set $k (sparse, dense, clustered, random-u64, rand-string, seq-string, dictionary)" ;;
   esac
 done
-command -v gcc >/dev/null || die "needs gcc"
-if [ "$flush" = clwb ] && ! grep -qw clwb /proc/cpuinfo 2>/dev/null; then
+if [ -n "$prebuilt" ]; then
+  [ -z "$build_only" ] || die "--build-only and --prebuilt exclude each other"
+  for b in hart wort woart search_probe write_keys FLUSH; do
+    [ -e "$prebuilt/$b" ] || die "$prebuilt/$b is missing (see --prebuilt)"
+  done
+  flush=$(cat "$prebuilt/FLUSH")
+else
+  command -v gcc >/dev/null || die "needs gcc"
+fi
+if [ "$flush" = clwb ] && [ -z "$build_only" ] && ! grep -qw clwb /proc/cpuinfo 2>/dev/null; then
   die "this CPU has no clwb: use --flush published"
 fi
 mkdir -p "$work"
 
+if [ -n "$prebuilt" ]; then
+  theirs="$prebuilt"
+  probe="$prebuilt/search_probe"
+  write_keys="$prebuilt/write_keys"
+  echo "prebuilt: $prebuilt ($flush build)"
+else
 # --- the authors' sources --------------------------------------------------
 if [ -z "$src" ]; then
   src="$work/src"
@@ -142,14 +167,22 @@ if ! sed -n '/^static art_leaf\* make_leaf/,/^}/p' "$woart" | grep -q 'l = ret;'
   echo "patched: WOART's make_leaf sets l = ret"
 fi
 cc=(gcc -O3 -march=native -w -I"$here")
+[ -z "$static" ] || cc=(gcc -O3 -march=x86-64-v3 -static -w -I"$here")
 "${cc[@]}" -DENGINE_WORT -I"$build/wort/wort" -o "$build/bin/wort" "$here/driver.c" "$build/wort/wort/wort.c" -lm
 "${cc[@]}" -DENGINE_WOART -I"$build/wort/woart" -o "$build/bin/woart" "$here/driver.c" "$build/wort/woart/woart.c" -lm
 "${cc[@]}" -DENGINE_HART -I"$build/hart" -o "$build/bin/hart" "$here/driver.c" "$build/hart/art.c" "$build/hart/hash.c" -lm
+echo "$flush" >"$build/bin/FLUSH"
 echo "built: $build/bin/{hart,wort,woart}"
+[ -z "$build_only" ] || exit 0
+theirs="$build/bin"
 
-# --- build ours and the keys ------------------------------------------------
+# --- build ours -----------------------------------------------------------------
 (cd "$root" && cargo build --release --quiet --example search_probe --example write_keys)
 probe="$root/target/release/examples/search_probe"
+write_keys="$root/target/release/examples/write_keys"
+fi
+
+# --- the keys -------------------------------------------------------------------
 keyfile() { # kind -> file, written once
   local f="$work/keys/$1-$records.keys" max=""
   if [ "$1" = dictionary ]; then
@@ -159,7 +192,7 @@ keyfile() { # kind -> file, written once
   fi
   if [ ! -s "$f" ]; then
     mkdir -p "$work/keys"
-    MAX_LEN="$max" "$root/target/release/examples/write_keys" "$1" "$records" "$f.tmp" 42 "$words" >&2 ||
+    MAX_LEN="$max" "$write_keys" "$1" "$records" "$f.tmp" 42 "$words" >&2 ||
       die "could not write the $1 keys"
     mv "$f.tmp" "$f"
   fi
@@ -177,7 +210,7 @@ one() { # who engine keyset file round
   if [ "$1" = ours ]; then
     o=$(ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
   else
-    o=$(SEARCHES=3 "$build/bin/$2" "$4" "$records") || rc=$?
+    o=$(SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
   fi
   [ "$rc" = 0 ] || die "$1 $2 on $3 keys, round $5, failed (exit $rc); the rounds before are in $out"
   echo "$2 $3 $5 $1 $(echo "$o" | ins) $(echo "$o" | best)" | tee -a "$out"
