@@ -3,7 +3,9 @@
 //! `--keys sparse`, which `examples/write_keys.rs` writes to a key file),
 //! then searches all of them
 //! three times in a shuffled order and prints ns per operation. Values are
-//! 8 bytes (`i + 1`, as in the comparison drivers).
+//! 8 bytes (`i + 1`, as in the comparison drivers). A `key digest N LOAD
+//! SEARCH` line gives FNV-1a digests of the keys in loading and in search
+//! order, as `scripts/authors/driver.c` prints them for the authors' code.
 //!
 //! `cargo run --release --example search_probe -- [N] [ENGINE] [KEYS]`
 //! (default 1000000 hart). `KEYS` is a key file instead of the sparse keys:
