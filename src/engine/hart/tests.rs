@@ -625,6 +625,10 @@ fn a_delete_hands_its_leaf_over_in_a_group() {
     let lc = leaf::class_for_key(keys[0].len());
     assert!(keys.iter().all(|k| stripe_of(&h, k) == st));
     let (tx, rx) = mpsc::channel();
+    // Locked before the worker starts: locked after, a worker that ran
+    // ahead (a loaded machine) handed its group over before the lock, and
+    // the test failed (CI, 2026-11-27).
+    let list = h.leaves(st, lc).lock();
     let worker = {
         let (h, keys) = (Arc::clone(&h), keys.clone());
         std::thread::spawn(move || {
@@ -634,7 +638,6 @@ fn a_delete_hands_its_leaf_over_in_a_group() {
             }
         })
     };
-    let list = h.leaves(st, lc).lock();
     for i in 0..frees::BATCH - 1 {
         rx.recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("delete {i} waited for the leaf list"));
