@@ -367,7 +367,7 @@ pub struct WordBlock<'a, const BYTES: u64> {
     _pool: std::marker::PhantomData<&'a Pool>,
 }
 
-impl<const BYTES: u64> WordBlock<'_, BYTES> {
+impl<'a, const BYTES: u64> WordBlock<'a, BYTES> {
     /// Loads the word `at` bytes into the block (relaxed, as
     /// [`Words::load`]). Panics unless `at` is a multiple of 8 below
     /// `BYTES`; with `at` a constant, or computed from a masked index, the
@@ -384,6 +384,26 @@ impl<const BYTES: u64> WordBlock<'_, BYTES> {
         // borrowed pool; PM words are read through atomics (`Pool::word`).
         let w = unsafe { &*(self.at.as_ptr().add(at as usize) as *const AtomicU64) };
         w.load(Ordering::Relaxed)
+    }
+
+    /// The `len` bytes `at` bytes into the block, as [`Pool::bytes`] gives
+    /// them but with no test against the pool. Panics unless they lie in
+    /// the block.
+    ///
+    /// # Safety
+    ///
+    /// As [`Pool::bytes`]: nothing writes these bytes while the slice
+    /// lives.
+    #[inline(always)]
+    pub unsafe fn bytes(self, at: u64, len: u64) -> &'a [u8] {
+        assert!(
+            at <= BYTES && len <= BYTES - at,
+            "bytes {at}+{len} outside a {BYTES}-byte block"
+        );
+        // SAFETY: `at + len <= BYTES`, and the block's `BYTES` bytes are
+        // inside the mapping (`Words::block`), which lives as long as the
+        // borrowed pool; no writer while the slice lives (the caller).
+        unsafe { std::slice::from_raw_parts(self.at.as_ptr().add(at as usize), len as usize) }
     }
 }
 

@@ -50,6 +50,10 @@ pub const INLINE_MAX: usize = 8;
 
 const _: () = assert!(HEADER + 250 <= LEAF_SIZES[3]);
 
+/// Longest key that ends in a leaf's first line (leaves are line-aligned:
+/// chunks are, and their headers are a line).
+pub const LINE_KEY_MAX: usize = 64 - HEADER as usize;
+
 /// The leaf class for a key of `len` bytes.
 pub fn class_for_key(len: usize) -> usize {
     leaf_class(len).expect("keys are at most 250 bytes")
@@ -76,6 +80,13 @@ pub struct Commit {
 }
 
 impl Commit {
+    /// Whether `w` has a commit word's tag, and zeros where one has them:
+    /// [`Commit::decode`] without its test of the key length.
+    #[inline(always)]
+    pub fn tagged(w: u64) -> bool {
+        w & !0xFF01 == COMMIT_TAG << 48
+    }
+
     /// Encodes the word.
     pub fn encode(self) -> u64 {
         (COMMIT_TAG << 48) | ((self.key_len as u64) << 8) | self.active
@@ -83,7 +94,7 @@ impl Commit {
 
     /// Decodes a word; `None` for a free leaf or garbage.
     pub fn decode(w: u64) -> Option<Commit> {
-        if w >> 48 != COMMIT_TAG || w & 0x0000_FFFF_FFFF_00FE != 0 {
+        if !Self::tagged(w) {
             return None;
         }
         let key_len = ((w >> 8) & 0xFF) as usize;
@@ -136,6 +147,15 @@ impl Meta {
             return 0;
         }
         Self::len_field(w)
+    }
+
+    /// The length of a value held in the slot itself, `None` for a value
+    /// object or block: an inline value ([`Meta::inline_word`]) or an
+    /// empty one (also a never-written slot, as [`Meta::value_len_of`]).
+    #[inline(always)]
+    pub fn in_slot_len(w: u64) -> Option<u64> {
+        let len = Self::value_len_of(w);
+        (len <= INLINE_MAX as u64 && (w & LARGE == 0 || len == 0)).then_some(len)
     }
 
     /// Whether a `meta` word holds an inline value: [`Meta::inline`] of
@@ -216,6 +236,13 @@ mod tests {
         assert_eq!(Commit::decode(c.encode()), Some(c));
         assert_eq!(Commit::decode(0), None);
         assert_eq!(Commit::decode(u64::MAX), None);
+        // Every bit that `tagged` tests, flipped alone, makes a word
+        // invalid; the key length's and the slot's bits do not.
+        for bit in 0..64 {
+            let w = c.encode() ^ (1 << bit);
+            let free = bit == 0 || (8..16).contains(&bit);
+            assert_eq!(Commit::tagged(w), free, "bit {bit}");
+        }
         let m = Meta {
             crc: 0xDEAD_BEEF,
             value_len: 1 << 20,
@@ -247,6 +274,8 @@ mod tests {
                 m.is_some_and(|m| m.inline()),
                 "{w:#x}"
             );
+            let in_slot = m.is_none_or(|m| m.value_len == 0 || m.inline());
+            assert_eq!(Meta::in_slot_len(w), in_slot.then_some(len), "{w:#x}");
         }
     }
 

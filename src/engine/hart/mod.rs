@@ -75,7 +75,7 @@ use parking_lot::Mutex;
 
 use self::art::LeafKeys;
 use self::chunk::ChunkList;
-use self::leaf::{Checksum, Commit, Meta, MAX_OBJECT};
+use self::leaf::{Checksum, Commit, Meta, LINE_KEY_MAX, MAX_OBJECT};
 use self::recovery::{slot_is_valid, StripeLists};
 use self::superblock::{value_class, STRIPES};
 use self::trees::{HashKey, Trees};
@@ -85,7 +85,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::keycmp;
-use crate::pm::{lines_spanned, Fault, Pool};
+use crate::pm::{lines_spanned, Fault, Pool, WordBlock, CACHE_LINE};
 
 /// The engine's entry in [`super::ENGINES`].
 pub const INFO: EngineInfo = EngineInfo {
@@ -568,11 +568,12 @@ impl Hart {
     /// the CPU overlaps (docs/design.md §7, "Instructions between two
     /// searches").
     ///
-    /// `PREFETCHED`: the caller prefetched the leaf's line (a batch), so
-    /// the key is compared by [`keycmp::eq`], whose loads stay in that
-    /// line; a lone search compares with `memcmp`, whose 32-byte load also
-    /// takes the next line, at the same time as the first (docs/design.md
-    /// §7, "Ordered scans").
+    /// A key of at most [`LINE_KEY_MAX`] bytes takes
+    /// [`Self::answer_in_line`]. For a longer one, `PREFETCHED`: the caller
+    /// prefetched the leaf's line (a batch), so the key is compared by
+    /// [`keycmp::eq`], whose loads stay in that line; a lone search
+    /// compares with `memcmp`, whose 32-byte load also takes the next line,
+    /// at the same time as the first (docs/design.md §7, "Ordered scans").
     #[inline(always)]
     fn answer<const PREFETCHED: bool>(
         &self,
@@ -580,6 +581,15 @@ impl Hart {
         key: &[u8],
         f: &mut dyn FnMut(&[u8]),
     ) -> Result<bool> {
+        // Keys of up to `LINE_KEY_MAX` bytes (every key of the paper's
+        // workloads) end in the leaf's first line: one bounds check for the
+        // line, then the commit word, the key, the slot and an inline value
+        // are read from it with no further test.
+        if key.len() <= LINE_KEY_MAX && leaf.is_multiple_of(CACHE_LINE) {
+            if let Some(l) = self.pool.words().block::<CACHE_LINE>(leaf) {
+                return self.answer_in_line(l, leaf, key, f);
+            }
+        }
         let c = self.live_commit(leaf)?;
         // SAFETY: the ART only holds live leaves, whose keys are never
         // written while they are reachable (writers hold the ART's write
@@ -597,6 +607,58 @@ impl Hart {
         }
         let (value, value_lines) = self.current_value(leaf, c)?;
         self.pool.touch_lines(key_lines + value_lines);
+        f(value);
+        Ok(true)
+    }
+
+    /// [`Self::answer`] for a key of at most [`LINE_KEY_MAX`] bytes, from
+    /// the leaf's first line `l` (checked once, by the caller): the key is
+    /// compared a word at a time within the two slices
+    /// ([`keycmp::eq_same_len`]: no call, no load past the key into the
+    /// next line), and an inline or empty value is passed from the line
+    /// (docs/design.md §7, "The leaf's line, checked once").
+    #[inline(always)]
+    fn answer_in_line(
+        &self,
+        l: WordBlock<'_, CACHE_LINE>,
+        leaf: u64,
+        key: &[u8],
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool> {
+        let w = l.load(0);
+        if !Commit::tagged(w) {
+            return Err(leaf::corrupt(leaf, "indexed leaf is not committed"));
+        }
+        // The key length's byte; the 250-byte bound of `Commit::decode`
+        // follows from the comparison with `key.len() <= LINE_KEY_MAX`.
+        // SAFETY: as in `answer`: the key of a live leaf is not written
+        // while the caller holds its ART's read lock; it lies in the line
+        // (checked again by `bytes`).
+        let same = (w >> 8) & 0xFF == key.len() as u64
+            && keycmp::eq_same_len(unsafe { l.bytes(leaf::HEADER, key.len() as u64) }, key);
+        // The commit word and the key: the leaf's first line, where both
+        // end (the leaf is line-aligned, its key at most `LINE_KEY_MAX`).
+        self.pool.touch_lines(1);
+        if !same {
+            return Ok(false);
+        }
+        let active = w & 1;
+        let so = 8 + 16 * active;
+        let meta = l.load(so + 8);
+        if let Some(len) = Meta::in_slot_len(meta) {
+            // SAFETY: the slot of a live leaf is not written while it is
+            // reachable under the caller's ART lock (updates write the
+            // other slot, under the write lock). A value in the slot has at
+            // most 8 bytes, in its `p_value` word.
+            f(unsafe { l.bytes(so, len) });
+            return Ok(true);
+        }
+        let c = Commit {
+            key_len: key.len(),
+            active,
+        };
+        let (value, value_lines) = self.current_value(leaf, c)?;
+        self.pool.touch_lines(value_lines);
         f(value);
         Ok(true)
     }

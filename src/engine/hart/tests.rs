@@ -93,6 +93,63 @@ fn a_search_reads_the_leaf_line_and_the_value_lines() {
     assert_eq!(got, vec![9; 5000]);
 }
 
+/// A search checks the commit word of the leaf its ART leads it to, on
+/// the path of keys that end in the leaf's first line
+/// (`Hart::answer_in_line`) and on the general one: a word without the
+/// commit tag (a damaged pool, or a bug) is an error, not a value read
+/// from a leaf that is not live; a committed word of another key length,
+/// or a key that differs in any byte, is not the key. Restored, the key is
+/// found again with its value.
+#[test]
+fn a_search_checks_the_commit_word_and_every_key_byte_of_its_leaf() {
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    let long_key = [b'y'; 100];
+    for key in [
+        &b"ab"[..],
+        b"abc",
+        b"ab-4",
+        b"ab-seven",
+        b"ab-sixteen-bytes",
+        &[b'z'; 24],
+        &long_key,
+    ] {
+        h.put(key, b"value", PutMode::Upsert).unwrap();
+        let leaf = leaf_of(&h, key);
+        let w = pool.load_u64(leaf).unwrap();
+        let get = |k: &[u8]| {
+            let mut got = None;
+            h.get_with(k, &mut |v| got = Some(v.to_vec())).map(|_| got)
+        };
+        pool.store_u64(leaf, w ^ (1 << 60)).unwrap();
+        let err = get(key).expect_err("a leaf without its tag");
+        assert!(
+            err.to_string().contains("not committed"),
+            "{}: {err}",
+            key.len()
+        );
+        let other_len = (w & !0xFF00) | ((key.len() as u64 ^ 1) << 8);
+        pool.store_u64(leaf, other_len).unwrap();
+        assert_eq!(
+            get(key).unwrap(),
+            None,
+            "{} bytes, another length",
+            key.len()
+        );
+        pool.store_u64(leaf, w).unwrap();
+        // Each byte of the stored key, the hash key's too, changed in turn.
+        for i in 0..key.len() {
+            let at = leaf + leaf::HEADER + i as u64;
+            let byte = pool.load_u64(at & !7).unwrap();
+            let flip = 1u64 << (8 * (at % 8));
+            pool.store_u64(at & !7, byte ^ flip).unwrap();
+            assert_eq!(get(key).unwrap(), None, "{} bytes, byte {i}", key.len());
+            pool.store_u64(at & !7, byte).unwrap();
+        }
+        assert_eq!(get(key).unwrap(), Some(b"value".to_vec()));
+    }
+}
+
 /// The root hint of an ART's slot follows its root through every
 /// change that moves it: a first key (a leaf root), growth through
 /// every node kind by single and batched puts, shrinking by deletes,

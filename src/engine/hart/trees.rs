@@ -177,7 +177,7 @@ pub(super) struct Direct {
 
 /// `PAGE` slots of the direct index and their root hints.
 struct Page {
-    slots: Box<[Slot]>,
+    slots: Box<[Slot; PAGE]>,
     /// `hints[j]`: slot `j`'s [`Art::root_hint`], stored under the slot's
     /// write lock by every change that can move the root
     /// ([`Trees::note_root`]), read without any lock by searches, which
@@ -186,7 +186,7 @@ struct Page {
     /// cached where 64-byte slots (4.2 MiB) do not, so the slot line's miss
     /// and the root's overlap instead of following one another
     /// (docs/design.md §7, "Root hints").
-    hints: Box<[AtomicU64]>,
+    hints: Box<[AtomicU64; PAGE]>,
 }
 
 /// Hash keys of 3..=8 bytes.
@@ -253,16 +253,22 @@ impl Direct {
         HashKey::new(&bytes)
     }
 
+    /// The page of slot `i`, if one of its hash keys ever had an ART.
+    #[inline(always)]
+    fn page(&self, i: usize) -> Option<&Page> {
+        self.pages[i / PAGE].get()
+    }
+
     /// Slot `i`, if its page exists.
     fn slot(&self, i: usize) -> Option<&RwLock<Tree>> {
-        self.pages[i / PAGE].get().map(|p| &p.slots[i % PAGE].0)
+        self.page(i).map(|p| &p.slots[i % PAGE].0)
     }
 
     /// Slot `i`, its page allocated if need be.
     fn slot_for_insert(&self, i: usize) -> &RwLock<Tree> {
         let page = self.pages[i / PAGE].get_or_init(|| Page {
-            slots: (0..PAGE).map(|_| Slot::default()).collect(),
-            hints: (0..PAGE).map(|_| AtomicU64::new(0)).collect(),
+            slots: Box::new(std::array::from_fn(|_| Slot::default())),
+            hints: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
         });
         &page.slots[i % PAGE].0
     }
@@ -270,7 +276,7 @@ impl Direct {
     /// Slot `i`'s root hint, if its page exists (else it has no ART).
     #[inline(always)]
     fn hint(&self, i: usize) -> Option<&AtomicU64> {
-        self.pages[i / PAGE].get().map(|p| &p.hints[i % PAGE])
+        self.page(i).map(|p| &p.hints[i % PAGE])
     }
 
     fn set_used(&self, i: usize, used: bool) {
@@ -350,9 +356,16 @@ impl Trees {
     pub(super) fn find_bytes_hinted(&self, hk: &[u8]) -> (Option<TreeRef<'_>>, u64) {
         match self {
             Trees::Direct(d) => {
+                // One page lookup for both (arrays of `PAGE`: no bounds
+                // test either).
                 let i = d.index_of(hk);
-                let hint = d.hint(i).map_or(0, |h| h.load(Ordering::Relaxed));
-                (d.slot(i).map(TreeRef::Slot), hint)
+                match d.page(i) {
+                    Some(p) => (
+                        Some(TreeRef::Slot(&p.slots[i % PAGE].0)),
+                        p.hints[i % PAGE].load(Ordering::Relaxed),
+                    ),
+                    None => (None, 0),
+                }
             }
             Trees::Hashed(_) => (self.find(&HashKey::new(hk)), 0),
         }

@@ -650,10 +650,13 @@ fn descend<'a, V: LeafValue, N: InnerNode<V>>(
         *depth
     } else {
         let prefix = h.prefix.as_slice();
-        if !key[*depth..].starts_with(prefix) {
-            return Err(None);
+        let end = *depth + prefix.len();
+        // `key[depth..]` starts with the prefix, compared without a call
+        // (most paths are a few bytes).
+        match key.get(*depth..end) {
+            Some(k) if crate::keycmp::eq_same_len(k, prefix) => end,
+            _ => return Err(None),
         }
-        *depth + prefix.len()
     };
     let Some(&byte) = key.get(at) else {
         return Err(h.value());
