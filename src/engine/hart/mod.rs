@@ -629,8 +629,9 @@ impl Hart {
         if !Commit::tagged(w) {
             return Err(leaf::corrupt(leaf, "indexed leaf is not committed"));
         }
-        // The key length's byte; the 250-byte bound of `Commit::decode`
-        // follows from the comparison with `key.len() <= LINE_KEY_MAX`.
+        // The key length's byte: where it equals `key.len() <=
+        // LINE_KEY_MAX`, `Commit::decode`'s 250-byte bound holds; where not,
+        // it is tested below, off the path of a found key.
         // SAFETY: as in `answer`: the key of a live leaf is not written
         // while the caller holds its ART's read lock; it lies in the line
         // (checked again by `bytes`).
@@ -640,7 +641,10 @@ impl Hart {
         // end (the leaf is line-aligned, its key at most `LINE_KEY_MAX`).
         self.pool.touch_lines(1);
         if !same {
-            return Ok(false);
+            return match Commit::decode(w) {
+                Some(_) => Ok(false),
+                None => Err(leaf::corrupt(leaf, "indexed leaf is not committed")),
+            };
         }
         let active = w & 1;
         let so = 8 + 16 * active;

@@ -128,6 +128,14 @@ fn a_search_checks_the_commit_word_and_every_key_byte_of_its_leaf() {
             "{}: {err}",
             key.len()
         );
+        // A key length no leaf has (over 250 bytes): an error too.
+        pool.store_u64(leaf, w | 0xFF00).unwrap();
+        let err = get(key).expect_err("a key length over 250");
+        assert!(
+            err.to_string().contains("not committed"),
+            "{}: {err}",
+            key.len()
+        );
         let other_len = (w & !0xFF00) | ((key.len() as u64 ^ 1) << 8);
         pool.store_u64(leaf, other_len).unwrap();
         assert_eq!(
