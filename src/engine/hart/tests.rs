@@ -85,6 +85,11 @@ fn a_search_reads_the_leaf_line_and_the_value_lines() {
     // The ART's one candidate for an absent key: its key line is read
     // and compared, and nothing is found.
     assert_eq!(lines_of_get(&h, b"ab-inlinf"), (false, 1));
+    // An absent short key whose candidate is the 200-byte key's leaf: the
+    // lengths differ, so only the leaf's first line (the commit word) is
+    // read, and counted (four lines, the stored key's, before
+    // 2026-11-27).
+    assert_eq!(lines_of_get(&h, b"xxx"), (false, 1));
     // No ART for the hash key: nothing read in PM.
     assert_eq!(lines_of_get(&h, b"zz"), (false, 0));
     // Values are what was stored.
