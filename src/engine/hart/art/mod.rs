@@ -464,17 +464,42 @@ const _: () = assert!(size_of::<Option<Child<u64>>>() == 8);
 /// | 0 | 16 | `prefix`: the compressed path |
 /// | 16 | 8 | `value`: the key equal to `path ‖ prefix`, if present (a [`child::Packed`] word) |
 /// | 24 | 2 | `count`: children in use |
-/// | 26 | 6 | padding |
+/// | 26 | 1 | `no_path`: whether `prefix` is empty |
+/// | 27 | 5 | padding |
+///
+/// `no_path` repeats what `prefix` says so that a search tests one byte
+/// where `Prefix::is_empty` tests the variant and the length, two loads
+/// and two branches, at every node (docs/design.md §7, "Node lookups
+/// without the count"). `prefix` is written only through
+/// [`Header::with_prefix`] and [`Header::set_prefix`], which keep the two
+/// in step; the tests' `validate` checks it of every node.
 #[repr(C)]
 struct Header<V> {
     prefix: Prefix,
     value: Option<child::Packed<V>>,
     count: u16,
+    no_path: bool,
 }
 
 const _: () = assert!(size_of::<Header<u64>>() == 32);
 
 impl<V: LeafValue> Header<V> {
+    /// An empty header (no value, count 0) with the path `prefix`.
+    fn with_prefix(prefix: Prefix) -> Self {
+        Header {
+            no_path: prefix.is_empty(),
+            prefix,
+            value: None,
+            count: 0,
+        }
+    }
+
+    /// Replaces the compressed path.
+    fn set_prefix(&mut self, prefix: Prefix) {
+        self.no_path = prefix.is_empty();
+        self.prefix = prefix;
+    }
+
     /// The value slot's value.
     #[inline]
     fn value(&self) -> Option<V> {
@@ -493,6 +518,7 @@ impl<V> Default for Header<V> {
             prefix: Prefix::default(),
             value: None,
             count: 0,
+            no_path: true,
         }
     }
 }
@@ -646,7 +672,7 @@ fn descend<'a, V: LeafValue, N: InnerNode<V>>(
     // child slot while the header is still in flight (the search-loop
     // shape of docs/design.md §11); `depth + prefix length` would make the
     // slot wait for the header.
-    let at = if h.prefix.is_empty() {
+    let at = if h.no_path {
         *depth
     } else {
         let prefix = h.prefix.as_slice();
@@ -780,10 +806,7 @@ fn split_leaf<V: LeafValue>(
 ) -> Child<V> {
     let common = common_prefix_len(&old_key[depth..], &key[depth..]);
     let at = depth + common;
-    let mut n = Node4::new(Header {
-        prefix: Prefix::new(&key[depth..at]),
-        ..Header::default()
-    });
+    let mut n = Node4::new(Header::with_prefix(Prefix::new(&key[depth..at])));
     for (k, v) in [(old_key, old), (key, value)] {
         match k.get(at) {
             None => n.header.set_value(Some(v)),
@@ -816,12 +839,9 @@ fn split_prefix<V: LeafValue>(
     let lower = Prefix::new(&old_prefix[matched + 1..]);
     *dram -= header.prefix.heap_bytes();
     *dram += lower.heap_bytes() + upper.heap_bytes() + size_of::<Node4<V>>();
-    header.prefix = lower;
+    header.set_prefix(lower);
 
-    let mut n = Node4::new(Header {
-        prefix: upper,
-        ..Header::default()
-    });
+    let mut n = Node4::new(Header::with_prefix(upper));
     match key.get(depth + matched) {
         None => n.header.set_value(Some(value)),
         Some(&byte) => n.add(byte, Child::leaf(value)),
@@ -908,7 +928,7 @@ fn fix_underfull<V: LeafValue>(slot: &mut Child<V>, dram: &mut usize) {
                         );
                         *dram -= child_header.prefix.heap_bytes();
                         *dram += merged.heap_bytes();
-                        child_header.prefix = merged;
+                        child_header.set_prefix(merged);
                     }
                     child
                 }

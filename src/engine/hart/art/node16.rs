@@ -5,7 +5,7 @@
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), `no_path` (1), padding (5) |
 //! | 32 | 16 | `keys`: child bytes, ascending; `keys[..count]` in use |
 //! | 48 | 128 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
 //!
@@ -15,7 +15,8 @@
 //! broadcast to every lane, and the lanes that became zero are marked
 //! (`crate::swar::bytes_equal`). The first marked lane is the child, if it
 //! lies below `count`. The search has one data-dependent branch (which
-//! half), against up to 16 for a byte-by-byte loop.
+//! half), against up to 16 for a byte-by-byte loop. The search's `find`
+//! skips the `count` test: slots past `count` are `None`.
 //!
 //! # Growth and shrink
 //! A `Node4` receiving its 5th child becomes a `Node16`; a `Node16` falling
@@ -148,9 +149,22 @@ impl<V: LeafValue> InnerNode<V> for Node16<V> {
         (pos < self.count()).then_some(pos)
     }
 
+    /// The search's lookup: [`Self::find_pos`] without its test of `count`
+    /// (docs/design.md §7, "Node lookups without the count"). A stale byte
+    /// past `count` may match, but its slot is `None` (the layout's
+    /// invariant), and every live key lies before every stale one. No
+    /// match gives position 16, which `get` turns into `None`.
     #[inline]
     fn find(&self, byte: u8) -> Option<&Child<V>> {
-        self.find_pos(byte).and_then(|i| self.children[i].as_ref())
+        let [lo, hi] = [&self.keys[..8], &self.keys[8..]]
+            .map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
+        let (lo, hi) = (bytes_equal(lo, byte), bytes_equal(hi, byte));
+        let pos = if lo != 0 {
+            lo.trailing_zeros() / 8
+        } else {
+            8 + hi.trailing_zeros() / 8
+        } as usize;
+        self.children.get(pos)?.as_ref()
     }
 
     #[inline]
@@ -200,7 +214,33 @@ impl<V: LeafValue> InnerNode<V> for Node16<V> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::View;
     use super::*;
+
+    /// `find` (no test of `count`) against `find_pos` for every byte, with
+    /// stale bytes past `count` left by removals from the end, the middle
+    /// and the front.
+    #[test]
+    fn find_gives_the_children_of_live_keys_only() {
+        let mut n = Node16::<u32>::empty();
+        let mut live: Vec<u8> = vec![0, 1, 3, 0x7F, 0x80, 0x81, 0xC0, 0xFE, 0xFF];
+        for &b in &live {
+            n.add(b, Child::leaf(u32::from(b)));
+        }
+        for gone in [0xFF, 0x80, 0, 3, 1, 0x7F, 0xC0, 0x81, 0xFE] {
+            for b in 0..=255u8 {
+                let found = n.find(b).map(|c| match c.view() {
+                    View::Leaf(v) => v,
+                    View::Inner(_) => unreachable!("the test holds leaves only"),
+                });
+                let want = live.contains(&b).then_some(u32::from(b));
+                assert_eq!(found, want, "byte {b:#x} with {live:?}");
+                assert_eq!(n.find_pos(b).is_some(), want.is_some());
+            }
+            n.take(gone);
+            live.retain(|&l| l != gone);
+        }
+    }
 
     #[test]
     fn find_pos_ignores_stale_bytes_past_count() {

@@ -4,7 +4,7 @@
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), `no_path` (1), padding (5) |
 //! | 32 | 2048 | `children`: `children[b]` is the child of byte `b`, or `None` |
 //!
 //! # Growth and shrink

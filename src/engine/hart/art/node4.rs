@@ -5,7 +5,7 @@
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), `no_path` (1), padding (5) |
 //! | 32 | 4 | `keys`: child bytes, ascending; `keys[..count]` in use |
 //! | 36 | 4 | padding |
 //! | 40 | 32 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
@@ -127,9 +127,21 @@ impl<V: LeafValue> InnerNode<V> for Node4<V> {
         (hits != 0).then(|| hits.trailing_zeros() as usize / 8)
     }
 
+    /// The search's lookup: [`Self::find_pos`] without its mask of `count`
+    /// (docs/design.md §7, "Node lookups without the count"). A stale byte
+    /// past `count` may match, but its slot is `None` (the layout's
+    /// invariant), and every live key lies before every stale one, so the
+    /// first match gives the answer.
     #[inline]
     fn find(&self, byte: u8) -> Option<&Child<V>> {
-        self.find_pos(byte).and_then(|i| self.children[i].as_ref())
+        let keys = u64::from(u32::from_le_bytes(self.keys));
+        // The four key bytes only: the zero bytes above them match 0.
+        let hits = bytes_equal(keys, byte) & 0x8080_8080;
+        if hits == 0 {
+            return None;
+        }
+        // `& 3`: a position below 4 (it is), without a bounds test.
+        self.children[(hits.trailing_zeros() as usize / 8) & 3].as_ref()
     }
 
     #[inline]
@@ -179,12 +191,15 @@ impl<V: LeafValue> InnerNode<V> for Node4<V> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::View;
     use super::*;
 
     /// Every set of up to 4 keys from bytes at the edges of the lane-wise
     /// compare (0, 0x7F, 0x80, 0xFF among them), each key looked up, and
-    /// bytes past `count` left stale by a removal: `find_pos` agrees with a
-    /// scan of `keys[..count]`.
+    /// bytes past `count` left stale by a removal (of the largest key, then
+    /// of the smallest, which shifts the rest down and leaves a copy of the
+    /// last): `find_pos` agrees with a scan of `keys[..count]`, and `find`
+    /// (no count mask) gives each live key's child and nothing else.
     #[test]
     fn find_pos_agrees_with_a_scan_and_ignores_stale_bytes() {
         const BYTES: [u8; 6] = [0, 1, 0x7F, 0x80, 0xFE, 0xFF];
@@ -207,10 +222,25 @@ mod tests {
                     let want = n.keys[..n.count()].iter().position(|&k| k == b);
                     assert_eq!(n.find_pos(b), want, "{chosen:?} round {round} byte {b:#x}");
                     assert_eq!(want.is_some(), live.contains(&b));
+                    let found = n.find(b).map(|c| match c.view() {
+                        View::Leaf(v) => v,
+                        View::Inner(_) => unreachable!("the test holds leaves only"),
+                    });
+                    assert_eq!(
+                        found,
+                        want.map(|_| u32::from(b)),
+                        "{chosen:?} round {round} byte {b:#x}: find"
+                    );
                 }
-                if let Some(&last) = live.last() {
-                    n.take(last);
-                    live.pop();
+                let gone = if round == 0 {
+                    live.pop()
+                } else if live.is_empty() {
+                    None
+                } else {
+                    Some(live.remove(0))
+                };
+                if let Some(gone) = gone {
+                    n.take(gone);
                 }
             }
         }

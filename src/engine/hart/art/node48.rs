@@ -4,7 +4,7 @@
 //!
 //! | offset | size | field |
 //! |---:|---:|---|
-//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), padding (6) |
+//! | 0 | 32 | [`Header`]: prefix (16), value slot (8), `count` (2), `no_path` (1), padding (5) |
 //! | 32 | 256 | `index`: for each byte, [`EMPTY`] or the child's slot + 1 |
 //! | 288 | 384 | `children`: 48 slots, in no particular order; `None` when free |
 //!

@@ -101,6 +101,11 @@ fn validate_node<V: LeafValue, N: InnerNode<V>, K: LeafKeys<V> + ?Sized>(
     let mark = path.len();
     let header = n.header();
     path.extend_from_slice(header.prefix.as_slice());
+    assert_eq!(
+        header.no_path,
+        header.prefix.is_empty(),
+        "no_path agrees with the prefix"
+    );
     let count = usize::from(header.count);
     assert!(
         (N::MIN_CHILDREN..=N::MAX_CHILDREN).contains(&count),
@@ -128,6 +133,12 @@ fn validate_node<V: LeafValue, N: InnerNode<V>, K: LeafKeys<V> + ?Sized>(
         path.pop();
     }
     assert_eq!(seen, count, "count matches the children");
+    // The search's `find` skips `count` (Node4, Node16): a slot past it must
+    // be empty, so `find` answers exactly the children.
+    let live: Vec<u8> = n.children().map(|(b, _)| b).collect();
+    for b in 0..=255u8 {
+        assert_eq!(n.find(b).is_some(), live.contains(&b), "find({b:#x})");
+    }
     path.truncate(mark);
 }
 
