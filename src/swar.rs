@@ -5,6 +5,11 @@
 //! arrived; these leave one predictable branch (found or not). Used by
 //! `hart`'s DRAM `Node4` and `Node16` and the radix trees' NODE4 and
 //! NODE16 in PM.
+//!
+//! [`equal16`] compares 16 bytes with one SSE2 compare on x86-64, where
+//! SSE2 is part of the baseline every x86-64 CPU has, and with two words
+//! of the above elsewhere: `hart`'s `Node16` search, about 15 instructions
+//! fewer per node (docs/design.md §7, "Node lookups without the count").
 
 /// `0x80` in every byte of `x` that is zero, `0x00` in the others. Exact:
 /// no carry crosses a byte (`(b & 0x7F) + 0x7F` is at most `0xFE`), so no
@@ -30,6 +35,44 @@ pub fn byte_mask(m: u64) -> u64 {
     (m >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
 }
 
+/// Bit `i` set for every `keys[i]` equal to `v` (a 16-bit mask).
+#[inline(always)]
+pub fn equal16(keys: &[u8; 16], v: u8) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        // SAFETY: SSE2 is enabled for this build (the `cfg` above; every
+        // x86-64 CPU has it), and the load reads the 16 bytes of `keys`,
+        // a reference, with no alignment required (`loadu`).
+        unsafe {
+            let k = _mm_loadu_si128(keys.as_ptr().cast::<__m128i>());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(k, _mm_set1_epi8(v as i8))) as u32
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        equal16_words(keys, v)
+    }
+}
+
+/// [`equal16`] in two words of [`bytes_equal`] (the portable form, and
+/// the reference its test checks the SSE2 form against).
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(
+        dead_code,
+        reason = "the SSE2 form serves this target; tests compare the two"
+    )
+)]
+#[inline(always)]
+pub fn equal16_words(keys: &[u8; 16], v: u8) -> u32 {
+    let [lo, hi] =
+        [&keys[..8], &keys[8..]].map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
+    (byte_mask(bytes_equal(lo, v)) | byte_mask(bytes_equal(hi, v)) << 8) as u32
+}
+
 /// Whether every byte of `bytes` is zero, tested a word at a time (a
 /// byte-wise `all` took about 240 instructions for a new radix node's
 /// three lines; docs/design.md §11, "Insert instructions").
@@ -46,6 +89,36 @@ pub fn all_zero(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `equal16` (SSE2 on x86-64) and `equal16_words` against a byte-wise
+    /// compare: every searched byte, against keys that hold it in every
+    /// place, once or several times, beside bytes at the edges of both
+    /// forms (0, 0x7F, 0x80, 0xFF).
+    #[test]
+    fn sixteen_bytes_compared_at_once_match_one_by_one() {
+        let edges = [0u8, 1, 0x7F, 0x80, 0x81, 0xFE, 0xFF];
+        for v in 0..=255u8 {
+            for place in 0..16 {
+                for fill in 0..8u8 {
+                    let mut keys = [0u8; 16];
+                    for (i, k) in keys.iter_mut().enumerate() {
+                        *k = edges[(i + usize::from(fill)) % edges.len()]
+                            .wrapping_add(fill * 37 * u8::from(fill > 3));
+                    }
+                    keys[place] = v;
+                    if fill % 2 == 1 {
+                        keys[15 - place] = v;
+                    }
+                    let want: u32 = (0..16).filter(|&i| keys[i] == v).map(|i| 1 << i).sum();
+                    assert_eq!(equal16(&keys, v), want, "{keys:?} {v:#x}");
+                    assert_eq!(equal16_words(&keys, v), want, "{keys:?} {v:#x}");
+                    let other = v.wrapping_add(1 + fill);
+                    let want: u32 = (0..16).filter(|&i| keys[i] == other).map(|i| 1 << i).sum();
+                    assert_eq!(equal16(&keys, other), want, "{keys:?} {other:#x}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn zero_bytes_marks_exactly_the_zero_lanes() {

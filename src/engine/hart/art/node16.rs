@@ -10,13 +10,12 @@
 //! | 48 | 128 | `children`: `children[i]` belongs to `keys[i]`; `None` past `count` |
 //!
 //! # Search
-//! `find_pos` compares all 16 key bytes at once without SIMD intrinsics (so
-//! without `unsafe`): each 8-byte half is XORed with the searched byte
-//! broadcast to every lane, and the lanes that became zero are marked
-//! (`crate::swar::bytes_equal`). The first marked lane is the child, if it
-//! lies below `count`. The search has one data-dependent branch (which
-//! half), against up to 16 for a byte-by-byte loop. The search's `find`
-//! skips the `count` test: slots past `count` are `None`.
+//! `find_pos` compares all 16 key bytes at once (`crate::swar::equal16`:
+//! one SSE2 compare on x86-64, two words of lane-wise arithmetic
+//! elsewhere) into a 16-bit mask. The first marked lane is the child, if
+//! it lies below `count`. No branch depends on where the match is, where a
+//! byte-by-byte loop had up to 16. The search's `find` skips the `count`
+//! mask: slots past `count` are `None`.
 //!
 //! # Growth and shrink
 //! A `Node4` receiving its 5th child becomes a `Node16`; a `Node16` falling
@@ -27,7 +26,7 @@
 
 use std::mem::size_of;
 
-use crate::swar::bytes_equal;
+use crate::swar::equal16;
 
 use super::node4::Node4;
 use super::node48::Node48;
@@ -134,37 +133,27 @@ impl<V: LeafValue> InnerNode<V> for Node16<V> {
         }
     }
 
+    /// All 16 keys compared at once (`crate::swar::equal16`), the match
+    /// counted only below `count`: bytes past it are stale.
     #[inline]
     fn find_pos(&self, byte: u8) -> Option<usize> {
-        let [lo, hi] = [&self.keys[..8], &self.keys[8..]]
-            .map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
-        let (lo, hi) = (bytes_equal(lo, byte), bytes_equal(hi, byte));
-        // The first equal byte; 16 if none. Keys are unique, and bytes past
-        // `count` are stale, so the match counts only below `count`.
-        let pos = if lo != 0 {
-            lo.trailing_zeros() / 8
-        } else {
-            8 + hi.trailing_zeros() / 8
-        } as usize;
-        (pos < self.count()).then_some(pos)
+        let hits = equal16(&self.keys, byte) & ((1 << self.count()) - 1);
+        (hits != 0).then(|| hits.trailing_zeros() as usize)
     }
 
-    /// The search's lookup: [`Self::find_pos`] without its test of `count`
+    /// The search's lookup: [`Self::find_pos`] without its mask of `count`
     /// (docs/design.md §7, "Node lookups without the count"). A stale byte
     /// past `count` may match, but its slot is `None` (the layout's
-    /// invariant), and every live key lies before every stale one. No
-    /// match gives position 16, which `get` turns into `None`.
+    /// invariant), and every live key lies before every stale one, so the
+    /// first match gives the answer.
     #[inline]
     fn find(&self, byte: u8) -> Option<&Child<V>> {
-        let [lo, hi] = [&self.keys[..8], &self.keys[8..]]
-            .map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
-        let (lo, hi) = (bytes_equal(lo, byte), bytes_equal(hi, byte));
-        let pos = if lo != 0 {
-            lo.trailing_zeros() / 8
-        } else {
-            8 + hi.trailing_zeros() / 8
-        } as usize;
-        self.children.get(pos)?.as_ref()
+        let hits = equal16(&self.keys, byte);
+        if hits == 0 {
+            return None;
+        }
+        // `& 15`: a position below 16 (it is), without a bounds test.
+        self.children[(hits.trailing_zeros() as usize) & 15].as_ref()
     }
 
     #[inline]
