@@ -1,10 +1,10 @@
 //! The 8 bytes of a word compared at once, without SIMD intrinsics (so
-//! without `unsafe`): how a node's key bytes are searched with no branch
-//! per byte. A loop over the keys leaves at a data-dependent entry, a
-//! branch the CPU mispredicts and resolves only when the node's line has
-//! arrived; these leave one predictable branch (found or not). Used by
-//! `hart`'s DRAM `Node4` and `Node16` and the radix trees' NODE4 and
-//! NODE16 in PM.
+//! without `unsafe`, but for [`equal16`]): how a node's key bytes are
+//! searched with no branch per byte. A loop over the keys leaves at a
+//! data-dependent entry, a branch the CPU mispredicts and resolves only
+//! when the node's line has arrived; these leave one predictable branch
+//! (found or not). Used by `hart`'s DRAM `Node4` and `Node16` and the
+//! radix trees' NODE4 and NODE16 in PM.
 //!
 //! [`equal16`] compares 16 bytes with one SSE2 compare on x86-64, where
 //! SSE2 is part of the baseline every x86-64 CPU has, and with two words
@@ -115,6 +115,7 @@ mod tests {
                     let other = v.wrapping_add(1 + fill);
                     let want: u32 = (0..16).filter(|&i| keys[i] == other).map(|i| 1 << i).sum();
                     assert_eq!(equal16(&keys, other), want, "{keys:?} {other:#x}");
+                    assert_eq!(equal16_words(&keys, other), want, "{keys:?} {other:#x}");
                 }
             }
         }

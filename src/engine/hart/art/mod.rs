@@ -19,8 +19,8 @@
 //!
 //! | kind | children | search | bytes |
 //! |---|---:|---|---:|
-//! | `Node4` | 1..=4 | linear scan of sorted keys | 72 |
-//! | `Node16` | 4..=16 | 16 bytes compared at once (SWAR) | 176 |
+//! | `Node4` | 1..=4 | 4 bytes compared at once (SWAR) | 72 |
+//! | `Node16` | 4..=16 | 16 bytes compared at once (SSE2 on x86-64) | 176 |
 //! | `Node48` | 13..=48 | 256-byte index, then slot | 672 |
 //! | `Node256` | 38..=256 | direct | 2080 |
 //!
@@ -69,8 +69,8 @@
 //! - on entering a `Node4` or `Node16`, the lines of its child slots are
 //!   prefetched ([`crate::hint::prefetch`]) while its key bytes are still in
 //!   flight, so the slot is there when the keys say which one it is;
-//! - a node without a compressed path is recognised by a branch
-//!   (`Prefix::is_empty`), and the common case takes the child byte from
+//! - a node without a compressed path is recognised by a branch on one
+//!   byte (`Header::no_path`), and the common case takes the child byte from
 //!   the depth alone, so the CPU loads a `Node48` index entry or a `Node256`
 //!   slot before the header arrives (with `depth + prefix length` it would
 //!   wait for the header).
@@ -470,9 +470,10 @@ const _: () = assert!(size_of::<Option<Child<u64>>>() == 8);
 /// `no_path` repeats what `prefix` says so that a search tests one byte
 /// where `Prefix::is_empty` tests the variant and the length, two loads
 /// and two branches, at every node (docs/design.md §7, "Node lookups
-/// without the count"). `prefix` is written only through
+/// without the count"). A new `prefix` is set only through
 /// [`Header::with_prefix`] and [`Header::set_prefix`], which keep the two
-/// in step; the tests' `validate` checks it of every node.
+/// in step (`Default` makes both empty; `mem::take` moves both); the tests'
+/// `validate` checks it of every node, and `descend` in debug builds.
 #[repr(C)]
 struct Header<V> {
     prefix: Prefix,
@@ -672,6 +673,11 @@ fn descend<'a, V: LeafValue, N: InnerNode<V>>(
     // child slot while the header is still in flight (the search-loop
     // shape of docs/design.md §11); `depth + prefix length` would make the
     // slot wait for the header.
+    debug_assert_eq!(
+        h.no_path,
+        h.prefix.is_empty(),
+        "no_path agrees with the prefix"
+    );
     let at = if h.no_path {
         *depth
     } else {

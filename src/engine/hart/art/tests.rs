@@ -125,7 +125,10 @@ fn validate_node<V: LeafValue, N: InnerNode<V>, K: LeafKeys<V> + ?Sized>(
     let mut last: Option<u8> = None;
     for (byte, child) in n.children() {
         assert!(last.is_none_or(|l| l < byte), "children in byte order");
-        assert!(n.find(byte).is_some(), "find agrees with children");
+        assert!(
+            n.find(byte).is_some_and(|c| std::ptr::eq(c, child)),
+            "find gives each child its own slot"
+        );
         last = Some(byte);
         seen += 1;
         path.push(byte);
