@@ -199,8 +199,10 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     assert_eq!(
         settings(h, &[]),
         serde_json::json!({"hart.hash_key_len": "3", "hart.persist_order": "tight",
-                           "hart.stripes": "thread"})
+                           "hart.stripes": "thread", "hart.leaf_first": "on"})
     );
+    let s = settings(h, &["--engine-opt", "leaf_first=off"]);
+    assert_eq!(s["hart.leaf_first"], "off");
     // A setting for this command only, with or without the prefix.
     let s = settings(h, &["--engine-opt", "hart.persist_order=paper"]);
     assert_eq!(s["hart.persist_order"], "paper");
@@ -210,7 +212,9 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     assert_eq!(text(&o.stdout), "inserted\n", "{}", text(&o.stderr));
     let text_info = text(&pmindex(&["info", h]).stdout);
     assert!(
-        text_info.contains("settings    hart.hash_key_len=3 hart.persist_order=tight"),
+        text_info.contains(
+            "settings    hart.hash_key_len=3 hart.leaf_first=on hart.persist_order=tight"
+        ),
         "{text_info}"
     );
 

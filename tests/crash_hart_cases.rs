@@ -2,8 +2,10 @@
 //! case, and a check that it did: torn inserts, torn updates (the update
 //! log's recovery, Algorithm 3), large blocks left over between a slot write
 //! and an activate or free, chunk recycling (Algorithm 6) rolled back and
-//! redone at open, and allocator records of every kind rolled back, on a pool
-//! with several chunks per list that is reopened (Algorithm 7) mid-run.
+//! redone at open, allocator records of every kind rolled back, and a key
+//! held by two live leaves (an upsert that wrote its leaf first and found
+//! the key present), on a pool with several chunks per list that is
+//! reopened (Algorithm 7) mid-run.
 //!
 //! `PMINDEX_CRASH_STATES=100000 cargo test --release --test crash_hart_cases`
 //! runs the long budget.
@@ -67,6 +69,14 @@ fn workload(v: usize) -> Vec<Op> {
     for i in 0..10 {
         ops.push(Op::Insert(key(i), val(8, i + 4)));
     }
+    // Upserts that insert, each followed by one of a present key: the
+    // second writes its leaf first (the stripe's last upsert inserted),
+    // finds the key and kills that leaf (a key held by two live leaves at
+    // a crash in between). Values inline and in value objects.
+    for i in 0..10 {
+        ops.push(Op::Put(key(10 + i), val(8, i + 5)));
+        ops.push(Op::Put(key(i), val(if i % 2 == 0 { 8 } else { 40 }, i + 6)));
+    }
     ops
 }
 
@@ -81,6 +91,7 @@ fn every_recovery_case_is_reached_and_survived() {
         Case::HartUpdateFallback,
         Case::HartLeftoverBlock,
         Case::HartChunkRecycledAtOpen,
+        Case::HartDuplicateLeaf,
     ];
     let before: Vec<u64> = wanted.iter().map(|&c| cases::count(c)).collect();
     let mut cfg = CrashConfig::new("hart");

@@ -68,6 +68,11 @@ fn hart_batch_without_its_fence_is_caught() {
 }
 
 #[test]
+fn hart_early_leaf_left_live_is_caught() {
+    must_catch(Fault::HartEarlyLeafLeftLive, "hart");
+}
+
+#[test]
 fn wort_missing_leaf_flush_is_caught() {
     must_catch(Fault::WortSkipLeafFlush, "wort");
 }
@@ -107,5 +112,5 @@ fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
     // caught only with writers on the same keys: its test is in
     // `crash_shared_keys.rs`).
-    assert_eq!(Fault::ALL.len(), 16);
+    assert_eq!(Fault::ALL.len(), 17);
 }

@@ -250,7 +250,7 @@ struct EngineOpts {
     /// or 2 (a radix pool older builds read; 4, the default, tags leaf
     /// pointers and maps WORT slots; also woart, art-cow). For this
     /// command only: hart.persist_order=paper, hart.stripes=hash_key,
-    /// wort.reads=locked, wort.writers=locked; at open,
+    /// hart.leaf_first=off, wort.reads=locked, wort.writers=locked; at open,
     /// hart.recovery_threads=N. An unknown key
     /// is refused with the engine's list of settings.
     #[arg(long = "engine-opt", value_name = "KEY=VALUE")]

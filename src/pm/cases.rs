@@ -34,6 +34,10 @@ pub enum Case {
     /// HART: an empty chunk was recycled at open (a crash between the last
     /// object's release and the chunk's recycling).
     HartChunkRecycledAtOpen,
+    /// HART: a key was held by two live leaves (a crash during an upsert
+    /// that wrote its leaf before its descent and found the key present);
+    /// one was killed.
+    HartDuplicateLeaf,
     /// Radix trees: a node's depth differed from the depth it is reached
     /// at (a crash inside a split or a merge); its header was rebuilt from
     /// its leaves (WORT Algorithm 2).
@@ -58,6 +62,7 @@ impl Case {
         Case::HartUpdateFallback,
         Case::HartLeftoverBlock,
         Case::HartChunkRecycledAtOpen,
+        Case::HartDuplicateLeaf,
         Case::RadixHeaderRepaired,
         Case::RadixOrphanCleared,
         Case::RadixChunkReleasedAtOpen,
@@ -71,7 +76,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+static COUNTS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.

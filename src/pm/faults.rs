@@ -48,6 +48,11 @@ pub enum Fault {
     /// keys (`pmindex crashtest --shared-keys`): the deleting thread's own
     /// operation is still in flight until that fence.
     HartDeleteFenceUnlocked,
+    /// hart: an upsert that wrote its leaf before the descent ("Leaf
+    /// first") and then found the key present updates the indexed leaf but
+    /// leaves the early one live in PM, unreachable (a later delete of the
+    /// key can come back at recovery).
+    HartEarlyLeafLeftLive,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -87,6 +92,7 @@ impl Fault {
         Fault::HartCommitBeforeSlot,
         Fault::HartBatchSkipFence,
         Fault::HartDeleteFenceUnlocked,
+        Fault::HartEarlyLeafLeftLive,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -108,6 +114,7 @@ impl Fault {
             Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
             Fault::HartBatchSkipFence => "hart-batch-skip-fence",
             Fault::HartDeleteFenceUnlocked => "hart-delete-fence-unlocked",
+            Fault::HartEarlyLeafLeftLive => "hart-early-leaf-left-live",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -128,7 +135,8 @@ impl Fault {
             Fault::HartSkipLeafFlush
             | Fault::HartCommitBeforeSlot
             | Fault::HartBatchSkipFence
-            | Fault::HartDeleteFenceUnlocked => Some("hart"),
+            | Fault::HartDeleteFenceUnlocked
+            | Fault::HartEarlyLeafLeftLive => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush

@@ -416,6 +416,15 @@ impl ChunkList {
         Ok(recycled)
     }
 
+    /// How many objects the list's live chunks have taken (tests).
+    #[cfg(test)]
+    pub fn taken_objects(&self) -> u32 {
+        self.index
+            .values()
+            .map(|&id| self.slab[id as usize].taken.count_ones())
+            .sum()
+    }
+
     /// DRAM bytes of this view.
     pub fn dram_bytes(&self) -> u64 {
         (self.index.len() * (8 + 4 + 16)

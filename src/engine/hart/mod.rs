@@ -32,6 +32,15 @@
 //!   point. Then insert into the ART. The paper's six `persistent()` calls
 //!   become one fence: the chunk bitmaps are hints rebuilt at recovery, and
 //!   the CRC replaces the fences between value, key and bitmap.
+//! - **upsert, leaf first** (beyond the paper; when the stripe's last
+//!   upsert inserted and the value takes no large block): the leaf is
+//!   written and flushed as for an insert *before* the ART's lock and
+//!   descent, so its write-back overlaps the descent. Key absent: **one
+//!   fence**, then link. Key present: store 0 into the early leaf's commit
+//!   word, flush; update the indexed leaf as below; **one fence**; give the
+//!   early leaf back. A crash in between can leave two live leaves of the
+//!   key, both states the upsert in flight may leave; recovery keeps one
+//!   ([`recovery`]).
 //! - **update** (Algorithm 3): write the new value into a new object, write
 //!   it into the *inactive* slot, flush; store the commit word with the
 //!   active slot flipped; flush; **one fence**. The old object is freed in
@@ -68,7 +77,7 @@ mod superblock;
 mod trees;
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -116,10 +125,12 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         k_h,
         order,
         stripes,
+        leaf_first,
         ..
     } = parse_config(config)?;
     let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
     h.set_order(order);
+    h.leaf_first = leaf_first;
     h.set_stripes(stripes)?;
     Ok(h)
 }
@@ -130,8 +141,10 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         order,
         recovery_threads,
         stripes,
+        leaf_first,
     } = parse_config(config)?;
     let mut h = recovery::open(pool, recovery_threads, k_h)?;
+    h.leaf_first = leaf_first;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
@@ -202,6 +215,9 @@ struct Settings {
     recovery_threads: Option<usize>,
     /// `hart.stripes` (default: by thread where the format allows it).
     stripes: Option<StripeChoice>,
+    /// `hart.leaf_first` (default on): whether an upsert may write its leaf
+    /// before its descent ([`Hart::leaf_first`]; `tight` order only).
+    leaf_first: bool,
 }
 
 fn parse_config(config: &EngineConfig) -> Result<Settings> {
@@ -209,6 +225,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut order = PersistOrder::Tight;
     let mut recovery_threads = None;
     let mut stripes = None;
+    let mut leaf_first = true;
     for (k, v) in super::settings(
         config,
         INFO.name,
@@ -217,9 +234,21 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "hash_key_len",
             "recovery_threads",
             "stripes",
+            "leaf_first",
         ],
     )? {
         match k {
+            "leaf_first" => {
+                leaf_first = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "hart.leaf_first `{v}`: expected on or off"
+                        )))
+                    }
+                }
+            }
             "stripes" => {
                 stripes = Some(
                     StripeChoice::ALL
@@ -263,6 +292,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         order,
         recovery_threads,
         stripes,
+        leaf_first,
     })
 }
 
@@ -359,6 +389,9 @@ pub struct Hart {
     trees: Trees,
     stripes: Vec<Stripe>,
     order: PersistOrder,
+    /// `hart.leaf_first`: whether upserts may write their leaf before the
+    /// descent ([`Self::leaf_first`]).
+    leaf_first: bool,
     /// The slots' checksum (by the superblock's format).
     checksum: Checksum,
     /// Whether a leaf may be in any stripe (format 5) rather than only its
@@ -390,6 +423,10 @@ struct Stripe {
     /// line while it searches the ART ([`Pool::prefetch_write`]). A stale
     /// hint costs one useless prefetch.
     next_leaf: [AtomicU64; leaf::LEAF_SIZES.len()],
+    /// Whether the last upsert from this stripe inserted a key (initially
+    /// true): the hint by which the next one writes its leaf first
+    /// ([`Hart::leaf_first`]). A wrong hint costs time, never correctness.
+    upserts_insert: AtomicBool,
 }
 
 /// Where a value lives, read from a slot.
@@ -453,6 +490,7 @@ impl Hart {
             trees: Trees::new(k_h),
             stripes,
             order: PersistOrder::Tight,
+            leaf_first: true,
             checksum: Checksum::Crc32c,
             any_stripe: true,
             stripe_choice: StripeChoice::Thread,
@@ -867,15 +905,98 @@ impl Hart {
 
     /// Algorithm 1, lines 10-16 and 18, in the tight order: one fence.
     fn insert_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<LeafRef> {
+        let leaf = self.new_leaf(st, key, value)?;
+        self.pool.fence();
+        // Algorithm 1 line 18 (paper order): persist the leaf bit.
+        self.persist_leaf_bit(st, leaf, key.len());
+        Ok(LeafRef::new(leaf, st))
+    }
+
+    /// Algorithm 1, lines 10-16: takes a free leaf of stripe `st` and
+    /// writes and flushes it ([`Self::write_leaf`]); the caller fences.
+    fn new_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
         let leaf = self.alloc_leaf(st, key.len())?;
         if let Err(e) = self.write_leaf(st, leaf, key, value, None) {
             self.release_leaf(st, leaf, key.len())?;
             return Err(e);
         }
+        Ok(leaf)
+    }
+
+    /// Whether an upsert writes its leaf before the descent ("Leaf first",
+    /// docs/design.md §7): with `hart.leaf_first = on` (the default), in
+    /// the tight order, for a value that takes no large block, when the
+    /// last upsert of stripe `st` inserted.
+    fn leaf_first(&self, st: usize, value: &[u8]) -> bool {
+        self.leaf_first
+            && self.order == PersistOrder::Tight
+            && value.len() <= MAX_OBJECT
+            && self.stripes[st].upserts_insert.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether an upsert of stripe `st` inserted (the hint that
+    /// [`Self::leaf_first`] reads), storing only a change.
+    fn note_upsert(&self, st: usize, inserted: bool) {
+        let hint = &self.stripes[st].upserts_insert;
+        if hint.load(Ordering::Relaxed) != inserted {
+            hint.store(inserted, Ordering::Relaxed);
+        }
+    }
+
+    /// An upsert whose leaf `early` was written before the descent found
+    /// the key in `leaf`: updates `leaf` in place (Algorithm 3) and kills
+    /// `early`, both under one fence.
+    ///
+    /// Persist order: `early.commit = 0` → flush; `leaf`'s inactive slot and
+    /// commit word → flush (as [`Self::write_update`]); fence; then, in
+    /// DRAM, `early` and its value object and `leaf`'s old value are given
+    /// back. A crash before the fence may leave `early` live beside `leaf`
+    /// (old or new value): two live leaves of one key, both from this
+    /// upsert or before it, of which recovery keeps either
+    /// ([`recovery`], "a key held by two live leaves").
+    fn update_instead(
+        &self,
+        st: usize,
+        early: u64,
+        leaf: LeafRef,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        // The fault: `early` is left live in PM (and taken in DRAM, so
+        // nothing overwrites it), unreachable from the ART.
+        let leave_live = self.pool.fault(Fault::HartEarlyLeafLeftLive);
+        let killed = if leave_live {
+            Ok(())
+        } else {
+            self.pool
+                .store_u64(early, 0)
+                .map(|()| self.pool.flush(early, 8))
+        };
+        let give_back = killed.is_ok() && !leave_live;
+        let updated = killed
+            .and_then(|()| self.write_update(leaf.stripe(), leaf.off(), key, value, None, None));
         self.pool.fence();
-        // Algorithm 1 line 18 (paper order): persist the leaf bit.
-        self.persist_leaf_bit(st, leaf, key.len());
-        Ok(LeafRef::new(leaf, st))
+        if give_back {
+            self.give_back_early(st, early, key.len())?;
+        }
+        let old = updated?;
+        self.drop_value(leaf.stripe(), old.value, old.slot)
+    }
+
+    /// Kills an early leaf that was never linked (`commit = 0` → flush;
+    /// fence) and gives it back: an upsert that failed after writing it.
+    fn abandon_early(&self, st: usize, early: u64, key_len: usize) -> Result<()> {
+        self.pool.store_u64(early, 0)?;
+        self.pool.persist(early, 8);
+        self.give_back_early(st, early, key_len)
+    }
+
+    /// Gives back, in DRAM, an early leaf whose cleared commit word is
+    /// durable, and its value object.
+    fn give_back_early(&self, st: usize, early: u64, key_len: usize) -> Result<()> {
+        let v = self.slot(early, 0)?;
+        self.drop_value(st, v, leaf::slot_off(early, 0))?;
+        self.release_leaf(st, early, key_len)
     }
 
     /// Takes a free leaf for a key of `key_len` bytes from stripe `st`
@@ -1054,6 +1175,10 @@ impl Engine for Hart {
             ("hart.hash_key_len", self.k_h.to_string()),
             ("hart.persist_order", order.to_string()),
             ("hart.stripes", self.stripe_choice.name().to_string()),
+            (
+                "hart.leaf_first",
+                if self.leaf_first { "on" } else { "off" }.to_string(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -1115,6 +1240,18 @@ impl Engine for Hart {
             self.pool
                 .prefetch_write(self.stripes[st].next_leaf[lc].load(Ordering::Relaxed));
         }
+        // Leaf first ("Leaf first", docs/design.md §7): an upsert that
+        // will likely insert writes and flushes its leaf now, so that the
+        // line's write-back overlaps the descent and the fence after it
+        // waits for less. The leaf may become durable (live) before the
+        // descent decides; see `update_instead` for a key found present.
+        // If it cannot be written (a full pool), the upsert goes on without
+        // it: an update in place may need no new object.
+        let early = if mode == PutMode::Upsert && self.leaf_first(st, value) {
+            self.new_leaf(st, key, value).ok()
+        } else {
+            None
+        };
         loop {
             let tree = if mode == PutMode::Update {
                 match self.trees.find(&hk) {
@@ -1142,16 +1279,29 @@ impl Engine for Hart {
             // lines 10-18) at the point where the ART will hold it, and
             // linked there only once that succeeded.
             let was_empty = t.art.is_empty();
-            let inserted = t
-                .art
-                .insert_with(ak, &keys, || self.insert_leaf(st, key, value));
+            let inserted = t.art.insert_with(ak, &keys, || match early {
+                // Persist order (leaf first): the leaf was written and
+                // flushed before the descent; the fence makes it durable,
+                // and only then does the ART link it.
+                Some(e) => {
+                    self.pool.fence();
+                    Ok(LeafRef::new(e, st))
+                }
+                None => self.insert_leaf(st, key, value),
+            });
             self.trees.note_root(hk_bytes, &t.art);
             return match inserted {
                 Ok(Some(leaf)) => {
                     if mode == PutMode::Insert {
                         return Ok(PutOutcome::Unchanged);
                     }
-                    self.update_leaf(leaf.stripe(), leaf.off(), key, value)?;
+                    if mode == PutMode::Upsert {
+                        self.note_upsert(st, false);
+                    }
+                    match early {
+                        Some(e) => self.update_instead(st, e, leaf, key, value)?,
+                        None => self.update_leaf(leaf.stripe(), leaf.off(), key, value)?,
+                    }
                     Ok(PutOutcome::Replaced)
                 }
                 Ok(None) => {
@@ -1159,11 +1309,19 @@ impl Engine for Hart {
                         self.trees.filled(&hk);
                     }
                     self.stripes[st].len.fetch_add(1, Ordering::Relaxed);
+                    if mode == PutMode::Upsert {
+                        self.note_upsert(st, true);
+                    }
                     Ok(PutOutcome::Inserted)
                 }
                 Err(e) => {
                     if t.art.is_empty() {
                         self.trees.retire(&hk, r, &mut t);
+                    }
+                    if let Some(l) = early {
+                        // Never linked (the closure, which cannot fail
+                        // with an early leaf, was not what failed).
+                        self.abandon_early(st, l, key.len())?;
                     }
                     Err(e)
                 }

@@ -24,13 +24,21 @@
 //!    its leaf's stripe, [`super::LeafRef`]). No other worker touches those
 //!    lists or ARTs, so no locks are needed.
 //!
-//! A key held by two live leaves, a value object used twice, and in
-//! formats 3 and 4 a leaf outside its hash key's stripe are `Corrupt`: none
-//! can come from a crash.
+//! **A key held by two live leaves** comes from a crash during an upsert
+//! that wrote its leaf before its descent and found the key present
+//! (`Hart::update_instead`, docs/design.md §7 "Leaf first"): the early leaf
+//! was not yet killed. Either leaf is a state that the upsert in flight may
+//! leave (before it, or after it), so phase 4 keeps the one it met last and
+//! kills the other (`commit = 0` → flush, fenced by the worker that
+//! flushed), and then gives it and its value back. Before 2026-11-28 this
+//! was `Corrupt`.
+//!
+//! A value object used twice, and in formats 3 and 4 a leaf outside its
+//! hash key's stripe, are `Corrupt`: neither can come from a crash.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -99,6 +107,7 @@ impl StripeLists {
             values: self.values.into_iter().map(Mutex::new).collect(),
             len: AtomicU64::new(len),
             next_leaf: Default::default(),
+            upserts_insert: AtomicBool::new(true),
         }
     }
 }
@@ -304,6 +313,9 @@ fn parallel<T: Send + Default>(
 struct Rebuilt {
     trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>>,
     len: u64,
+    /// Leaves killed as the second live leaf of a key, with their leaf
+    /// list and live value, to give back once every worker is done.
+    killed: Vec<(LeafRef, usize, ValueRef)>,
 }
 
 /// Recovers a HART from its pool with `threads` threads (default: every
@@ -478,6 +490,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
                 HashMap::default();
             let mut len = 0;
             let mut values = Vec::new();
+            let mut killed = Vec::new();
             for f in found.iter_mut() {
                 for &(lc, c, used) in &f.leaf_chunks {
                     lists.leaves[lc].set_taken(c, used)?;
@@ -488,11 +501,18 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
                     let key = &f.keys[l.key_at..l.key_at + l.key_len];
                     let (hk, ak) = key.split_at(k_h.min(key.len()));
                     let art = trees.entry(HashKey::new(hk)).or_default();
-                    if art.insert(ak, l.leaf, &keys).is_some() {
-                        return Err(leaf::corrupt(
-                            l.leaf.off(),
-                            "two live leaves hold the same key",
-                        ));
+                    if let Some(other) = art.insert(ak, l.leaf, &keys) {
+                        // Two live leaves of one key: an early leaf of an
+                        // upsert in flight (module doc). Kill the one the
+                        // ART no longer holds; its value is read first.
+                        cases::record(Case::HartDuplicateLeaf);
+                        let off = other.off();
+                        let c = leaf::commit(pool_ref, off)?
+                            .ok_or_else(|| leaf::corrupt(off, "live leaf has no commit word"))?;
+                        let v = read_slot(pool_ref, off, c.active)?;
+                        pool_ref.store_u64(off, 0)?;
+                        pool_ref.flush(off, 8);
+                        killed.push((other, leaf::class_for_key(l.key_len), v));
                     }
                 }
             }
@@ -521,18 +541,37 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
                     cases::record(Case::HartChunkRecycledAtOpen);
                 }
             }
-            out.push((s, Rebuilt { trees, len }));
+            out.push((s, Rebuilt { trees, len, killed }));
             Ok(())
         },
-        |_| {},
+        // The worker's killed leaves, durable before they are given back.
+        |out: &Vec<(usize, Rebuilt)>| {
+            if out.iter().any(|(_, r)| !r.killed.is_empty()) {
+                pool_ref.fence();
+            }
+        },
     )?;
     drop(work);
 
     let mut lens = [0u64; STRIPES];
     let mut all_trees = Vec::new();
+    let mut killed = Vec::new();
     for (s, r) in rebuilt.into_iter().flatten() {
         lens[s] = r.len;
         all_trees.push(r.trees);
+        killed.extend(r.killed);
+    }
+    // The killed leaves were counted, and marked used with their values, by
+    // their own stripes' workers: undone here, after every worker's fence.
+    for (l, lc, v) in killed {
+        let s = l.stripe();
+        lens[s] -= 1;
+        if v.meta.large {
+            pool.free(v.at)?;
+        } else if v.meta.value_len > 0 && !v.meta.inline() {
+            lists[s].values[value_class(v.meta.value_len)].release(pool_ref, v.p)?;
+        }
+        lists[s].leaves[lc].release(pool_ref, l.off())?;
     }
     let stripes = lists
         .into_iter()

@@ -880,3 +880,118 @@ fn a_full_pool_retries_past_a_bad_free_and_check_reports_it() {
     h.check().unwrap();
     assert_eq!(h.len(), u64::from(n) - 4);
 }
+
+/// Objects taken in DRAM over every stripe: leaves of the leaf list for
+/// keys of `key_len` bytes, and value objects of every size.
+fn taken(h: &Hart, key_len: usize) -> (u32, u32) {
+    let lc = leaf::class_for_key(key_len);
+    let leaves = h
+        .stripes
+        .iter()
+        .map(|s| s.leaves[lc].lock().taken_objects())
+        .sum();
+    let values = h
+        .stripes
+        .iter()
+        .flat_map(|s| s.values.iter())
+        .map(|l| l.lock().taken_objects())
+        .sum();
+    (leaves, values)
+}
+
+/// "Leaf first" (docs/design.md §7): after an upsert that inserted, the
+/// next upsert writes its leaf before the descent. When that one finds its
+/// key present, it updates the indexed leaf in place under one fence, and
+/// the early leaf is dead in PM and given back (with its value object) in
+/// DRAM: nothing is left taken, and a reopen finds one live leaf (a delete
+/// then stays deleted).
+#[test]
+fn an_upsert_that_wrote_its_leaf_first_kills_it_when_the_key_is_present() {
+    for value_len in [8, 40] {
+        let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
+        let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        let (v1, v2) = (vec![1u8; value_len], vec![2u8; value_len]);
+        assert_eq!(
+            h.put(b"ef-a", &v1, PutMode::Upsert).unwrap(),
+            PutOutcome::Inserted
+        );
+        let before = taken(&h, 4);
+        let c0 = counters::this_thread();
+        assert_eq!(
+            h.put(b"ef-a", &v2, PutMode::Upsert).unwrap(),
+            PutOutcome::Replaced
+        );
+        let c1 = counters::this_thread();
+        assert_eq!(c1.fences - c0.fences, 1, "value {value_len} B: one fence");
+        // The early leaf (and its value object) given back; the old value
+        // object freed by the update, the new one taken: as before.
+        assert_eq!(taken(&h, 4), before, "value {value_len} B");
+        // The hint now says update: the next upsert of a present key writes
+        // no leaf first (one line flushed for an inline value).
+        let c2 = counters::this_thread();
+        h.put(b"ef-a", &v1, PutMode::Upsert).unwrap();
+        h.put(b"ef-a", &v2, PutMode::Upsert).unwrap();
+        let c3 = counters::this_thread();
+        if value_len == 8 {
+            assert_eq!(c3.flushes - c2.flushes, 2, "two updates in place");
+        }
+        let mut got = Vec::new();
+        assert!(h.get_with(b"ef-a", &mut |v| got = v.to_vec()).unwrap());
+        assert_eq!(got, v2);
+        assert_eq!(h.len(), 1);
+        h.check().unwrap();
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert_eq!(taken(&h, 4), before, "value {value_len} B: reopened");
+        assert!(h.delete(b"ef-a").unwrap());
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert!(!h.get_with(b"ef-a", &mut |_| {}).unwrap(), "stays deleted");
+        assert_eq!(h.len(), 0);
+        h.check().unwrap();
+    }
+}
+
+/// Two live leaves of one key (as a crash leaves them while an upsert that
+/// wrote its leaf first finds the key present; made here by the fault that
+/// leaves the early leaf live): recovery keeps one, kills the other in PM
+/// and gives it and its value object back. Before 2026-11-28 the open
+/// failed (`Corrupt`).
+#[test]
+fn recovery_keeps_one_of_two_live_leaves_of_a_key() {
+    let cfg = crate::pm::PoolConfig {
+        fault: Some(Fault::HartEarlyLeafLeftLive),
+        ..Default::default()
+    };
+    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &cfg).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    for (k, len) in [(&b"dup-a"[..], 40), (b"dup-b", 8)] {
+        h.put(k, &vec![1; len], PutMode::Upsert).unwrap();
+        h.put(k, &vec![2; len], PutMode::Upsert).unwrap();
+    }
+    h.put(b"dup-c", b"single", PutMode::Upsert).unwrap();
+    let (leaves, values) = taken(&h, 5);
+    assert_eq!((leaves, values), (5, 2), "two early leaves left taken");
+    drop(h);
+    let seen = crate::pm::cases::count(crate::pm::cases::Case::HartDuplicateLeaf);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert!(crate::pm::cases::count(crate::pm::cases::Case::HartDuplicateLeaf) >= seen + 2);
+    assert_eq!(taken(&h, 5), (3, 1), "one leaf per key, one value object");
+    for (k, len) in [(&b"dup-a"[..], 40), (b"dup-b", 8)] {
+        let mut got = Vec::new();
+        assert!(h.get_with(k, &mut |v| got = v.to_vec()).unwrap());
+        assert_eq!(got, vec![2; len]);
+    }
+    assert_eq!(h.len(), 3);
+    h.check().unwrap();
+    assert!(h.delete(b"dup-a").unwrap());
+    drop(h);
+    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    assert!(
+        !h.get_with(b"dup-a", &mut |_| {}).unwrap(),
+        "the killed leaf stays dead"
+    );
+    assert_eq!(h.len(), 2);
+    assert_eq!(taken(&h, 5), (2, 0));
+    h.check().unwrap();
+}
