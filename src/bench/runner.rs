@@ -205,6 +205,9 @@ pub struct RunConfig {
     /// Threads of every [`PhaseSpec::Load`] (not `insert-many`, which
     /// keeps the experiment's); `None`: the experiment's threads.
     pub load_threads: Option<usize>,
+    /// Whether every [`PhaseSpec::Load`] upserts its keys ([`Db::put`], the
+    /// papers' insert) instead of inserting them if absent ([`Db::insert`]).
+    pub load_by_put: bool,
     /// Map every page of each pool after it is created and after it is
     /// reopened (`Db::prefault`), outside the timed phases.
     pub prefault: bool,
@@ -303,6 +306,7 @@ pub fn run_engine(
                     engine,
                     name: spec.name(),
                     limit,
+                    by_put: cfg.load_by_put && *spec == PhaseSpec::Load,
                 },
                 work,
                 progress,
@@ -520,6 +524,8 @@ struct PhaseArgs<'a> {
     name: &'a str,
     /// Stop after this long (scan phases).
     limit: Option<Duration>,
+    /// Inserts upsert ([`RunConfig::load_by_put`]; load phases only).
+    by_put: bool,
 }
 
 /// Shared counters of a running phase.
@@ -624,6 +630,13 @@ impl PhaseArgs<'_> {
         let vs = self.value_size;
         let db = self.db;
         match kind {
+            // A load's keys are new: an upsert that replaced counts as an
+            // error, as an insert that found its key does.
+            OpKind::Insert if self.by_put => {
+                if db.put(key, st.values.value_of(key))? {
+                    st.errors += 1;
+                }
+            }
             OpKind::Insert => match db.insert(key, st.values.value_of(key)) {
                 Ok(()) => {}
                 Err(Error::KeyExists) => st.errors += 1,

@@ -348,6 +348,8 @@ pub struct RunOptions {
     /// Threads of every load phase, 1 to [`super::experiment::MAX_THREADS`]
     /// (see [`RunConfig::load_threads`]).
     pub load_threads: Option<usize>,
+    /// Load phases upsert (see [`RunConfig::load_by_put`]).
+    pub load_by_put: bool,
     /// Map every page of each pool after create and reopen, untimed
     /// ([`RunConfig::prefault`]).
     pub prefault: bool,
@@ -367,6 +369,7 @@ impl Default for RunOptions {
             sample_every: 32,
             scan_time_limit: Some(std::time::Duration::from_secs(5)),
             load_threads: None,
+            load_by_put: false,
             prefault: false,
         }
     }
@@ -388,6 +391,13 @@ pub fn run(
         }
     }
     let mut notes = suite.notes.clone();
+    if opts.load_by_put {
+        notes.push(
+            "--load-by-put: every load (the `insert` rows) upserts its keys with Db::put, \
+             not Db::insert"
+                .into(),
+        );
+    }
     let specs: Vec<EngineSpec> = if opts.engines.is_empty() {
         let (have, missing): (Vec<&String>, Vec<&String>) =
             suite.engines.iter().partition(|e| engine::find(e).is_ok());
@@ -490,6 +500,7 @@ pub fn run(
         sample_every: opts.sample_every.max(1),
         scan_time_limit: opts.scan_time_limit,
         load_threads: opts.load_threads,
+        load_by_put: opts.load_by_put,
         prefault: opts.prefault,
     };
     let to_run = suite

@@ -39,6 +39,7 @@ pub struct BenchOpts<'a> {
     pub put_many: Option<usize>,
     pub threads: &'a str,
     pub load_threads: Option<usize>,
+    pub load_by_put: bool,
     pub prefault: bool,
     pub pm_latencies: Option<&'a str>,
     pub rounds: Option<u32>,
@@ -205,6 +206,7 @@ pub fn run(
         dictionary: a.dict.clone(),
         sample_every: a.sample,
         load_threads: a.load_threads,
+        load_by_put: a.load_by_put,
         prefault: a.prefault,
         scan_time_limit: match a.scan_time_limit {
             Some(0) => None,

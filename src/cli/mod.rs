@@ -491,6 +491,14 @@ struct BenchArgs {
     #[arg(long, value_name = "N")]
     load_threads: Option<usize>,
 
+    /// Load each pool with upserts (`Db::put`, memcached `set`: the HART
+    /// and WORT papers' insert, which updates a key it finds) instead of
+    /// insert-if-absent (`Db::insert`, memcached `add`). The keys are
+    /// distinct either way; an engine may take another path for each (hart
+    /// writes an upsert's leaf before its descent, "Leaf first").
+    #[arg(long)]
+    load_by_put: bool,
+
     /// Map every page of each pool after it is created and after it is
     /// reopened, outside the timed phases, so that no operation waits for
     /// a page fault or for the allocator mapping fresh heap (about 300 µs
@@ -673,6 +681,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     put_many: a.put_many,
                     threads: &a.threads,
                     load_threads: a.load_threads,
+                    load_by_put: a.load_by_put,
                     prefault: a.prefault,
                     pm_latencies: a.pm_latencies.as_deref(),
                     rounds: a.rounds,

@@ -23,6 +23,7 @@ fn cfg(dir: &std::path::Path) -> RunConfig {
         sample_every: 1,
         scan_time_limit: None,
         load_threads: None,
+        load_by_put: false,
         prefault: false,
     }
 }
@@ -135,6 +136,34 @@ fn the_load_phase_runs_on_its_own_thread_count() {
             ],
             "{engine}"
         );
+        for p in &run.phases {
+            assert_eq!((p.errors, p.misses), (0, 0), "{engine}: {p:?}");
+            assert_eq!(p.ops, 3000, "{engine}: {}", p.phase);
+        }
+    }
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+/// `load_by_put` loads with upserts: every key goes in once (an upsert
+/// that replaced would count as an error), and the phases after it find
+/// every key.
+#[test]
+fn a_load_by_put_upserts_every_key_once() {
+    let dir = tmpdir("load-by-put");
+    for engine in ["pmlog", "hart", "wort"] {
+        let e = exp(
+            1,
+            vec![
+                PhaseSpec::Load,
+                PhaseSpec::Search,
+                PhaseSpec::Update,
+                PhaseSpec::Delete,
+            ],
+        );
+        let mut c = cfg(&dir);
+        c.load_by_put = true;
+        let prep = prepare(&c, &e).unwrap();
+        let run = run_plain(&c, &e, &prep, engine);
         for p in &run.phases {
             assert_eq!((p.errors, p.misses), (0, 0), "{engine}: {p:?}");
             assert_eq!(p.ops, 3000, "{engine}: {}", p.phase);
