@@ -976,11 +976,24 @@ impl Hart {
         let updated = killed
             .and_then(|()| self.write_update(leaf.stripe(), leaf.off(), key, value, None, None));
         self.pool.fence();
-        if give_back {
-            self.give_back_early(st, early, key.len())?;
-        }
-        let old = updated?;
-        self.drop_value(leaf.stripe(), old.value, old.slot)
+        let back = if give_back {
+            self.give_back_early(st, early, key.len())
+        } else {
+            Ok(())
+        };
+        let old = match updated {
+            // The early leaf held the object the update needed (a nearly
+            // full pool): now that it is back, the update runs as it would
+            // have without it.
+            Err(Error::PoolFull { .. }) if give_back && back.is_ok() => {
+                return self.update_leaf(leaf.stripe(), leaf.off(), key, value);
+            }
+            r => r?,
+        };
+        // The update is durable: its old value is freed even if giving the
+        // early leaf back failed, whose error then follows.
+        let dropped = self.drop_value(leaf.stripe(), old.value, old.slot);
+        back.and(dropped)
     }
 
     /// Kills an early leaf that was never linked (`commit = 0` → flush;

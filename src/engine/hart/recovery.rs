@@ -28,8 +28,9 @@
 //! that wrote its leaf before its descent and found the key present
 //! (`Hart::update_instead`, docs/design.md §7 "Leaf first"): the early leaf
 //! was not yet killed. Either leaf is a state that the upsert in flight may
-//! leave (before it, or after it), so phase 4 keeps the one it met last and
-//! kills the other (`commit = 0` → flush, fenced by the worker that
+//! leave (before it, or after it), so phase 4 keeps one of them (the one
+//! its ART insertion met last, an order that depends on which recovery
+//! thread took which chunk) and kills the other (`commit = 0` → flush, fenced by the worker that
 //! flushed), and then gives it and its value back. Before 2026-11-28 this
 //! was `Corrupt`.
 //!

@@ -995,3 +995,24 @@ fn recovery_keeps_one_of_two_live_leaves_of_a_key() {
     assert_eq!(taken(&h, 5), (2, 0));
     h.check().unwrap();
 }
+
+/// A full pool, whose last upsert inserted (so the hint says "write the
+/// leaf first"): an upsert of a present key with an inline value still
+/// succeeds, in place, though no early leaf can be taken (it failed with
+/// "pool full" while the early leaf was taken unconditionally).
+#[test]
+fn a_full_pool_still_updates_in_place_after_a_hint_to_insert() {
+    let pool = Arc::new(Pool::create_anonymous(4 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    let n = fill_with_fr_keys(&h);
+    assert!(n > 1000, "{n} keys");
+    assert_eq!(
+        h.put(b"fr000000", b"87654321", PutMode::Upsert).unwrap(),
+        PutOutcome::Replaced
+    );
+    let mut got = Vec::new();
+    assert!(h.get_with(b"fr000000", &mut |v| got = v.to_vec()).unwrap());
+    assert_eq!(got, b"87654321");
+    assert_eq!(h.len(), u64::from(n));
+    h.check().unwrap();
+}
