@@ -335,7 +335,13 @@ impl LeafRef {
     }
 }
 
+// Every leaf offset (and its stripe bits) leaves room for a key tag in
+// the ART's leaf word (`art/tag.rs`).
+const _: () = assert!(crate::pm::MAX_POOL_SIZE <= art::TAGGED_LIMIT);
+
 impl art::LeafValue for LeafRef {
+    const TAGGED: bool = true;
+
     #[inline(always)]
     fn to_bits(self) -> u64 {
         self.0

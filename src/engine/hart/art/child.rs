@@ -6,6 +6,7 @@
 //! | word | meaning |
 //! |---|---|
 //! | `bits << 1 \| 1` | a leaf whose value is `V::from_bits(bits)` (`bits` < 2^63) |
+//! | `tag << 47 \| bits << 1 \| 1` | the same, where `V::TAGGED` (`bits` < 2^46): `tag` is the leaf's [`KeyTag`] |
 //! | `address \| kind << 1` | an inner node at `address` (aligned to 8), `kind` 0..=3 = `Node4`, `Node16`, `Node48`, `Node256` |
 //!
 //! The word is never 0 (a leaf has bit 0 set, a node address is not null),
@@ -33,6 +34,7 @@ use super::node16::Node16;
 use super::node256::Node256;
 use super::node4::Node4;
 use super::node48::Node48;
+use super::tag::{KeyTag, TAG_BITS};
 
 /// Values an ART can hold: numbers below 2^63, so that a leaf and its tag
 /// bit fit in one word (HART's leaves are PM offsets, below 2^46).
@@ -42,24 +44,58 @@ pub trait LeafValue: Copy {
     fn to_bits(self) -> u64;
     /// The value of [`Self::to_bits`]'s result.
     fn from_bits(bits: u64) -> Self;
+    /// Whether every value is below 2^46 ([`TAGGED_LIMIT`]), which leaves
+    /// room in a leaf word for the leaf's [`KeyTag`] (HART's leaves: pools
+    /// are at most 2^46 bytes). Untagged trees split every leaf they meet
+    /// by loading its key.
+    const TAGGED: bool = false;
 }
+
+/// Every value of a [`LeafValue::TAGGED`] type is below this.
+pub const TAGGED_LIMIT: u64 = 1 << 46;
+
+/// Where a leaf word's tag starts.
+const TAG_SHIFT: u32 = 47;
+const _: () = assert!(TAG_SHIFT + TAG_BITS == 64 && TAGGED_LIMIT << 1 == 1 << TAG_SHIFT);
 
 /// The value of a leaf word (the inverse of [`leaf_word`]).
 #[inline(always)]
 fn leaf_value<V: LeafValue>(word: u64) -> V {
-    V::from_bits(word >> 1)
+    if V::TAGGED {
+        V::from_bits((word >> 1) & (TAGGED_LIMIT - 1))
+    } else {
+        V::from_bits(word >> 1)
+    }
 }
 
-/// The leaf word of `v`: `bits << 1 | 1`.
+/// The tag of a leaf word ([`KeyTag::NONE`] in an untagged tree).
+#[inline(always)]
+fn leaf_tag<V: LeafValue>(word: u64) -> KeyTag {
+    if V::TAGGED {
+        KeyTag::from_bits(word >> TAG_SHIFT)
+    } else {
+        KeyTag::NONE
+    }
+}
+
+/// The leaf word of `v` with `tag` (dropped in an untagged tree):
+/// `bits << 1 | 1`, and `tag << 47` where `V::TAGGED`.
 ///
 /// # Panics
-/// If `v.to_bits()` is 2^63 or more (no pool offset is). Callers encode a
-/// value before they change the tree, so a panic leaves it as it was.
+/// If `v.to_bits()` is 2^63 or more (no pool offset is), or 2^46 or more
+/// where `V::TAGGED`. Callers encode a value before they change the tree,
+/// so a panic leaves it as it was.
 #[inline]
-fn leaf_word<V: LeafValue>(v: V) -> NonZeroU64 {
+fn leaf_word<V: LeafValue>(v: V, tag: KeyTag) -> NonZeroU64 {
     let bits = v.to_bits();
-    assert!(bits < 1 << 63, "an ART value must be below 2^63");
-    NonZeroU64::new((bits << 1) | 1).expect("bit 0 is set")
+    let word = if V::TAGGED {
+        assert!(bits < TAGGED_LIMIT, "an ART value must be below 2^46");
+        tag.to_bits() << TAG_SHIFT | bits << 1 | 1
+    } else {
+        assert!(bits < 1 << 63, "an ART value must be below 2^63");
+        bits << 1 | 1
+    };
+    NonZeroU64::new(word).expect("bit 0 is set")
 }
 
 impl LeafValue for u64 {
@@ -75,6 +111,8 @@ impl LeafValue for u64 {
 }
 
 impl LeafValue for u32 {
+    const TAGGED: bool = true;
+
     #[inline]
     fn to_bits(self) -> u64 {
         u64::from(self)
@@ -175,7 +213,7 @@ impl<V: LeafValue> Packed<V> {
     #[inline]
     pub(super) fn new(v: V) -> Self {
         Packed {
-            word: leaf_word(v),
+            word: leaf_word(v, KeyTag::NONE),
             _v: PhantomData,
         }
     }
@@ -218,13 +256,32 @@ macro_rules! node_of {
 }
 
 impl<V: LeafValue> Child<V> {
-    /// A leaf holding `v`.
+    /// A leaf holding `v`, whose slot knows nothing of its key.
     #[inline]
     pub(super) fn leaf(v: V) -> Self {
-        let word = NonZeroUsize::new(leaf_word(v).get() as usize).expect("bit 0 is set");
+        Self::tagged_leaf(v, KeyTag::NONE)
+    }
+
+    /// A leaf holding `v`, whose slot knows `tag` of its key (kept only
+    /// where `V::TAGGED`).
+    #[inline]
+    pub(super) fn tagged_leaf(v: V, tag: KeyTag) -> Self {
+        let word = NonZeroUsize::new(leaf_word(v, tag).get() as usize).expect("bit 0 is set");
         Child {
             word: NonNull::without_provenance(word),
             _owns: PhantomData,
+        }
+    }
+
+    /// The tag of the leaf in this slot ([`KeyTag::NONE`] for a node, or in
+    /// an untagged tree).
+    #[inline]
+    pub(super) fn leaf_tag(&self) -> KeyTag {
+        let word = self.word.addr().get() as u64;
+        if word & 1 == 1 {
+            leaf_tag::<V>(word)
+        } else {
+            KeyTag::NONE
         }
     }
 

@@ -36,7 +36,8 @@
 //! - **Lazy expansion.** A leaf sits directly in the child slot where its
 //!   path becomes unique; the bytes below it are not materialised. Inserting
 //!   a second key there replaces the leaf by a `Node4` whose prefix is the
-//!   two keys' common part (read once through [`LeafKeys`]).
+//!   two keys' common part (from the slot's key tag when it tells, else
+//!   read once through [`LeafKeys`]).
 //! - **Keys that are prefixes of other keys.** A key that ends exactly at an
 //!   inner node (after its prefix) is kept in that node's value slot
 //!   (`Header::value`), not in a child. The empty key at the root, `"a"`
@@ -58,8 +59,10 @@
 //! 3. Each kind's child count lies in the range of the table above.
 //! 4. `len` is the number of leaves plus full value slots; `dram` is the sum
 //!    of node sizes and prefix spills ([`Art::dram_bytes`]).
+//! 5. A leaf's key tag knows only bytes its key has: for a leaf in a slot
+//!    at depth `d` (root: 0), `key[d..]` starts with the tag's bytes.
 //!
-//! The tests check all four after every few random operations
+//! The tests check all five after every few random operations
 //! (`Art::validate`).
 //!
 //! # Search loop shape
@@ -76,12 +79,20 @@
 //!   wait for the header).
 //!
 //! # Key loads
-//! `get` and `remove` load exactly one key (the leaf's) when they reach a
-//! leaf, none when they stop at an inner node. `insert` loads one when it
-//! reaches a leaf, to either replace it (same key) or split it. `range`
-//! loads the key of every entry it passes to the callback, plus those of
-//! the leaves on the (at most two) root-to-leaf paths where a bound cuts a
-//! node, which it compares with the bounds.
+//! A leaf's child slot also holds a *key tag* (`tag.rs`, where the value
+//! type leaves room: HART's PM offsets, below 2^46): up to two bytes of the
+//! leaf's key past the slot's depth. `get` and `remove` load at most one
+//! key (the leaf's) when they reach a leaf: none when its tag already
+//! tells the keys apart, none when they stop at an inner node. `insert`
+//! loads one when it reaches a leaf whose tag agrees with the new key, to
+//! either replace it (same key) or split it; where the tag shows where the
+//! keys part, it splits the leaf without loading its key (on random
+//! strings, nearly every split; docs/design.md §7, "Key tags in the child
+//! slot"). `probe` loads none and leaves the tag unread: its caller
+//! compares the whole key in the leaf it reads anyway. `range` loads the
+//! key of every entry it passes to the callback, plus those of the leaves
+//! on the (at most two) root-to-leaf paths where a bound cuts a node,
+//! which it compares with the bounds.
 //!
 //! # Recursion and memory
 //! `get`, `insert` and `remove` are loops. `range` recurses, and dropping
@@ -118,6 +129,7 @@ mod node48;
 mod prefix;
 mod range;
 mod sorted;
+mod tag;
 #[cfg(test)]
 mod tests;
 
@@ -126,13 +138,14 @@ use std::fmt;
 use std::mem::size_of;
 use std::ops::Bound;
 
-pub use child::LeafValue;
 use child::{Child, Inner, InnerMut, InnerRef, Kind, View};
+pub use child::{LeafValue, TAGGED_LIMIT};
 use node16::Node16;
 use node256::Node256;
 use node4::Node4;
 use node48::Node48;
 use prefix::Prefix;
+use tag::KeyTag;
 
 /// Where the tree finds the full key of a leaf.
 ///
@@ -238,7 +251,7 @@ impl<V: LeafValue> Art<V> {
         let mut depth = 0;
         loop {
             let node = match cur.view() {
-                View::Leaf(v) => return (keys.key(v) == key).then_some(v),
+                View::Leaf(v) => return leaf_holds(cur, v, key, depth, keys).then_some(v),
                 View::Inner(node) => node,
             };
             cur = match dispatch!(node, n => descend(n, key, &mut depth)) {
@@ -343,7 +356,7 @@ impl<V: LeafValue> Art<V> {
     {
         let old = match &mut self.root {
             None => {
-                self.root = Some(Child::leaf(make()?));
+                self.root = Some(Child::tagged_leaf(make()?, KeyTag::of(key, 0)));
                 None
             }
             Some(root) => insert_below(root, key, keys, &mut self.dram, replace, make)?,
@@ -360,7 +373,7 @@ impl<V: LeafValue> Art<V> {
         let root = self.root.as_mut()?;
         let removed = match root.view() {
             View::Leaf(v) => {
-                if keys.key(v) != key {
+                if !leaf_holds(root, v, key, 0, keys) {
                     return None;
                 }
                 self.root = None;
@@ -652,6 +665,19 @@ fn replace_node<V: LeafValue>(slot: &mut Child<V>, other: Inner<V>, dram: &mut u
     *slot = Child::node(other);
 }
 
+/// Whether the leaf `v` in `slot`, at `depth`, holds `key`: no when the
+/// slot's tag already tells the keys apart, else by loading its key.
+#[inline]
+fn leaf_holds<V: LeafValue, K: LeafKeys<V> + ?Sized>(
+    slot: &Child<V>,
+    v: V,
+    key: &[u8],
+    depth: usize,
+    keys: &K,
+) -> bool {
+    slot.leaf_tag().first_difference(&key[depth..]).is_none() && keys.key(v) == key
+}
+
 /// Length of the common prefix of `a` and `b`.
 #[inline]
 fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
@@ -758,15 +784,41 @@ where
                 continue;
             }
             InsertStep::Leaf(old) => {
+                // The slot's tag may tell that the keys differ, and where,
+                // without loading the leaf's key from PM ("Key tags in the
+                // child slot", docs/design.md §7).
+                let tag = slot.leaf_tag();
+                if let Some(common) = tag.first_difference(&key[depth..]) {
+                    let value = make()?;
+                    let old_entry = (tag.known()[common], old, tag.after(common + 1));
+                    *slot = split_leaf(old_entry, key, value, depth, common, dram);
+                    return Ok(None);
+                }
                 let old_key = keys.key(old);
                 if old_key == key {
                     if replace {
-                        *slot = Child::leaf(make()?);
+                        *slot = Child::tagged_leaf(make()?, KeyTag::of(key, depth));
                     }
                     return Ok(Some(old));
                 }
                 let value = make()?;
-                *slot = split_leaf(old_key, old, key, value, depth, dram);
+                let common = common_prefix_len(&old_key[depth..], &key[depth..]);
+                let at = depth + common;
+                let old_entry = match old_key.get(at) {
+                    Some(&byte) => (byte, old, KeyTag::of(old_key, at + 1)),
+                    // The old key ends where the new one goes on: it takes
+                    // the new node's value slot, and the new key its child.
+                    None => {
+                        let byte = key[at];
+                        let mut n = Node4::new(Header::with_prefix(Prefix::new(&key[depth..at])));
+                        n.header.set_value(Some(old));
+                        n.add(byte, Child::tagged_leaf(value, KeyTag::of(key, at + 1)));
+                        *dram += size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
+                        *slot = Child::node(Kind::N4(Box::new(n)));
+                        return Ok(None);
+                    }
+                };
+                *slot = split_leaf(old_entry, key, value, depth, common, dram);
                 Ok(None)
             }
             InsertStep::SplitPrefix { matched } => {
@@ -791,33 +843,39 @@ where
             }
             InsertStep::AddLeaf(byte) => {
                 let value = make()?;
-                add_child(slot, byte, Child::leaf(value), dram);
+                let leaf = Child::tagged_leaf(value, KeyTag::of(key, depth + 1));
+                add_child(slot, byte, leaf, dram);
                 Ok(None)
             }
         };
     }
 }
 
-/// Lazy expansion: the `Node4` that replaces a leaf (`old_key`, `old`) at
-/// `depth` when a different key arrives. Its prefix is the two keys' common
-/// part after `depth`; each key then ends there (value slot) or goes on
-/// (leaf under its next byte).
+/// Lazy expansion: the `Node4` that replaces a leaf at `depth` when a
+/// different key arrives, where the leaf's key goes on past the two keys'
+/// `common` bytes after `depth`: with `old = (byte, value, tag)`, its next
+/// byte, its value and its tag below that byte. The node's prefix is the
+/// common part; `key` then ends there (value slot) or goes on under its
+/// next byte, which differs from the old key's.
 fn split_leaf<V: LeafValue>(
-    old_key: &[u8],
-    old: V,
+    old: (u8, V, KeyTag),
     key: &[u8],
     value: V,
     depth: usize,
+    common: usize,
     dram: &mut usize,
 ) -> Child<V> {
-    let common = common_prefix_len(&old_key[depth..], &key[depth..]);
     let at = depth + common;
+    // Encoded before the tree changes (it panics on a value too large).
+    let new_leaf = key
+        .get(at)
+        .map(|&byte| (byte, Child::tagged_leaf(value, KeyTag::of(key, at + 1))));
     let mut n = Node4::new(Header::with_prefix(Prefix::new(&key[depth..at])));
-    for (k, v) in [(old_key, old), (key, value)] {
-        match k.get(at) {
-            None => n.header.set_value(Some(v)),
-            Some(&byte) => n.add(byte, Child::leaf(v)),
-        }
+    let (old_byte, old_value, old_tag) = old;
+    n.add(old_byte, Child::tagged_leaf(old_value, old_tag));
+    match new_leaf {
+        None => n.header.set_value(Some(value)),
+        Some((byte, leaf)) => n.add(byte, leaf),
     }
     *dram += size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
     Child::node(Kind::N4(Box::new(n)))
@@ -850,7 +908,10 @@ fn split_prefix<V: LeafValue>(
     let mut n = Node4::new(Header::with_prefix(upper));
     match key.get(depth + matched) {
         None => n.header.set_value(Some(value)),
-        Some(&byte) => n.add(byte, Child::leaf(value)),
+        Some(&byte) => {
+            let tag = KeyTag::of(key, depth + matched + 1);
+            n.add(byte, Child::tagged_leaf(value, tag));
+        }
     }
     let old = std::mem::replace(slot, placeholder);
     n.add(old_byte, old);
@@ -889,9 +950,10 @@ fn remove_below<V: LeafValue, K: LeafKeys<V> + ?Sized>(
             return old;
         };
         let pos = dispatch!(node, n => n.find_pos(byte))?;
-        match dispatch!(node, n => n.child_at(pos))?.view() {
+        let child = dispatch!(node, n => n.child_at(pos))?;
+        match child.view() {
             View::Leaf(v) => {
-                if keys.key(v) != key {
+                if !leaf_holds(child, v, key, depth + 1, keys) {
                     return None;
                 }
                 dispatch!(slot.inner_mut(), n => n.take(byte));
@@ -918,26 +980,32 @@ fn fix_underfull<V: LeafValue>(slot: &mut Child<V>, dram: &mut usize) {
                 return;
             }
             *dram -= size_of::<Node4<V>>() + n.header.prefix.heap_bytes();
-            let replacement = match n.take_only_child() {
-                None => Child::leaf(
+            // The entry left moves up into the node's slot; a leaf's tag
+            // then starts before the node's path.
+            let only = n.take_only_child();
+            let prefix = n.header.prefix.as_slice();
+            let replacement = match only {
+                None => Child::tagged_leaf(
                     n.header
                         .value()
                         .expect("a node with no child keeps its value slot"),
+                    KeyTag::under(prefix, None, KeyTag::NONE),
                 ),
-                Some((byte, mut child)) => {
-                    if let View::Inner(inner) = child.view_mut() {
+                Some((byte, mut child)) => match child.view_mut() {
+                    View::Inner(inner) => {
                         let child_header = inner.header_mut();
-                        let merged = Prefix::joined(
-                            n.header.prefix.as_slice(),
-                            Some(byte),
-                            child_header.prefix.as_slice(),
-                        );
+                        let merged =
+                            Prefix::joined(prefix, Some(byte), child_header.prefix.as_slice());
                         *dram -= child_header.prefix.heap_bytes();
                         *dram += merged.heap_bytes();
                         child_header.set_prefix(merged);
+                        child
                     }
-                    child
-                }
+                    View::Leaf(v) => {
+                        let tag = KeyTag::under(prefix, Some(byte), child.leaf_tag());
+                        Child::tagged_leaf(v, tag)
+                    }
+                },
             };
             *slot = replacement;
             return;

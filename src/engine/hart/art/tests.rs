@@ -41,8 +41,11 @@ impl LeafKeys<u32> for VecKeys {
 /// Keys of a [`VecKeys`], counting the loads.
 struct CountedKeys<'a>(&'a VecKeys, std::cell::Cell<usize>);
 
-impl LeafKeys<u32> for CountedKeys<'_> {
-    fn key(&self, v: u32) -> &[u8] {
+impl<V> LeafKeys<V> for CountedKeys<'_>
+where
+    VecKeys: LeafKeys<V>,
+{
+    fn key(&self, v: V) -> &[u8] {
         self.1.set(self.1.get() + 1);
         self.0.key(v)
     }
@@ -62,12 +65,19 @@ impl VecKeys {
 impl<V: LeafValue> Art<V> {
     /// Panics unless invariants 1-4 of the module docs hold.
     fn validate<K: LeafKeys<V> + ?Sized>(&self, keys: &K) {
-        let mut totals = (0usize, 0usize); // (entries, dram)
+        self.validate_counting_tags(keys);
+    }
+
+    /// [`Self::validate`], returning how many leaves have a tag that knows
+    /// a byte.
+    fn validate_counting_tags<K: LeafKeys<V> + ?Sized>(&self, keys: &K) -> usize {
+        let mut totals = (0usize, 0usize, 0usize); // (entries, dram, tagged leaves)
         if let Some(root) = &self.root {
             validate_child(root, &mut Vec::new(), keys, &mut totals);
         }
         assert_eq!(totals.0, self.len, "len counts every entry");
         assert_eq!(totals.1, self.dram, "dram counter matches the nodes");
+        totals.2
     }
 }
 
@@ -75,11 +85,22 @@ fn validate_child<V: LeafValue, K: LeafKeys<V> + ?Sized>(
     child: &Child<V>,
     path: &mut Vec<u8>,
     keys: &K,
-    totals: &mut (usize, usize),
+    totals: &mut (usize, usize, usize),
 ) {
     match child.view() {
         View::Leaf(v) => {
-            assert!(keys.key(v).starts_with(path), "leaf key extends its path");
+            let key = keys.key(v);
+            assert!(key.starts_with(path), "leaf key extends its path");
+            // The slot's tag promises only bytes the key has past the path.
+            let tag = child.leaf_tag();
+            assert!(
+                key[path.len()..].starts_with(tag.known()),
+                "the tag {tag:?} of {key:?} at depth {} is wrong",
+                path.len()
+            );
+            if V::TAGGED {
+                totals.2 += usize::from(!tag.known().is_empty());
+            }
             totals.0 += 1;
         }
         View::Inner(node) => {
@@ -96,7 +117,7 @@ fn validate_node<V: LeafValue, N: InnerNode<V>, K: LeafKeys<V> + ?Sized>(
     n: &N,
     path: &mut Vec<u8>,
     keys: &K,
-    totals: &mut (usize, usize),
+    totals: &mut (usize, usize, usize),
 ) {
     let mark = path.len();
     let header = n.header();
@@ -865,4 +886,75 @@ fn a_value_too_large_for_a_word_panics_before_the_tree_changes() {
         assert_eq!(art.get(b"aaaa2", &keys), Some(1));
         assert_eq!(art.get(k, &keys), None);
     }
+}
+
+/// Inserts `key` (absent or present) with `insert_with`; returns how many
+/// keys the tree loaded.
+fn loads_to_insert<V: LeafValue>(art: &mut Art<V>, keys: &mut VecKeys, key: &[u8]) -> usize
+where
+    VecKeys: LeafKeys<V>,
+{
+    let v = V::from_bits(u64::from(keys.add(key)));
+    let counted = CountedKeys(keys, std::cell::Cell::new(0));
+    art.insert_with(key, &counted, || Ok::<V, ()>(v))
+        .expect("the value is made");
+    counted.1.get()
+}
+
+#[test]
+fn an_insert_that_meets_a_leaf_loads_its_key_only_where_the_slot_cannot_tell() {
+    let mut art: Art<u32> = Art::new();
+    let mut keys = VecKeys(Vec::new());
+    // Root leaf "abc" (tag "ab"); "xyz" parts at byte 0: no load. "abc"
+    // moves under 'a' (depth 1) and keeps what is left of its tag: "b".
+    assert_eq!(loads_to_insert(&mut art, &mut keys, b"abc"), 0);
+    assert_eq!(loads_to_insert(&mut art, &mut keys, b"xyz"), 0);
+    // "aqz" parts from it at that byte: no load; "abc" goes to depth 2
+    // knowing nothing.
+    assert_eq!(loads_to_insert(&mut art, &mut keys, b"aqz"), 0);
+    // So "abd" loads it, as does a present key whose tag agrees.
+    assert_eq!(loads_to_insert(&mut art, &mut keys, b"abd"), 1);
+    assert_eq!(loads_to_insert(&mut art, &mut keys, b"xyz"), 1);
+    art.validate(&keys);
+    let counted = CountedKeys(&keys, std::cell::Cell::new(0));
+    // Searches and removes of keys the tags tell apart load nothing.
+    assert_eq!(art.get(b"xyq", &counted), None);
+    assert_eq!(art.get(b"x", &counted), None);
+    assert_eq!(art.remove(b"xa", &counted), None);
+    assert_eq!(counted.1.get(), 0);
+    assert_eq!(art.get(b"xyz", &counted), Some(1));
+    assert_eq!(counted.1.get(), 1);
+    // A merge moves "xyz" up to the root's slot, where it knows "xy"
+    // again: a new key there parts from it without a load.
+    for k in [b"abc" as &[u8], b"abd", b"aqz"] {
+        assert!(art.remove(k, &keys).is_some());
+    }
+    art.validate(&keys);
+    assert_eq!(loads_to_insert(&mut art, &mut keys, b"xq"), 0);
+    assert_eq!(art.get(b"xq", &keys), Some(5));
+    assert_eq!(art.get(b"xyz", &keys), Some(1));
+}
+
+#[test]
+fn tags_spare_most_key_loads_of_random_inserts() {
+    // The same 20,000 random 8-byte keys into a tagged tree (u32 values)
+    // and an untagged one (u64): the untagged tree loads a key at every
+    // leaf an insert meets.
+    let mut rng = SmallRng::seed_from_u64(11);
+    let inserts: Vec<[u8; 8]> = (0..20_000).map(|_| rng.gen()).collect();
+    let (mut tagged, mut plain) = (Art::<u32>::new(), Art::<u64>::new());
+    let (mut keys_t, mut keys_p) = (VecKeys(Vec::new()), VecKeys(Vec::new()));
+    let (mut loads_t, mut loads_p) = (0, 0);
+    for k in &inserts {
+        loads_t += loads_to_insert(&mut tagged, &mut keys_t, k);
+        loads_p += loads_to_insert(&mut plain, &mut keys_p, k);
+    }
+    let tagged_leaves = tagged.validate_counting_tags(&keys_t);
+    assert_eq!(plain.validate_counting_tags(&keys_p), 0);
+    assert!(loads_p > 2_000, "untagged: {loads_p} loads");
+    assert!(
+        loads_t * 20 < loads_p,
+        "tagged: {loads_t} loads, untagged {loads_p}"
+    );
+    assert!(tagged_leaves > 15_000, "{tagged_leaves} leaves with a tag");
 }
