@@ -1259,18 +1259,7 @@ impl Engine for Hart {
             self.pool
                 .prefetch_write(self.stripes[st].next_leaf[lc].load(Ordering::Relaxed));
         }
-        // Leaf first ("Leaf first", docs/design.md §7): an upsert that
-        // will likely insert writes and flushes its leaf now, so that the
-        // line's write-back overlaps the descent and the fence after it
-        // waits for less. The leaf may become durable (live) before the
-        // descent decides; see `update_instead` for a key found present.
-        // If it cannot be written (a full pool), the upsert goes on without
-        // it: an update in place may need no new object.
-        let early = if mode == PutMode::Upsert && self.leaf_first(st, value) {
-            self.new_leaf(st, key, value).ok()
-        } else {
-            None
-        };
+        let want_early = mode == PutMode::Upsert && self.leaf_first(st, value);
         loop {
             let tree = if mode == PutMode::Update {
                 match self.trees.find(&hk) {
@@ -1284,6 +1273,23 @@ impl Engine for Hart {
             if t.dead {
                 continue; // Emptied and retired meanwhile: look again.
             }
+            // Leaf first ("Leaf first", docs/design.md §7): an upsert that
+            // will likely insert writes and flushes its leaf now, so that
+            // the line's write-back overlaps the descent and the fence
+            // after it waits for less. Written under the ART's lock, not
+            // before it: taking the lock is a locked instruction, which
+            // waits for every earlier flush to finish ("The lock before
+            // the leaf", §7), so a leaf flushed before it would be written
+            // back before the descent began. The leaf may become durable
+            // (live) before the descent decides; see `update_instead` for a
+            // key found present. If it cannot be written (a full pool), the
+            // upsert goes on without it: an update in place may need no new
+            // object. This iteration returns, so the leaf is written once.
+            let early = if want_early {
+                self.new_leaf(st, key, value).ok()
+            } else {
+                None
+            };
             let keys = self.keys();
             if mode == PutMode::Update {
                 return match t.art.get(ak, &keys) {
