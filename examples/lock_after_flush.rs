@@ -37,10 +37,10 @@ fn main() -> pmindex::Result<()> {
     let pool = Pool::create_anonymous(bytes + (64 << 20), "pmlog", &PoolConfig::default())?;
     let block = pool.reserve(bytes)?;
     let base = block.offset();
-    let lines = bytes / CACHE_LINE as u64;
+    let lines = bytes / CACHE_LINE;
     // Write every line once, so that the timed stores find mapped pages.
     for l in 0..lines {
-        pool.store_u64(base + l * CACHE_LINE as u64, l)?;
+        pool.store_u64(base + l * CACHE_LINE, l)?;
     }
     // Written between runs to push the block out of the caches.
     let mut evict = vec![0u8; 4 * bytes as usize];
@@ -57,7 +57,7 @@ fn main() -> pmindex::Result<()> {
             let mut sink = 0u64;
             let t = Instant::now();
             for i in 0..lines {
-                let off = base + (i.wrapping_mul(7919) % lines) * CACHE_LINE as u64;
+                let off = base + (i.wrapping_mul(7919) % lines) * CACHE_LINE;
                 pool.store_u64(off, i)?;
                 if flush {
                     pool.flush(off, 8);
