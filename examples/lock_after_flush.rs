@@ -12,8 +12,10 @@
 //! adds. It prints ns per iteration for the four variants, twice each. A
 //! flush alone costs little (the write-back runs in the background), a
 //! locked instruction alone little more; both together cost about one
-//! write-back each: the locked instruction waits for it, as a fence does.
-//! On real PM, whose write-back is slower, the difference grows.
+//! write-back each: the locked instruction waits for it. A second table
+//! shows a fence after the flush: the CPU goes on past it until the stores
+//! after it fill the store buffer (docs/design.md §7, "With and without
+//! flushes"). On real PM, whose write-back is slower, the waits grow.
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -66,7 +68,7 @@ fn main() -> pmindex::Result<()> {
                     counter.fetch_add(1, Ordering::Relaxed);
                 }
                 for k in 0..20u64 {
-                    sink = black_box(sink.wrapping_mul(3).wrapping_add(k));
+                    sink = opaque(sink.wrapping_mul(3).wrapping_add(k));
                 }
             }
             let ns = t.elapsed().as_nanos() as f64 / lines as f64;
@@ -74,7 +76,58 @@ fn main() -> pmindex::Result<()> {
             println!("{:<6} {:<7} {ns:>12.1}", flush, locked);
         }
     }
+    // A fence after the flush: the CPU goes on past it, and only stores
+    // wait behind it; it stops once they fill the store buffer.
+    println!("flush + fence, then N stores to a hot DRAM array, then 600 dependent adds");
+    println!("stores  ns/iteration (no flush)  ns/iteration (flush + fence)");
+    let mut hot = [0u64; 512];
+    for stores in [0usize, 64, 128, 192, 256] {
+        let mut row = [0f64; 2];
+        for (v, persist) in [false, true].into_iter().enumerate() {
+            let fill = black_box(evict[0].wrapping_add(1));
+            evict.fill(fill);
+            let mut sink = 0u64;
+            let t = Instant::now();
+            for i in 0..lines / 4 {
+                let off = base + (i.wrapping_mul(7919) % lines) * CACHE_LINE;
+                pool.store_u64(off, i)?;
+                if persist {
+                    pool.flush(off, 8);
+                    pool.fence();
+                }
+                for h in hot.iter_mut().take(stores) {
+                    // SAFETY: `h` is a valid, aligned `&mut u64`; the
+                    // volatile write keeps each store in the loop.
+                    unsafe { std::ptr::write_volatile(h, i) };
+                }
+                for k in 0..600u64 {
+                    sink = opaque(sink.wrapping_mul(3).wrapping_add(k));
+                }
+            }
+            row[v] = t.elapsed().as_nanos() as f64 / (lines / 4) as f64;
+            black_box(sink);
+        }
+        println!("{stores:>6}  {:>23.1}  {:>28.1}", row[0], row[1]);
+    }
+    black_box(&hot);
     pool.fence();
     pool.cancel(block)?;
     Ok(())
+}
+
+/// `x`, through a register the compiler cannot see into: keeps each add of
+/// the dependent chain without the store and load `black_box` makes.
+#[inline(always)]
+fn opaque(mut x: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: an empty `asm!` that only names a register operand: it reads
+    // and writes nothing else and has no effect.
+    unsafe {
+        std::arch::asm!("/* {0} */", inout(reg) x, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        x = black_box(x);
+    }
+    x
 }
