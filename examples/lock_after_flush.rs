@@ -44,8 +44,9 @@ fn main() -> pmindex::Result<()> {
     for l in 0..lines {
         pool.store_u64(base + l * CACHE_LINE, l)?;
     }
-    // Written between runs to push the block out of the caches.
-    let mut evict = vec![0u8; 4 * bytes as usize];
+    // Written between runs to push the block out of the caches: larger
+    // than any last-level cache (this VM's is 32 MiB), whatever `MIB` is.
+    let mut evict = vec![0u8; 256 << 20];
     let counter = AtomicU64::new(0);
     println!(
         "{mib} MiB, {lines} lines, flush `{}`",
