@@ -236,6 +236,34 @@ impl Db {
         Self::recover(pool, &opts.engine_config)
     }
 
+    /// Opens the pool at `path` for reading only, and recovers its index in
+    /// memory: the pool file is never written, whatever recovery finds
+    /// (it repairs this process's private copy of the pages it changes;
+    /// [`Pool::open_read_only`]). Read-only opens of one pool run at once;
+    /// an [`Db::open`] of it is refused meanwhile ([`Error::Locked`]), and
+    /// the other way round. `put`, `put_many`, `insert`, `update` and
+    /// `delete` return [`Error::ReadOnly`]. For inspecting a pool without
+    /// changing it (`pmindex info` and `check`) and for readers.
+    ///
+    /// ```
+    /// use pmindex::{Db, Error, Options};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("p.pool");
+    /// Db::create(&path, &Options::with_engine("wort"))?.put(b"k", b"v")?;
+    /// let db = Db::open_read_only(&path, &Options::default())?;
+    /// assert_eq!(db.get(b"k")?.as_deref(), Some(&b"v"[..]));
+    /// assert!(matches!(db.put(b"k", b"w"), Err(Error::ReadOnly)));
+    /// # Ok::<(), pmindex::Error>(())
+    /// ```
+    pub fn open_read_only(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        if let Some(e) = &opts.engine {
+            engine::find(e)?;
+        }
+        let pool =
+            Pool::open_read_only(path.as_ref(), opts.engine.as_deref(), &opts.pool_config())?;
+        Self::recover(pool, &opts.engine_config)
+    }
+
     /// Creates a database in anonymous memory (tests, simulation, benchmarks
     /// without a file).
     pub fn create_anonymous(opts: &Options) -> Result<Db> {
@@ -277,6 +305,14 @@ impl Db {
         check_value_len(value, self.limits.1)
     }
 
+    /// [`Error::ReadOnly`] on a pool opened with [`Db::open_read_only`].
+    fn check_writable(&self) -> Result<()> {
+        if self.pool().is_read_only() {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
     /// The engine.
     pub fn engine(&self) -> &dyn Engine {
         &*self.engine
@@ -289,6 +325,7 @@ impl Db {
 
     /// Inserts or replaces; returns whether a value was replaced.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.check_writable()?;
         self.check_key(key)?;
         self.check_value(value)?;
         Ok(self.engine.put(key, value, PutMode::Upsert)? == PutOutcome::Replaced)
@@ -316,6 +353,7 @@ impl Db {
     /// # Ok::<(), pmindex::Error>(())
     /// ```
     pub fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        self.check_writable()?;
         for (key, value) in items {
             self.check_key(key)?;
             self.check_value(value)?;
@@ -325,6 +363,7 @@ impl Db {
 
     /// Inserts; [`Error::KeyExists`] if the key is present (nothing changes).
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check_key(key)?;
         self.check_value(value)?;
         match self.engine.put(key, value, PutMode::Insert)? {
@@ -335,6 +374,7 @@ impl Db {
 
     /// Replaces; [`Error::KeyNotFound`] if the key is absent.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check_key(key)?;
         self.check_value(value)?;
         match self.engine.put(key, value, PutMode::Update)? {
@@ -407,6 +447,7 @@ impl Db {
 
     /// Removes `key`; returns whether it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.check_writable()?;
         self.check_key(key)?;
         self.engine.delete(key)
     }

@@ -115,6 +115,9 @@ pub enum Error {
     /// `update` did not find the key.
     #[error("key not found")]
     KeyNotFound,
+    /// A write through a pool opened read-only ([`crate::Db::open_read_only`]).
+    #[error("the pool is open read-only: nothing can be changed through this handle")]
+    ReadOnly,
     /// An invalid argument that is none of the above.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

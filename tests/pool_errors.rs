@@ -949,3 +949,54 @@ fn a_root_block_the_metadata_lost_is_refused_unchanged() {
         "a refused open wrote to the file"
     );
 }
+
+/// `Db::open_read_only`: read-only opens of a pool run side by side, a
+/// writer's open is refused meanwhile (and the other way round), writes
+/// through the handle are refused, and nothing it does reaches the file,
+/// not even a store through its pool (its mapping is private).
+#[test]
+fn read_only_opens_share_the_pool_and_never_write_it() {
+    for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
+        let t = TempPool::new();
+        {
+            let db = Db::create(&t.path, &options(engine, 16 << 20)).unwrap();
+            for i in 0..200u32 {
+                db.put(format!("key{i}").as_bytes(), &i.to_le_bytes())
+                    .unwrap();
+            }
+        }
+        let before = std::fs::read(&t.path).unwrap();
+        let a = Db::open_read_only(&t.path, &Options::default()).unwrap();
+        let b = Db::open_read_only(&t.path, &Options::default()).unwrap();
+        assert!(a.pool().is_read_only(), "{engine}");
+        expect_err!(open(&t.path), Error::Locked { .. }, "open beside readers");
+        assert_eq!(a.len(), 200, "{engine}");
+        assert_eq!(
+            b.get(b"key7").unwrap().as_deref(),
+            Some(&7u32.to_le_bytes()[..])
+        );
+        a.check().unwrap();
+        expect_err!(a.put(b"k", b"v"), Error::ReadOnly, "put");
+        expect_err!(a.insert(b"k", b"v"), Error::ReadOnly, "insert");
+        expect_err!(a.update(b"key1", b"v"), Error::ReadOnly, "update");
+        expect_err!(a.delete(b"key1"), Error::ReadOnly, "delete");
+        expect_err!(a.put_many(&[(b"k", b"v")]), Error::ReadOnly, "put_many");
+        // A store through the pool changes this handle's copy only.
+        let end = a.pool().size() - 8;
+        a.pool().store_u64(end, 0x5eed).unwrap();
+        assert_eq!(a.pool().load_u64(end).unwrap(), 0x5eed, "{engine}");
+        drop((a, b));
+        assert!(
+            std::fs::read(&t.path).unwrap() == before,
+            "{engine}: a read-only open changed the file"
+        );
+        let w = open_db(&t.path);
+        expect_err!(
+            Db::open_read_only(&t.path, &Options::default()),
+            Error::Locked { .. },
+            "read-only open beside a writer"
+        );
+        w.put(b"k", b"v").unwrap();
+        assert_eq!(w.len(), 201, "{engine}");
+    }
+}

@@ -113,6 +113,21 @@ pub enum MappingMode {
     Shared,
     /// Anonymous memory (tests, crash simulation): lost when dropped.
     Anonymous,
+    /// A pool file opened read-only ([`Pool::open_read_only`]), mapped
+    /// `MAP_PRIVATE`: what recovery writes stays in this process's copy of
+    /// the pages it changes, and the file is never written. A writer maps
+    /// it through the page cache ([`MappingMode::Shared`]).
+    Private,
+    /// [`MappingMode::Private`] of a file on DAX, which a writer maps
+    /// [`MappingMode::DaxMapSync`].
+    PrivateDax,
+}
+
+impl MappingMode {
+    /// Whether this is a read-only open's private mapping.
+    pub fn is_private(self) -> bool {
+        matches!(self, MappingMode::Private | MappingMode::PrivateDax)
+    }
 }
 
 impl std::fmt::Display for MappingMode {
@@ -121,6 +136,12 @@ impl std::fmt::Display for MappingMode {
             MappingMode::DaxMapSync => "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)",
             MappingMode::Shared => "MAP_SHARED (page cache, not DAX)",
             MappingMode::Anonymous => "anonymous (volatile)",
+            MappingMode::Private => {
+                "MAP_PRIVATE (read-only: the file is not written; writers map it MAP_SHARED, page cache)"
+            }
+            MappingMode::PrivateDax => {
+                "MAP_PRIVATE (read-only: the file is not written; writers map it MAP_SYNC, DAX)"
+            }
         })
     }
 }
@@ -235,6 +256,62 @@ impl Mapping {
             len,
             mode: MappingMode::Shared,
         })
+    }
+
+    /// A private, copy-on-write mapping of `file` (which may be open
+    /// read-only): stores change this process's copy of a page, never the
+    /// file.
+    fn map_private(file: &File, len: usize) -> Result<Mapping> {
+        use std::os::fd::AsRawFd;
+        let dax = Self::is_dax(file);
+        // SAFETY: mmap with a null hint, a valid fd and a length equal to the
+        // file's length; the result is checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_NORESERVE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io("mmap", std::io::Error::last_os_error()));
+        }
+        Ok(Mapping {
+            base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            mode: if dax {
+                MappingMode::PrivateDax
+            } else {
+                MappingMode::Private
+            },
+        })
+    }
+
+    /// Whether `file` is on DAX: a one-page, read-only `MAP_SYNC` mapping
+    /// of it succeeds (which only DAX allows), and is undone at once.
+    fn is_dax(file: &File) -> bool {
+        use std::os::fd::AsRawFd;
+        const PAGE: usize = 4096;
+        // SAFETY: a read-only mapping of the file's first page with a null
+        // hint, unmapped below if it was made; nothing reads it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                file.as_raw_fd(),
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return false;
+            }
+            libc::munmap(p, PAGE);
+        }
+        true
     }
 
     fn map_anonymous(len: usize) -> Result<Mapping> {
@@ -441,7 +518,17 @@ fn now_unix_ns() -> u64 {
 }
 
 fn lock_file(file: &File, path: &Path) -> Result<()> {
-    match file.try_lock() {
+    lock_result(file.try_lock(), path)
+}
+
+/// [`lock_file`] for a read-only open: a shared lock, which other read-only
+/// opens share and a writer's lock excludes.
+fn lock_file_shared(file: &File, path: &Path) -> Result<()> {
+    lock_result(file.try_lock_shared(), path)
+}
+
+fn lock_result(r: std::result::Result<(), std::fs::TryLockError>, path: &Path) -> Result<()> {
+    match r {
         Ok(()) => Ok(()),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
             path: path.to_path_buf(),
@@ -591,6 +678,46 @@ impl Pool {
         };
         pool.heap.recover(&pool)?;
         Ok(pool)
+    }
+
+    /// Opens the pool file at `path` for reading only: the file is opened
+    /// read-only and mapped privately (copy-on-write), so the allocator's
+    /// and the engine's recovery run on this process's copy of the pages
+    /// they change and the file is never written, whatever it holds. For
+    /// inspecting a pool (`info`, `check`) and for readers that share the
+    /// pool: it takes a shared lock, so read-only opens run at once while
+    /// a writer's open ([`Pool::open`]) is refused, and the other way
+    /// round. Stores through the pool change only the private copy; the
+    /// caller must not offer writes on it ([`crate::Db`] refuses them).
+    pub fn open_read_only(
+        path: &Path,
+        expected_engine: Option<&str>,
+        cfg: &PoolConfig,
+    ) -> Result<Pool> {
+        let file =
+            File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        lock_file_shared(&file, path)?;
+        let h = read_header(&file, path, expected_engine)?;
+        let geometry = Geometry::for_size(h.pool_size)?;
+        let map = Mapping::map_private(&file, h.pool_size as usize)?;
+        let pool = Pool {
+            heap: Heap::empty(&geometry),
+            map,
+            _file: Some(file),
+            path: Some(path.to_path_buf()),
+            header: h,
+            persist: cfg.persist,
+            observer: cfg.observer.clone(),
+            fault: cfg.fault,
+            all_mapped: AtomicBool::new(false),
+        };
+        pool.heap.recover(&pool)?;
+        Ok(pool)
+    }
+
+    /// Whether the pool was opened with [`Pool::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.map.mode.is_private()
     }
 
     /// The engine the pool file at `path` was made for, from its header
@@ -959,7 +1086,9 @@ impl Pool {
     /// or the crash simulator. Best effort: a kernel without it (before
     /// Linux 5.14) or a failure leaves the pages to fault as before.
     pub fn prefault(&self, off: u64, len: u64) {
-        if self.all_mapped.load(Ordering::Relaxed) {
+        // Populating a private mapping for writing would copy every page
+        // it covers.
+        if self.all_mapped.load(Ordering::Relaxed) || self.is_read_only() {
             return;
         }
         const PAGE: u64 = 4096;
@@ -1002,6 +1131,12 @@ impl Pool {
     pub fn prefault_all(&self) -> Result<()> {
         if self.all_mapped.load(Ordering::Relaxed) {
             return Ok(());
+        }
+        if self.is_read_only() {
+            return Err(Error::InvalidArgument(
+                "map every page of the pool: it is open read-only (that would copy every page)"
+                    .into(),
+            ));
         }
         loop {
             // SAFETY: the whole mapping, from its page-aligned base;
