@@ -19,7 +19,7 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     for (args, code, needle) in [
         (
             &["bench", "--records", "0"][..],
-            1,
+            2,
             "--records must be at least 1",
         ),
         (&["bench", "--keys", "nope"], 2, "unknown key set"),
@@ -34,7 +34,7 @@ fn bad_input_is_a_clear_error_not_a_panic() {
                 "--records",
                 "10",
             ],
-            1,
+            2,
             "add basic to --mix",
         ),
         (
@@ -46,23 +46,23 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         (&["bench", "--mix", "read=x"], 2, "weight"),
         (
             &["bench", "--threads", "0", "--records", "10"],
-            1,
+            2,
             "threads",
         ),
         (
             &["bench", "--value-size", "2M", "--records", "10"],
-            1,
+            2,
             "largest value",
         ),
         (&["bench", "--load-threads", "0"], 2, "use 1 to 1024"),
         (&["bench", "--load-threads", "1025"], 2, "use 1 to 1024"),
-        (&["bench", "--engines", "nope"], 1, "unknown engine"),
+        (&["bench", "--engines", "nope"], 2, "unknown engine"),
         (
             &["bench", "--engines", "hart,hart:bogus=1"],
-            1,
+            2,
             "unknown setting `hart.bogus`",
         ),
-        (&["bench", "--engines", "wort:reads"], 1, "is not KEY=VALUE"),
+        (&["bench", "--engines", "wort:reads"], 2, "is not KEY=VALUE"),
         (
             &["bench", "--engines", "all,hart:persist_order=paper"],
             2,
@@ -70,7 +70,7 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         ),
         (
             &["bench", "--baseline", "nope", "--records", "10"],
-            1,
+            2,
             "unknown engine",
         ),
         (&["bench", "--dist", "zipfian:7"], 2, "out of range"),
@@ -109,7 +109,7 @@ fn bad_input_is_a_clear_error_not_a_panic() {
                 "--records",
                 "10",
             ],
-            1,
+            2,
             "wamerican-insane",
         ),
         (

@@ -65,6 +65,16 @@ fn get_prints_one_value_as_stored_and_several_as_lines() {
             v,
             serde_json::json!([{"key": "a", "value": "1"}, {"key": "c"}])
         );
+        // One key is an array of one, found or not.
+        let o = pmindex(&["get", "--json", s, "a"]);
+        assert!(o.status.success(), "{engine}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v, serde_json::json!([{"key": "a", "value": "1"}]));
+        let o = pmindex(&["get", "--json", s, "c"]);
+        assert_eq!(o.status.code(), Some(1), "{engine}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v, serde_json::json!([{"key": "c"}]));
+        assert!(text(&o.stderr).contains("key not found: c"), "{engine}");
 
         // Hex in and out.
         let o = pmindex(&["--hex", "get", s, "61", "62"]);
@@ -87,12 +97,12 @@ fn bad_gets_are_errors_with_nothing_printed() {
     let dir = tempfile::tempdir().unwrap();
     let p = pool(&dir, "wort");
     let s = p.to_str().unwrap();
-    // No key, and a key that is not hex with --hex: usage errors (2); an
-    // empty key: the library refuses it (1).
+    // No key, a key that is not hex with --hex, and an empty key (which
+    // the library refuses): usage errors (2).
     for (args, code) in [
         (&["get", s][..], 2),
         (&["--hex", "get", s, "61", "6"], 2),
-        (&["get", s, "a", ""], 1),
+        (&["get", s, "a", ""], 2),
     ] {
         let o = pmindex(args);
         assert_eq!(o.status.code(), Some(code), "{args:?}");
@@ -228,13 +238,13 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
         ),
         (
             "bogus=1",
-            1,
+            2,
             "unknown setting `hart.bogus` for engine hart (known:",
         ),
         ("persist_order", 2, "is not KEY=VALUE"),
         ("hart.=1", 2, "needs a key and a value"),
         ("stripes=thread", 2, "is given twice"),
-        ("hash_key_len=2", 1, "this pool was created with 3"),
+        ("hash_key_len=2", 2, "this pool was created with 3"),
     ] {
         let o = pmindex(&[
             "get",
@@ -288,7 +298,7 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     // A refused setting at create leaves no pool behind.
     let bad = dir.path().join("bad.pool");
     let o = create(bad.to_str().unwrap(), "woart", "format=9");
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("expected 2"),
         "{}",
@@ -441,4 +451,88 @@ fn crashtest_with_writers_on_shared_keys() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("has no keys"));
+}
+
+/// A pool another process holds: `--wait 0` fails at once; the default
+/// wait outlasts a short hold and then runs the command.
+#[test]
+fn a_held_pool_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool(&dir, "hart");
+    let s = p.to_str().unwrap();
+    // This test process holds the pool's lock while its handle is open.
+    let held = pmindex::Db::open(&p, &pmindex::Options::default()).unwrap();
+    let o = pmindex(&["--wait", "0", "get", s, "a"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("file lock held"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = pmindex(&["--wait", "1", "get", s, "a"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("waited 1 s"),
+        "{}",
+        text(&o.stderr)
+    );
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        drop(held);
+    });
+    let o = pmindex(&["put", s, "c", "3"]);
+    release.join().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "inserted\n");
+    assert_eq!(pmindex(&["get", s, "c"]).stdout, b"3");
+
+    // A reader's handle: the reading commands (which open read-only) run
+    // beside it at once, a writing one waits for it; none writes the file.
+    let reader = pmindex::Db::open_read_only(&p, &pmindex::Options::default()).unwrap();
+    let before = std::fs::read(&p).unwrap();
+    for args in [
+        &["--wait", "0", "get", s, "c"][..],
+        &["--wait", "0", "scan", s],
+        &["--wait", "0", "info", s],
+        &["--wait", "0", "check", s],
+    ] {
+        let o = pmindex(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    }
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a reading command wrote the pool"
+    );
+    let o = pmindex(&["--wait", "0", "delete", s, "c"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("file lock held"),
+        "{}",
+        text(&o.stderr)
+    );
+    drop(reader);
+    assert_eq!(text(&pmindex(&["delete", s, "c"]).stdout), "deleted\n");
+}
+
+/// Arguments the library refuses are usage errors (exit status 2), as the
+/// ones clap refuses; a key that is absent is a failure (1).
+#[test]
+fn refused_arguments_exit_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool(&dir, "wort");
+    let s = p.to_str().unwrap();
+    let long = "k".repeat(251);
+    for args in [
+        &["put", s, "", "x"][..],
+        &["put", s, &long, "x"],
+        &["crashtest", "--states", "0"],
+        &["crashtest", "--ops", "0", "--states", "10"],
+        &["bench", "--records", "0"],
+        &["bench", "--engines", "bogus"],
+    ] {
+        let o = pmindex(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).starts_with("error: "), "{args:?}");
+    }
+    assert_eq!(pmindex(&["get", s, "zz"]).status.code(), Some(1));
 }

@@ -298,6 +298,13 @@ pub fn write_chart(dir: &Path, chart: &Chart) -> BenchResult<Vec<PathBuf>> {
             ),
         )
     };
+    // The backends report a file they cannot write in their own words, so
+    // each file is created here first: an I/O error then reads as one.
+    for path in [&png, &svg] {
+        std::fs::File::create(path).map_err(|e| {
+            BenchError::failed("plot", Error::io(format!("write {}", path.display()), e))
+        })?;
+    }
     {
         let root = BitMapBackend::new(&png, size).into_drawing_area();
         draw(&root, chart).map_err(|e| fail(&png, e))?;

@@ -138,7 +138,8 @@ impl TempPool {
                 if let Some(slot) = slot {
                     unregister(slot);
                 }
-                Err(BenchError::failed(format!("create {}", path.display()), e))
+                // `e` names the file already.
+                Err(BenchError::failed("benchmark pool", e))
             }
         }
     }

@@ -239,16 +239,26 @@ pub fn run(
     }
 }
 
-/// Refuses a `--plot` path that exists and is not a directory, before the
-/// benchmark runs.
+/// Refuses a `--plot` path that exists and is not a directory, or a
+/// directory that cannot be created or written, before the benchmark runs
+/// (creating it, as writing the plots would).
 fn check_plot_dir(d: &Path) -> Result<(), CliError> {
-    match std::fs::metadata(d) {
-        Ok(m) if !m.is_dir() => Err(CliError::Usage(format!(
-            "--plot {}: exists and is not a directory",
-            d.display()
-        ))),
-        _ => Ok(()),
+    if let Ok(m) = std::fs::metadata(d) {
+        if !m.is_dir() {
+            return Err(CliError::Usage(format!(
+                "--plot {}: exists and is not a directory",
+                d.display()
+            )));
+        }
     }
+    let unwritable = |e: std::io::Error| {
+        CliError::Usage(format!("--plot {}: cannot write there: {e}", d.display()))
+    };
+    std::fs::create_dir_all(d).map_err(unwritable)?;
+    let probe = d.join(format!(".pmindex-plot-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(unwritable)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// `pmindex bench-store-api` (and `pmindex bench --store-api`).

@@ -2,7 +2,9 @@
 //!
 //! `main` prints every error as `error: <Display>` on standard error and exits
 //! with [`CliError::exit_code`]: 2 for a usage error (as clap does for the
-//! ones it finds), 1 for everything else.
+//! ones it finds, and for arguments the library or the benchmark refuses:
+//! a key or value out of bounds, an unknown engine or setting, a bad pool
+//! size, a benchmark configuration that cannot run), 1 for everything else.
 
 use pmindex::bench::BenchError;
 
@@ -36,8 +38,18 @@ pub enum CliError {
 impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
+        use pmindex::Error as E;
         match self {
-            CliError::Usage(_) => 2,
+            CliError::Usage(_)
+            | CliError::Bench(BenchError::Config(_))
+            | CliError::Db(
+                E::EmptyKey { .. }
+                | E::KeyTooLong { .. }
+                | E::ValueTooLong { .. }
+                | E::UnknownEngine { .. }
+                | E::BadPoolSize { .. }
+                | E::InvalidArgument(_),
+            ) => 2,
             _ => 1,
         }
     }

@@ -3,6 +3,7 @@
 use std::io::{IsTerminal, Read, Write};
 use std::ops::Bound;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use pmindex::bench::report::{fmt_bytes, Align, Table};
 use pmindex::engine::{EngineConfig, MAX_VALUE_LEN};
@@ -19,19 +20,54 @@ use super::parse::{parse_hex, to_hex};
 pub struct How {
     pub persist: PersistConfig,
     pub config: EngineConfig,
+    /// How long to wait for a pool another process has open (`--wait`).
+    pub wait: Duration,
 }
 
-/// Opens the pool at `path` as `how` says.
-fn open(path: &Path, how: &How) -> Result<Db, CliError> {
-    Ok(Db::open(
-        path,
-        &Options {
-            persist: how.persist,
-            engine_config: how.config.clone(),
-            ..Options::default()
-        },
-    )?)
+/// Whether a command changes its pool.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// `put`, `delete`: the pool is opened for writing, alone.
+    Write,
+    /// `get`, `scan`, `info`, `check`: opened read-only
+    /// ([`Db::open_read_only`]), so that they never write the file (not
+    /// even recovery's repairs of a damaged or crashed pool: they are made
+    /// in memory) and run beside each other.
+    Read,
 }
+
+/// Opens the pool at `path` as `how` says; while another process (or
+/// handle) holds it, tries again every [`LOCK_RETRY`] until `how.wait` has
+/// passed.
+fn open(path: &Path, how: &How, access: Access) -> Result<Db, CliError> {
+    let opts = Options {
+        persist: how.persist,
+        engine_config: how.config.clone(),
+        ..Options::default()
+    };
+    let deadline = Instant::now() + how.wait;
+    loop {
+        let r = match access {
+            Access::Write => Db::open(path, &opts),
+            Access::Read => Db::open_read_only(path, &opts),
+        };
+        match r {
+            Err(pmindex::Error::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(LOCK_RETRY.min(deadline - Instant::now()));
+            }
+            Err(e @ pmindex::Error::Locked { .. }) if !how.wait.is_zero() => {
+                return Err(CliError::Failed(format!(
+                    "{e}; waited {} s (--wait sets how long)",
+                    how.wait.as_secs()
+                )));
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
+/// How often [`open`] tries a pool that is held again.
+const LOCK_RETRY: Duration = Duration::from_millis(20);
 
 /// A key or value argument as bytes: UTF-8 as given, or decoded hex.
 fn arg_bytes(out: Output, arg: &str, what: &str) -> Result<Vec<u8>, CliError> {
@@ -111,7 +147,7 @@ pub fn put(
         (Some(v), None) => arg_bytes(out, v, "VALUE")?,
         (None, None) => return Err(CliError::Usage("give a VALUE or --value-file".into())),
     };
-    let db = open(path, how)?;
+    let db = open(path, how, Access::Write)?;
     let replaced = db.put(&k, &v)?;
     if out.json {
         let mut obj = Map::new();
@@ -128,14 +164,13 @@ pub fn get(out: Output, how: &How, path: &Path, keys: &[String]) -> Result<(), C
         .iter()
         .map(|k| arg_bytes(out, k, "KEY"))
         .collect::<Result<Vec<_>, _>>()?;
-    let db = open(path, how)?;
-    if let [k] = keys.as_slice() {
+    let db = open(path, how, Access::Read)?;
+    // One key prints its bare value; with --json, one key is an array of
+    // one object like several (as the help says), below.
+    if let ([k], false) = (keys.as_slice(), out.json) {
         let Some(v) = db.get(k)? else {
             return Err(CliError::KeyNotFound(out.text(k)));
         };
-        if out.json {
-            return print_json(&out.pair_json(k, Some(&v)));
-        }
         if out.hex {
             return print_text(&format!("{}\n", to_hex(&v)));
         }
@@ -182,7 +217,7 @@ pub fn get(out: Output, how: &How, path: &Path, keys: &[String]) -> Result<(), C
 /// `pmindex delete`.
 pub fn delete(out: Output, how: &How, path: &Path, key: &str) -> Result<(), CliError> {
     let k = arg_bytes(out, key, "KEY")?;
-    let db = open(path, how)?;
+    let db = open(path, how, Access::Write)?;
     if !db.delete(&k)? {
         return Err(CliError::KeyNotFound(out.text(&k)));
     }
@@ -223,7 +258,7 @@ pub fn scan(out: Output, how: &How, path: &Path, range: &ScanRange<'_>) -> Resul
         Some(k) => Bound::Excluded(k.as_slice()),
     };
     let limit = range.limit.unwrap_or(usize::MAX);
-    let db = open(path, how)?;
+    let db = open(path, how, Access::Read)?;
     if limit == 0 {
         return if out.json {
             print_json(&Value::Array(Vec::new()))
@@ -259,7 +294,7 @@ pub fn scan(out: Output, how: &How, path: &Path, range: &ScanRange<'_>) -> Resul
 
 /// `pmindex info`.
 pub fn info(out: Output, how: &How, path: &Path) -> Result<(), CliError> {
-    let db = open(path, how)?;
+    let db = open(path, how, Access::Read)?;
     let info = db.info();
     let h = *db.pool().header();
     let description = pmindex::engine::find(&info.engine)
@@ -434,7 +469,7 @@ fn percent(part: u64, whole: u64) -> String {
 
 /// `pmindex check`.
 pub fn check(out: Output, how: &How, path: &Path) -> Result<(), CliError> {
-    let db = open(path, how)?;
+    let db = open(path, how, Access::Read)?;
     let report = db.check()?;
     let blocks = report.referenced_blocks.len();
     if out.json {

@@ -36,6 +36,11 @@ Examples:
   pmindex info /tmp/demo.pool --json
   pmindex bench --records 100000 --flush clflushopt --pm-latency 300/100
 
+Reading commands (get, scan, info, check) open the pool read-only: they
+never write it, not even recovery's repairs of a crashed or damaged pool
+(made in memory), and run beside each other. put and delete open it alone,
+and wait for other commands' handles (--wait).
+
 Exit status: 0 on success, 1 on failure (also when a key is not found),
 2 on a usage error.";
 
@@ -77,6 +82,12 @@ struct Global {
     /// (WRITE/READ@DRAM sets the DRAM figure).
     #[arg(long = "pm-latency", global = true, value_name = "W/R", value_parser = parse::parse_latency)]
     pm_latency: Option<PmLatency>,
+
+    /// How long a command waits for a pool that another process (or
+    /// handle) has open, in seconds, before it fails; 0 fails at once.
+    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    wait: u64,
 }
 
 impl Global {
@@ -93,6 +104,7 @@ impl Global {
         Ok(kv::How {
             persist: self.persist()?,
             config: settings.config_for_pool(path)?,
+            wait: std::time::Duration::from_secs(self.wait),
         })
     }
 
@@ -141,14 +153,19 @@ enum Command {
     ///
     /// Header fields, engine and its settings, uuid, creation time, size,
     /// mapping mode, flush instruction, layout, allocator use per class and
-    /// the number of keys.
+    /// the number of keys. Opens the pool read-only (MAP_PRIVATE): the file
+    /// is not written.
     Info(PoolArg),
     /// Check a pool's consistency.
     ///
     /// Walks the index and checks its invariants, then checks that every
     /// allocated block is referenced by the index and every referenced block
     /// is allocated. Prints the keys and blocks checked; exits with status 1
-    /// on the first broken invariant.
+    /// on the first broken invariant. Opens the pool read-only: what
+    /// recovery repairs (a crash's leftovers) is repaired in memory, and
+    /// the file is not written. Damage that reads as a crash's leftovers
+    /// (a torn record, an unlisted pointer) is repaired, not reported: see
+    /// docs/design.md §8, the limits of the formats.
     Check(PoolArg),
     /// Benchmark every engine side by side, or reproduce a paper's evaluation.
     ///
@@ -300,7 +317,8 @@ struct CreateArgs {
     engine: String,
 
     /// Pool size: bytes, or with a K, M, G or T suffix (binary); at least 1M,
-    /// a multiple of 4K. The file is sparse.
+    /// a multiple of 4K. The file's disk space is reserved whole at create
+    /// (so that a full disk is an error now, not a crash later).
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse::parse_size)]
     size: u64,
 
@@ -624,6 +642,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let how = kv::How {
                 persist: g.persist()?,
                 config: a.settings.config(&a.engine)?,
+                wait: std::time::Duration::ZERO,
             };
             kv::create(out, &how, &a.pool, &a.engine, a.size)
         }

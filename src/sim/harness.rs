@@ -1530,6 +1530,13 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
     if cfg.engine != ALLOC_SUBJECT {
         crate::engine::find(&cfg.engine)?;
     }
+    for (name, n) in [("states", cfg.states), ("ops", cfg.ops)] {
+        if n == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{name}: must be at least 1"
+            )));
+        }
+    }
     if !(1..=MAX_WRITERS).contains(&cfg.writers) {
         return Err(Error::InvalidArgument(format!(
             "writers: {} (1 to {MAX_WRITERS})",

@@ -121,11 +121,18 @@ impl ChunkList {
         let mut cur = pool.load_u64(head_slot)?;
         l.head = cur;
         while cur != 0 {
+            // Where `cur` was read from: the list's head slot, or the
+            // previous chunk's next pointer. A damaged pointer may be no
+            // offset at all, so errors name the word that holds it.
+            let at = if prev == 0 { head_slot } else { prev + 8 };
             if !seen.insert(cur) {
-                return Err(Error::corrupt(cur, "hart: chunk list has a cycle"));
+                return Err(Error::corrupt(at, "hart: chunk list has a cycle"));
             }
             let size = pool.block_size(cur).map_err(|_| {
-                Error::corrupt(cur, "hart: chunk list points to no allocated block")
+                Error::corrupt(
+                    at,
+                    format!("hart: chunk list points to {cur:#x}, which is no allocated block"),
+                )
             })?;
             if size < chunk_size(obj_size) {
                 return Err(Error::corrupt(
