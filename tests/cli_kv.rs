@@ -536,3 +536,31 @@ fn refused_arguments_exit_with_status_2() {
     }
     assert_eq!(pmindex(&["get", s, "zz"]).status.code(), Some(1));
 }
+
+/// With `--json`, an error is one JSON object on standard error.
+#[test]
+fn json_errors_are_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pool(&dir, "pmlog");
+    let s = p.to_str().unwrap();
+    let missing = dir.path().join("missing.pool");
+    for (args, code, needle) in [
+        (&["--json", "delete", s, "zz"][..], 1, "key not found: zz"),
+        (
+            &["--json", "get", missing.to_str().unwrap(), "a"],
+            1,
+            "missing.pool",
+        ),
+        (&["--json", "put", s, "", "x"], 2, "key is empty"),
+    ] {
+        let o = pmindex(args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stderr)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", text(&o.stderr)));
+        assert_eq!(v["exit_status"], code, "{args:?}");
+        assert!(
+            v["error"].as_str().unwrap().contains(needle),
+            "{args:?}: {v}"
+        );
+    }
+}

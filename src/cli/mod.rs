@@ -2,9 +2,10 @@
 //! dispatch. The commands themselves are in [`kv`] (pool and key commands)
 //! and [`bench`] (benchmark wrappers around `pmindex::bench`).
 //!
-//! Errors are printed as `error: <message>` on standard error; the exit code
-//! is 0 on success, 1 on failure (including a key that is not found), 2 on a
-//! usage error.
+//! Errors are printed as `error: <message>` on standard error (with
+//! `--json`, as one JSON object there: `error` and `exit_status`); the exit
+//! code is 0 on success, 1 on failure (including a key that is not found),
+//! 2 on a usage error.
 
 mod bench;
 mod crashtest;
@@ -62,7 +63,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Global options")]
 struct Global {
-    /// Print machine-readable JSON instead of text.
+    /// Print machine-readable JSON instead of text; an error is then one
+    /// JSON object on standard error (`error`, `exit_status`).
     #[arg(long, global = true)]
     json: bool,
 
@@ -624,12 +626,19 @@ fn engine_names() -> Vec<&'static str> {
 /// an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.global.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e}");
-            ExitCode::from(e.exit_code())
+            let code = e.exit_code();
+            let line = if json {
+                serde_json::json!({"error": e.to_string(), "exit_status": code}).to_string()
+            } else {
+                format!("error: {e}")
+            };
+            let _ = writeln!(std::io::stderr(), "{line}");
+            ExitCode::from(code)
         }
     }
 }
