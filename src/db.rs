@@ -313,7 +313,9 @@ impl Db {
         Ok(())
     }
 
-    /// The engine.
+    /// The engine. On a handle from [`Db::open_read_only`] its writes are
+    /// not refused, but they change only this process's private copy of the
+    /// pool and are lost: use the engine for reading there.
     pub fn engine(&self) -> &dyn Engine {
         &*self.engine
     }
@@ -614,7 +616,8 @@ impl Db {
     /// reaches it): [`Pool::prefault_all`]. Call it after create or open,
     /// before latency matters (`pmindex bench --prefault`). Changes no
     /// byte; the pool keeps its memory or page cache resident from then on
-    /// (limits: [`Pool::prefault_all`]).
+    /// (limits: [`Pool::prefault_all`]). [`Error::ReadOnly`] on a handle
+    /// from [`Db::open_read_only`], where it would copy every page.
     pub fn prefault(&self) -> Result<()> {
         self.pool().prefault_all()
     }

@@ -378,6 +378,9 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
     let rounds: u64 = std::env::var("PMINDEX_KILL_ROUNDS")
         .map(|r| r.parse().expect("PMINDEX_KILL_ROUNDS is a number"))
         .unwrap_or(3);
+    // Rounds whose writing open changed the file (so the read-only open
+    // before it had something to leave alone), and rounds.
+    let mut repaired_total = (0, 0);
     for engine in [
         "pmlog",
         "hart",
@@ -393,6 +396,7 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         drop(Db::create(&t.path, &options(engine, 64 << 20)).unwrap());
         let mut base = BTreeMap::new();
         for round in 0..rounds {
+            repaired_total.1 += 1;
             let seed = splitmix(round ^ 0xdead);
             let at = Round {
                 engine,
@@ -408,10 +412,28 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
             };
             let run = Duration::from_millis(150 + 100 * (round % 4));
             let last = run_and_kill(&t.path, &at, run);
+            // First a reader's open (`Db::open_read_only`): it recovers in
+            // memory, sees what the writer's open will, and writes nothing.
+            let before = std::fs::read(&t.path).unwrap();
+            let seen = {
+                let ro = Db::open_read_only(&t.path, &options(engine, 0))
+                    .unwrap_or_else(|e| panic!("{at}: read-only open: {e}"));
+                ro.check()
+                    .unwrap_or_else(|e| panic!("{at}: read-only check: {e}"));
+                verify(&ro, &base, seed, &last, &at)
+            };
+            assert!(
+                std::fs::read(&t.path).unwrap() == before,
+                "{at}: a read-only open wrote the pool"
+            );
             let db = Db::open(&t.path, &options(engine, 0))
                 .unwrap_or_else(|e| panic!("{at}: reopen: {e}"));
+            if std::fs::read(&t.path).unwrap() != before {
+                repaired_total.0 += 1;
+            }
             let report = db.check().unwrap_or_else(|e| panic!("{at}: check: {e}"));
             base = verify(&db, &base, seed, &last, &at);
+            assert_eq!(seen, base, "{at}: the read-only open saw other keys");
             assert_eq!(report.keys, base.len() as u64, "{at}");
             eprintln!(
                 "{engine}, round {round}: killed after {} acknowledged operations; {} keys",
@@ -420,4 +442,12 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
             );
         }
     }
+    eprintln!(
+        "the writing open repaired {} of {} killed pools",
+        repaired_total.0, repaired_total.1
+    );
+    assert!(
+        repaired_total.0 > 0,
+        "no killed pool needed a repair: the read-only check above proved nothing"
+    );
 }

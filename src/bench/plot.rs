@@ -305,15 +305,21 @@ pub fn write_chart(dir: &Path, chart: &Chart) -> BenchResult<Vec<PathBuf>> {
             BenchError::failed("plot", Error::io(format!("write {}", path.display()), e))
         })?;
     }
-    {
-        let root = BitMapBackend::new(&png, size).into_drawing_area();
-        draw(&root, chart).map_err(|e| fail(&png, e))?;
-        root.present().map_err(|e| fail(&png, e.to_string()))?;
-    }
-    {
+    let drawn = (|| {
+        {
+            let root = BitMapBackend::new(&png, size).into_drawing_area();
+            draw(&root, chart).map_err(|e| fail(&png, e))?;
+            root.present().map_err(|e| fail(&png, e.to_string()))?;
+        }
         let root = SVGBackend::new(&svg, size).into_drawing_area();
         draw(&root, chart).map_err(|e| fail(&svg, e))?;
-        root.present().map_err(|e| fail(&svg, e.to_string()))?;
+        root.present().map_err(|e| fail(&svg, e.to_string()))
+    })();
+    if let Err(e) = drawn {
+        // No empty or half-drawn figure is left behind.
+        let _ = std::fs::remove_file(&png);
+        let _ = std::fs::remove_file(&svg);
+        return Err(e);
     }
     Ok(vec![png, svg])
 }

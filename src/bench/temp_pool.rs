@@ -127,10 +127,16 @@ impl TempPool {
                 if let Some(slot) = slot {
                     unregister(slot);
                 }
-                Err(BenchError::Config(format!(
-                    "{}: a file of that name appeared while the benchmark was starting",
-                    path.display()
-                )))
+                Err(BenchError::failed(
+                    "benchmark pool",
+                    Error::io(
+                        format!(
+                            "create {}: a file of that name appeared meanwhile",
+                            path.display()
+                        ),
+                        source,
+                    ),
+                ))
             }
             Err(e) => {
                 // The creation may have left a partial file behind.

@@ -252,7 +252,7 @@ fn check_plot_dir(d: &Path) -> Result<(), CliError> {
         }
     }
     let unwritable = |e: std::io::Error| {
-        CliError::Usage(format!("--plot {}: cannot write there: {e}", d.display()))
+        CliError::Failed(format!("--plot {}: cannot write there: {e}", d.display()))
     };
     std::fs::create_dir_all(d).map_err(unwritable)?;
     let probe = d.join(format!(".pmindex-plot-probe-{}", std::process::id()));

@@ -3,8 +3,9 @@
 //! `main` prints every error as `error: <Display>` on standard error and exits
 //! with [`CliError::exit_code`]: 2 for a usage error (as clap does for the
 //! ones it finds, and for arguments the library or the benchmark refuses:
-//! a key or value out of bounds, an unknown engine or setting, a bad pool
-//! size, a benchmark configuration that cannot run), 1 for everything else.
+//! a key or value out of bounds, a bad pool size, an engine setting or
+//! other argument refused (`InvalidArgument`), a benchmark configuration
+//! that cannot run), 1 for everything else, a damaged pool among them.
 
 use pmindex::bench::BenchError;
 
@@ -46,7 +47,6 @@ impl CliError {
                 E::EmptyKey { .. }
                 | E::KeyTooLong { .. }
                 | E::ValueTooLong { .. }
-                | E::UnknownEngine { .. }
                 | E::BadPoolSize { .. }
                 | E::InvalidArgument(_),
             ) => 2,

@@ -53,7 +53,9 @@ fn open(path: &Path, how: &How, access: Access) -> Result<Db, CliError> {
         };
         match r {
             Err(pmindex::Error::Locked { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(LOCK_RETRY.min(deadline - Instant::now()));
+                std::thread::sleep(
+                    LOCK_RETRY.min(deadline.saturating_duration_since(Instant::now())),
+                );
             }
             Err(e @ pmindex::Error::Locked { .. }) if !how.wait.is_zero() => {
                 return Err(CliError::Failed(format!(

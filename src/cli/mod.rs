@@ -39,8 +39,9 @@ Examples:
 
 Reading commands (get, scan, info, check) open the pool read-only: they
 never write it, not even recovery's repairs of a crashed or damaged pool
-(made in memory), and run beside each other. put and delete open it alone,
-and wait for other commands' handles (--wait).
+(made in memory), and run beside each other. put and delete open it alone.
+A command waits up to --wait seconds for a handle that excludes it (put and
+delete for any other; a reading command for a writer).
 
 Exit status: 0 on success, 1 on failure (also when a key is not found),
 2 on a usage error.";
@@ -85,8 +86,11 @@ struct Global {
     #[arg(long = "pm-latency", global = true, value_name = "W/R", value_parser = parse::parse_latency)]
     pm_latency: Option<PmLatency>,
 
-    /// How long a command waits for a pool that another process (or
-    /// handle) has open, in seconds, before it fails; 0 fails at once.
+    /// How long a pool command waits, in seconds, for a pool that another
+    /// process (or handle) holds in a way that excludes it (a writer
+    /// excludes every other handle; readers exclude writers), before it
+    /// fails; 0 fails at once. Pool commands only (create, bench and
+    /// crashtest make their own pools).
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     wait: u64,
@@ -753,6 +757,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 return Err(CliError::Usage(
                     "--engine-opt: the allocator (`--engine alloc`) has no settings".into(),
                 ));
+            }
+            if a.engine != pmindex::sim::ALLOC_SUBJECT {
+                pmindex::engine::find(&a.engine).map_err(|e| CliError::Usage(e.to_string()))?;
+            }
+            for (name, n) in [("--states", a.states), ("--ops", a.ops)] {
+                if n == 0 {
+                    return Err(CliError::Usage(format!("{name} must be at least 1")));
+                }
             }
             cfg.engine_config = a.settings.config(&a.engine)?;
             if let Some(f) = &a.fault {

@@ -28,7 +28,10 @@
 //! flushed stores are durable without `msync`. Elsewhere it is mapped
 //! `MAP_SHARED`: the page cache holds the data, so it survives a killed
 //! process but not a power failure (it is written back by `msync` on close,
-//! or by the kernel at its own pace).
+//! or by the kernel at its own pace). [`Pool::open_read_only`] maps the file
+//! `MAP_PRIVATE` instead: recovery's stores change this process's copies of
+//! the pages they touch, never the file (docs/design.md §3, "Read-only
+//! opens").
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -105,6 +108,7 @@ impl std::fmt::Debug for PoolConfig {
 
 /// How the pool memory is backed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 #[serde(rename_all = "snake_case")]
 pub enum MappingMode {
     /// A DAX file mapped with `MAP_SHARED_VALIDATE | MAP_SYNC`.
@@ -215,7 +219,8 @@ struct Mapping {
     mode: MappingMode,
 }
 
-// SAFETY: the mapping is plain shared memory; all access to it goes through
+// SAFETY: the mapping is plain memory (shared with the file, or this
+// process's private or anonymous pages); all access to it goes through
 // `Pool`, whose methods document their synchronisation requirements.
 unsafe impl Send for Mapping {}
 // SAFETY: as above.
@@ -290,27 +295,32 @@ impl Mapping {
         })
     }
 
-    /// Whether `file` is on DAX: a one-page, read-only `MAP_SYNC` mapping
-    /// of it succeeds (which only DAX allows), and is undone at once.
+    /// Whether `file` is on DAX: a read-only `MAP_SYNC` mapping of its
+    /// first page succeeds (only DAX allows `MAP_SYNC`); it is undone at
+    /// once.
     fn is_dax(file: &File) -> bool {
         use std::os::fd::AsRawFd;
-        const PAGE: usize = 4096;
+        // One page: the file, a pool, holds at least MIN_POOL_SIZE bytes.
+        let page = 4096;
         // SAFETY: a read-only mapping of the file's first page with a null
-        // hint, unmapped below if it was made; nothing reads it.
-        unsafe {
-            let p = libc::mmap(
+        // hint; the result is checked against MAP_FAILED, and nothing reads
+        // it.
+        let p = unsafe {
+            libc::mmap(
                 std::ptr::null_mut(),
-                PAGE,
+                page,
                 libc::PROT_READ,
                 libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
                 file.as_raw_fd(),
                 0,
-            );
-            if p == libc::MAP_FAILED {
-                return false;
-            }
-            libc::munmap(p, PAGE);
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
         }
+        // SAFETY: `p` is the one-page mapping made above, unused since.
+        // Failing to unmap it would only leave a page of address space.
+        let _ = unsafe { libc::munmap(p, page) };
         true
     }
 
@@ -663,21 +673,8 @@ impl Pool {
             .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
         lock_file(&file, path)?;
         let h = read_header(&file, path, expected_engine)?;
-        let geometry = Geometry::for_size(h.pool_size)?;
         let map = Mapping::map_file(&file, h.pool_size as usize)?;
-        let pool = Pool {
-            heap: Heap::empty(&geometry),
-            map,
-            _file: Some(file),
-            path: Some(path.to_path_buf()),
-            header: h,
-            persist: cfg.persist,
-            observer: cfg.observer.clone(),
-            fault: cfg.fault,
-            all_mapped: AtomicBool::new(false),
-        };
-        pool.heap.recover(&pool)?;
-        Ok(pool)
+        Self::recovered(map, Some(file), Some(path), h, cfg)
     }
 
     /// Opens the pool file at `path` for reading only: the file is opened
@@ -698,13 +695,25 @@ impl Pool {
             File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
         lock_file_shared(&file, path)?;
         let h = read_header(&file, path, expected_engine)?;
-        let geometry = Geometry::for_size(h.pool_size)?;
         let map = Mapping::map_private(&file, h.pool_size as usize)?;
+        Self::recovered(map, Some(file), Some(path), h, cfg)
+    }
+
+    /// The pool whose bytes `map` holds (header `h`), with its allocator
+    /// recovered: the end of every open.
+    fn recovered(
+        map: Mapping,
+        file: Option<File>,
+        path: Option<&Path>,
+        h: RawHeader,
+        cfg: &PoolConfig,
+    ) -> Result<Pool> {
+        let geometry = Geometry::for_size(h.pool_size)?;
         let pool = Pool {
             heap: Heap::empty(&geometry),
             map,
-            _file: Some(file),
-            path: Some(path.to_path_buf()),
+            _file: file,
+            path: path.map(Path::to_path_buf),
             header: h,
             persist: cfg.persist,
             observer: cfg.observer.clone(),
@@ -750,26 +759,13 @@ impl Pool {
         let mut first = [0u8; HEADER_BYTES];
         first.copy_from_slice(&image[..HEADER_BYTES]);
         let h = validate_header(fake, &first, image.len() as u64, expected_engine)?;
-        let geometry = Geometry::for_size(h.pool_size)?;
         let map = Mapping::map_anonymous(h.pool_size as usize)?;
         // SAFETY: the mapping is fresh, `pool_size` bytes long, and equal to
         // `image.len()` (checked by `validate_header`).
         unsafe {
             std::ptr::copy_nonoverlapping(image.as_ptr(), map.base.as_ptr(), image.len());
         }
-        let pool = Pool {
-            heap: Heap::empty(&geometry),
-            map,
-            _file: None,
-            path: None,
-            header: h,
-            persist: cfg.persist,
-            observer: cfg.observer.clone(),
-            fault: cfg.fault,
-            all_mapped: AtomicBool::new(false),
-        };
-        pool.heap.recover(&pool)?;
-        Ok(pool)
+        Self::recovered(map, None, None, h, cfg)
     }
 
     /// A copy of the whole pool's bytes.
@@ -1133,10 +1129,8 @@ impl Pool {
             return Ok(());
         }
         if self.is_read_only() {
-            return Err(Error::InvalidArgument(
-                "map every page of the pool: it is open read-only (that would copy every page)"
-                    .into(),
-            ));
+            // It would copy every page into this process's memory.
+            return Err(Error::ReadOnly);
         }
         loop {
             // SAFETY: the whole mapping, from its page-aligned base;

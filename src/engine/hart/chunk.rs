@@ -22,7 +22,8 @@
 //! In the `tight` persist order the header is not kept current at run time
 //! (a store to it would only dirty one more PM line per operation): whether
 //! an object is used is decided at recovery from the leaves' commit words
-//! (see [`super::leaf`]), and recovery rewrites the headers from that. In
+//! (see [`super::leaf`]), and recovery rewrites the headers from that
+//! (not in a read-only open, which has no use for them). In
 //! the `paper` order every allocation and release stores the header, and the
 //! engine persists it (the paper's leaf and value bits).
 
@@ -35,6 +36,8 @@ use crate::pm::{Pool, CACHE_LINE};
 pub const OBJECTS: u64 = 56;
 /// Bytes before object 0.
 pub const CHUNK_HEADER: u64 = 64;
+/// Where a chunk's persistent next pointer is (Fig. 2's `PNext`).
+const NEXT: u64 = 8;
 const ALL: u64 = (1 << OBJECTS) - 1;
 
 /// Bytes of a chunk of objects of `size` bytes.
@@ -124,7 +127,7 @@ impl ChunkList {
             // Where `cur` was read from: the list's head slot, or the
             // previous chunk's next pointer. A damaged pointer may be no
             // offset at all, so errors name the word that holds it.
-            let at = if prev == 0 { head_slot } else { prev + 8 };
+            let at = if prev == 0 { head_slot } else { prev + NEXT };
             if !seen.insert(cur) {
                 return Err(Error::corrupt(at, "hart: chunk list has a cycle"));
             }
@@ -140,7 +143,7 @@ impl ChunkList {
                     "hart: chunk block too small for its list",
                 ));
             }
-            let next = pool.load_u64(cur + 8)?;
+            let next = pool.load_u64(cur + NEXT)?;
             l.insert(ChunkState {
                 offset: cur,
                 taken: 0,
@@ -365,7 +368,7 @@ impl ChunkList {
         let slot = if st.prev == 0 {
             self.head_slot
         } else {
-            st.prev + 8
+            st.prev + NEXT
         };
         if pool.load_u64(slot)? != c {
             return Err(Error::corrupt(
@@ -373,9 +376,9 @@ impl ChunkList {
                 "hart: chunk list slot does not hold the chunk to recycle",
             ));
         }
-        if pool.load_u64(c + 8)? != st.next {
+        if pool.load_u64(c + NEXT)? != st.next {
             return Err(Error::corrupt(
-                c + 8,
+                c + NEXT,
                 "hart: chunk's PNext is not the chunk that follows",
             ));
         }
@@ -410,7 +413,15 @@ impl ChunkList {
                 recycled += 1;
                 continue;
             }
-            pool.store_u64(c, header_word(taken))?;
+            // Recovery reads no header (the used bits come from the leaves'
+            // commit words): the stores make the headers current for the
+            // `paper` order, which keeps them so. A read-only open has no
+            // use for them, and its private mapping would copy a page per
+            // chunk (one per 56 leaves: about every leaf page); an
+            // unchanged header needs no store either.
+            if !pool.is_read_only() && pool.load_u64(c)? != header_word(taken) {
+                pool.store_u64(c, header_word(taken))?;
+            }
         }
         self.open.clear();
         for (&c, &id) in &self.index {
