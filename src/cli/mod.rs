@@ -169,9 +169,11 @@ enum Command {
     /// is allocated. Prints the keys and blocks checked; exits with status 1
     /// on the first broken invariant. Opens the pool read-only: what
     /// recovery repairs (a crash's leftovers) is repaired in memory, and
-    /// the file is not written. Damage that reads as a crash's leftovers
-    /// (a torn record, an unlisted pointer) is repaired, not reported: see
-    /// docs/design.md §8, the limits of the formats.
+    /// the file is not written. Lists what recovery repaired at this open,
+    /// and how often: a crash leaves about one repair per write in flight;
+    /// many more point to damage that reads as a crash's leftovers (a torn
+    /// record, an unlisted pointer), which no format here can tell from one
+    /// (docs/design.md §8, the limits of the formats).
     Check(PoolArg),
     /// Benchmark every engine side by side, or reproduce a paper's evaluation.
     ///

@@ -6,6 +6,11 @@
 //! case it handles, and tests read [`count`] after a crash run to show that
 //! every case was exercised. The counts only grow; a test that needs exact
 //! figures runs alone in its test binary.
+//!
+//! The command line reads them too: `pmindex check` and `info` report what
+//! recovery repaired when they opened the pool ([`snapshot`] before and
+//! after). A crash leaves about one repair per write in flight; many more
+//! point to damage (docs/design.md §8, the limits of the formats).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,6 +55,12 @@ pub enum Case {
     /// new chunk was linked and before a block of it was published, or
     /// after its last block was unlinked); it went back to the substrate.
     RadixChunkReleasedAtOpen,
+    /// pmlog: bytes after the log's last valid record (a torn append) were
+    /// zeroed before appends resume.
+    PmlogTornTail,
+    /// pmlog: a record superseded by a newer one of its key was still
+    /// alive (a crash inside a replace or delete); it was killed.
+    PmlogLoserKilled,
 }
 
 impl Case {
@@ -66,7 +77,49 @@ impl Case {
         Case::RadixHeaderRepaired,
         Case::RadixOrphanCleared,
         Case::RadixChunkReleasedAtOpen,
+        Case::PmlogTornTail,
+        Case::PmlogLoserKilled,
     ];
+
+    /// The case's name in JSON (`snake_case`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::AllocActivateRolledBack => "alloc_activate_rolled_back",
+            Case::AllocReplaceRolledBack => "alloc_replace_rolled_back",
+            Case::AllocFreeRolledBack => "alloc_free_rolled_back",
+            Case::HartTornLeaf => "hart_torn_leaf",
+            Case::HartUpdateFallback => "hart_update_fallback",
+            Case::HartLeftoverBlock => "hart_leftover_block",
+            Case::HartChunkRecycledAtOpen => "hart_chunk_recycled_at_open",
+            Case::HartDuplicateLeaf => "hart_duplicate_leaf",
+            Case::RadixHeaderRepaired => "radix_header_repaired",
+            Case::RadixOrphanCleared => "radix_orphan_cleared",
+            Case::RadixChunkReleasedAtOpen => "radix_chunk_released_at_open",
+            Case::PmlogTornTail => "pmlog_torn_tail",
+            Case::PmlogLoserKilled => "pmlog_loser_killed",
+        }
+    }
+
+    /// What recovery did, for a person: the thing repaired, plural.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Case::AllocActivateRolledBack => "unfinished allocations rolled back",
+            Case::AllocReplaceRolledBack => "unfinished block replacements rolled back",
+            Case::AllocFreeRolledBack => "unfinished frees rolled back",
+            Case::HartTornLeaf => "torn leaves dropped (their keys are gone)",
+            Case::HartUpdateFallback => "torn updates undone (the older value kept)",
+            Case::HartLeftoverBlock => "leftover value blocks freed",
+            Case::HartChunkRecycledAtOpen => "empty chunks recycled",
+            Case::HartDuplicateLeaf => "duplicate leaves of one key killed",
+            Case::RadixHeaderRepaired => "node headers rebuilt from their leaves",
+            Case::RadixOrphanCleared => {
+                "unlisted child pointers cleared (what they reached is gone)"
+            }
+            Case::RadixChunkReleasedAtOpen => "unreached chunks released",
+            Case::PmlogTornTail => "torn log tails zeroed",
+            Case::PmlogLoserKilled => "superseded records killed",
+        }
+    }
 
     fn index(self) -> usize {
         Case::ALL
@@ -76,7 +129,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
+static COUNTS: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.
@@ -87,4 +140,20 @@ pub fn record(case: Case) {
 /// How often recovery has met `case` in this process.
 pub fn count(case: Case) -> u64 {
     COUNTS[case.index()].load(Ordering::Relaxed)
+}
+
+/// Every case's count now, in [`Case::ALL`]'s order.
+pub fn snapshot() -> Vec<u64> {
+    Case::ALL.iter().map(|&c| count(c)).collect()
+}
+
+/// The cases met since `before` (a [`snapshot`]), with how often: what one
+/// open's recovery did, when nothing else opened a pool meanwhile.
+pub fn since(before: &[u64]) -> Vec<(Case, u64)> {
+    Case::ALL
+        .iter()
+        .zip(before)
+        .map(|(&c, &b)| (c, count(c).saturating_sub(b)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
 }

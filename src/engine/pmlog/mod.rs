@@ -252,6 +252,7 @@ impl PmLog {
         // Kill superseded records that a crash left alive, and make that
         // durable before any segment is freed.
         for &rec in &losers_alive {
+            crate::pm::cases::record(crate::pm::cases::Case::PmlogLoserKilled);
             pool.fetch_or_u64(rec, DEAD)?;
             pool.flush(rec, 8);
         }
@@ -317,6 +318,7 @@ impl PmLog {
             w += 8;
         }
         if dirty {
+            crate::pm::cases::record(crate::pm::cases::Case::PmlogTornTail);
             self.pool.fence();
         }
         self.active = Some(i);
