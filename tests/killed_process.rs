@@ -378,8 +378,8 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
     let rounds: u64 = std::env::var("PMINDEX_KILL_ROUNDS")
         .map(|r| r.parse().expect("PMINDEX_KILL_ROUNDS is a number"))
         .unwrap_or(3);
-    // Rounds whose writing open changed the file (so the read-only open
-    // before it had something to leave alone), and rounds.
+    // Rounds whose read-only open's recovery changed its copy of the pool
+    // (so that it had something to keep from the file), and rounds.
     let mut repaired_total = (0, 0);
     for engine in [
         "pmlog",
@@ -418,6 +418,11 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
             let seen = {
                 let ro = Db::open_read_only(&t.path, &options(engine, 0))
                     .unwrap_or_else(|e| panic!("{at}: read-only open: {e}"));
+                // Its recovery changed its private copy: the comparison of
+                // the file below is then not vacuous.
+                if ro.pool().image() != before {
+                    repaired_total.0 += 1;
+                }
                 ro.check()
                     .unwrap_or_else(|e| panic!("{at}: read-only check: {e}"));
                 verify(&ro, &base, seed, &last, &at)
@@ -428,9 +433,6 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
             );
             let db = Db::open(&t.path, &options(engine, 0))
                 .unwrap_or_else(|e| panic!("{at}: reopen: {e}"));
-            if std::fs::read(&t.path).unwrap() != before {
-                repaired_total.0 += 1;
-            }
             let report = db.check().unwrap_or_else(|e| panic!("{at}: check: {e}"));
             base = verify(&db, &base, seed, &last, &at);
             assert_eq!(seen, base, "{at}: the read-only open saw other keys");
@@ -443,7 +445,7 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         }
     }
     eprintln!(
-        "the writing open repaired {} of {} killed pools",
+        "recovery changed {} of {} killed pools (in the read-only open's copy)",
         repaired_total.0, repaired_total.1
     );
     assert!(

@@ -1029,14 +1029,17 @@ fn a_read_only_open_of_a_clean_pool_copies_no_page() {
 #[cfg(target_os = "linux")]
 fn private_dirty_kib(path: &Path) -> u64 {
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let name = path.to_str().unwrap();
+    // The kernel shows the real path.
+    let real = std::fs::canonicalize(path).unwrap();
+    let name = real.to_str().unwrap();
     let mut mine = false;
     let mut found = false;
     let mut kib = 0;
     for line in smaps.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if first.contains('-') && first.chars().next().is_some_and(|c| c.is_ascii_hexdigit()) {
-            mine = line.ends_with(name);
+            // The path is the sixth field, spaces and all.
+            mine = line.splitn(6, ' ').nth(5).map(str::trim_start) == Some(name);
             found |= mine;
         } else if mine {
             if let Some(v) = line.strip_prefix("Private_Dirty:") {

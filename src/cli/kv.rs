@@ -476,7 +476,10 @@ pub fn check(out: Output, how: &How, path: &Path) -> Result<(), CliError> {
     // recovery cases (this command opens one pool).
     let before = cases::snapshot();
     let db = open(path, how, Access::Read)?;
-    let repaired = cases::since(&before);
+    let repaired: Vec<_> = cases::since(&before)
+        .into_iter()
+        .filter(|(c, _)| c.is_repair())
+        .collect();
     let report = db.check()?;
     let blocks = report.referenced_blocks.len();
     if out.json {

@@ -7,10 +7,11 @@
 //! every case was exercised. The counts only grow; a test that needs exact
 //! figures runs alone in its test binary.
 //!
-//! The command line reads them too: `pmindex check` and `info` report what
-//! recovery repaired when they opened the pool ([`snapshot`] before and
-//! after). A crash leaves about one repair per write in flight; many more
-//! point to damage (docs/design.md §8, the limits of the formats).
+//! The command line reads them too: `pmindex check` reports what recovery
+//! repaired when it opened the pool ([`snapshot`] before and after; the
+//! cases that are [`Case::is_repair`]). A crash leaves about one repair per
+//! write in flight; many more point to damage (docs/design.md §8, the
+//! limits of the formats).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,7 +38,8 @@ pub enum Case {
     /// the block was freed.
     HartLeftoverBlock,
     /// HART: an empty chunk was recycled at open (a crash between the last
-    /// object's release and the chunk's recycling).
+    /// object's release and the chunk's recycling, or, in the `tight`
+    /// order, leaves whose release a thread deferred when the pool closed).
     HartChunkRecycledAtOpen,
     /// HART: a key was held by two live leaves (a crash during an upsert
     /// that wrote its leaf before its descent and found the key present);
@@ -53,10 +55,13 @@ pub enum Case {
     RadixOrphanCleared,
     /// Radix trees: a chunk held no block the tree reaches (a crash after a
     /// new chunk was linked and before a block of it was published, or
-    /// after its last block was unlinked); it went back to the substrate.
+    /// after its last block was unlinked, or chunks emptied by deletes,
+    /// which are released only at open); it went back to the substrate.
     RadixChunkReleasedAtOpen,
-    /// pmlog: bytes after the log's last valid record (a torn append) were
-    /// zeroed before appends resume.
+    /// pmlog: a torn append after the log's last valid record (bytes there
+    /// starting with the next sequence number) was zeroed before appends
+    /// resume. Stale bytes of a reused block, zeroed the same way, are not
+    /// counted.
     PmlogTornTail,
     /// pmlog: a record superseded by a newer one of its key was still
     /// alive (a crash inside a replace or delete); it was killed.
@@ -80,6 +85,16 @@ impl Case {
         Case::PmlogTornTail,
         Case::PmlogLoserKilled,
     ];
+
+    /// Whether the case repairs what a crash (or damage) left, as opposed
+    /// to housekeeping that a clean close also leaves to the next open
+    /// (empty chunks given back).
+    pub fn is_repair(self) -> bool {
+        !matches!(
+            self,
+            Case::HartChunkRecycledAtOpen | Case::RadixChunkReleasedAtOpen
+        )
+    }
 
     /// The case's name in JSON (`snake_case`).
     pub fn name(self) -> &'static str {
