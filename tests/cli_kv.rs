@@ -537,7 +537,8 @@ fn refused_arguments_exit_with_status_2() {
     assert_eq!(pmindex(&["get", s, "zz"]).status.code(), Some(1));
 }
 
-/// With `--json`, an error is one JSON object on standard error.
+/// With `--json`, an error is one JSON object on standard error, whether
+/// the command or clap found it.
 #[test]
 fn json_errors_are_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -552,6 +553,9 @@ fn json_errors_are_json() {
             "missing.pool",
         ),
         (&["--json", "put", s, "", "x"], 2, "key is empty"),
+        // clap's own usage errors too.
+        (&["--json", "get", s], 2, "required arguments"),
+        (&["get", "--json", s, "a", "--bogus"], 2, "--bogus"),
     ] {
         let o = pmindex(args);
         assert_eq!(o.status.code(), Some(code), "{args:?}");

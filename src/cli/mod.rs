@@ -631,7 +631,22 @@ fn engine_names() -> Vec<&'static str> {
 /// Parses the command line, runs the command, and turns its outcome into
 /// an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // clap's usage errors in JSON too when --json was given (help and
+        // --version are not errors).
+        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "--json") => {
+            let text = e.to_string();
+            let message = text.trim().trim_start_matches("error: ");
+            let _ = writeln!(
+                std::io::stderr(),
+                "{}",
+                serde_json::json!({"error": message, "exit_status": e.exit_code()})
+            );
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+        Err(e) => e.exit(),
+    };
     let json = cli.global.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
