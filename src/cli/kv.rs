@@ -21,7 +21,8 @@ use super::parse::{parse_hex, to_hex};
 pub struct How {
     pub persist: PersistConfig,
     pub config: EngineConfig,
-    /// How long to wait for a pool another process has open (`--wait`).
+    /// How long to wait for a handle that excludes this command's open
+    /// (`--wait`).
     pub wait: Duration,
 }
 
