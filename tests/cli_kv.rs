@@ -453,6 +453,12 @@ fn crashtest_with_writers_on_shared_keys() {
     assert!(text(&o.stderr).contains("has no keys"));
 }
 
+/// `o` failed (exit status 1) saying `needle` on standard error.
+fn fails_with(o: &Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(needle), "{}", text(&o.stderr));
+}
+
 /// A pool another process holds: `--wait 0` fails at once; the default
 /// wait outlasts a short hold and then runs the command.
 #[test]
@@ -463,19 +469,8 @@ fn a_held_pool_is_waited_for() {
     // This test process holds the pool's lock while its handle is open.
     let held = pmindex::Db::open(&p, &pmindex::Options::default()).unwrap();
     let o = pmindex(&["--wait", "0", "get", s, "a"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("file lock held"),
-        "{}",
-        text(&o.stderr)
-    );
-    let o = pmindex(&["--wait", "1", "get", s, "a"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        text(&o.stderr).contains("waited 1 s"),
-        "{}",
-        text(&o.stderr)
-    );
+    fails_with(&o, "file lock held");
+    fails_with(&pmindex(&["--wait", "1", "get", s, "a"]), "waited 1 s");
     let release = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(500));
         drop(held);
@@ -503,12 +498,9 @@ fn a_held_pool_is_waited_for() {
         std::fs::read(&p).unwrap() == before,
         "a reading command wrote the pool"
     );
-    let o = pmindex(&["--wait", "0", "delete", s, "c"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        text(&o.stderr).contains("file lock held"),
-        "{}",
-        text(&o.stderr)
+    fails_with(
+        &pmindex(&["--wait", "0", "delete", s, "c"]),
+        "file lock held",
     );
     drop(reader);
     assert_eq!(text(&pmindex(&["delete", s, "c"]).stdout), "deleted\n");

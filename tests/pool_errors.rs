@@ -950,6 +950,18 @@ fn a_root_block_the_metadata_lost_is_refused_unchanged() {
     );
 }
 
+/// A closed pool of `engine` (`size` bytes) holding `n` keys `key00000000`...
+/// with their numbers as values.
+fn filled_pool(engine: &str, size: u64, n: u32) -> TempPool {
+    let t = TempPool::new();
+    let db = Db::create(&t.path, &options(engine, size)).unwrap();
+    for i in 0..n {
+        db.put(format!("key{i:08}").as_bytes(), &i.to_le_bytes())
+            .unwrap();
+    }
+    t
+}
+
 /// `Db::open_read_only`: read-only opens of a pool run side by side, a
 /// writer's open is refused meanwhile (and the other way round), writes
 /// through the handle are refused, and nothing it does reaches the file,
@@ -957,14 +969,7 @@ fn a_root_block_the_metadata_lost_is_refused_unchanged() {
 #[test]
 fn read_only_opens_share_the_pool_and_never_write_it() {
     for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
-        let t = TempPool::new();
-        {
-            let db = Db::create(&t.path, &options(engine, 16 << 20)).unwrap();
-            for i in 0..200u32 {
-                db.put(format!("key{i}").as_bytes(), &i.to_le_bytes())
-                    .unwrap();
-            }
-        }
+        let t = filled_pool(engine, 16 << 20, 200);
         let before = std::fs::read(&t.path).unwrap();
         let a = Db::open_read_only(&t.path, &Options::default()).unwrap();
         let b = Db::open_read_only(&t.path, &Options::default()).unwrap();
@@ -972,14 +977,14 @@ fn read_only_opens_share_the_pool_and_never_write_it() {
         expect_err!(open(&t.path), Error::Locked { .. }, "open beside readers");
         assert_eq!(a.len(), 200, "{engine}");
         assert_eq!(
-            b.get(b"key7").unwrap().as_deref(),
+            b.get(b"key00000007").unwrap().as_deref(),
             Some(&7u32.to_le_bytes()[..])
         );
         a.check().unwrap();
         expect_err!(a.put(b"k", b"v"), Error::ReadOnly, "put");
         expect_err!(a.insert(b"k", b"v"), Error::ReadOnly, "insert");
-        expect_err!(a.update(b"key1", b"v"), Error::ReadOnly, "update");
-        expect_err!(a.delete(b"key1"), Error::ReadOnly, "delete");
+        expect_err!(a.update(b"key00000001", b"v"), Error::ReadOnly, "update");
+        expect_err!(a.delete(b"key00000001"), Error::ReadOnly, "delete");
         expect_err!(a.put_many(&[(b"k", b"v")]), Error::ReadOnly, "put_many");
         // A store through the pool changes this handle's copy only.
         let end = a.pool().size() - 8;
@@ -1009,14 +1014,7 @@ fn read_only_opens_share_the_pool_and_never_write_it() {
 #[test]
 fn a_read_only_open_of_a_clean_pool_copies_no_page() {
     for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
-        let t = TempPool::new();
-        {
-            let db = Db::create(&t.path, &options(engine, 64 << 20)).unwrap();
-            for i in 0..20_000u32 {
-                db.put(format!("key{i:08}").as_bytes(), &i.to_le_bytes())
-                    .unwrap();
-            }
-        }
+        let t = filled_pool(engine, 64 << 20, 20_000);
         let db = Db::open_read_only(&t.path, &Options::default()).unwrap();
         assert_eq!(db.len(), 20_000);
         let kib = private_dirty_kib(&t.path);
