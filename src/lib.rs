@@ -19,6 +19,7 @@ pub mod error;
 mod hint;
 mod keycmp;
 pub mod pm;
+pub mod serve;
 pub mod sim;
 mod swar;
 

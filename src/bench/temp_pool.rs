@@ -175,6 +175,20 @@ impl TempPool {
         Ok(elapsed)
     }
 
+    /// Lends the database out whole, for an owner that takes it by value
+    /// (a `pmindex::serve::Server`); [`TempPool::restore`] gives it back.
+    /// Until then [`TempPool::db`] panics, and a drop closes nothing
+    /// before it removes the file (the borrower's handle keeps the file's
+    /// pages until it is dropped).
+    pub fn take(&mut self) -> Option<Db> {
+        self.db.take()
+    }
+
+    /// Gives back the database that [`TempPool::take`] lent.
+    pub fn restore(&mut self, db: Db) {
+        self.db = Some(db);
+    }
+
     /// The pool file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -28,7 +28,7 @@ pub struct How {
 
 /// Whether a command changes its pool.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(super) enum Access {
     /// `put`, `delete`: the pool is opened for writing, alone.
     Write,
     /// `get`, `scan`, `info`, `check`: opened read-only
@@ -41,7 +41,7 @@ enum Access {
 /// Opens the pool at `path` as `how` says; while another process (or
 /// handle) holds it, tries again every [`LOCK_RETRY`] until `how.wait` has
 /// passed.
-fn open(path: &Path, how: &How, access: Access) -> Result<Db, CliError> {
+pub(super) fn open(path: &Path, how: &How, access: Access) -> Result<Db, CliError> {
     let opts = Options {
         persist: how.persist,
         engine_config: how.config.clone(),

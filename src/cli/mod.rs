@@ -1,6 +1,7 @@
 //! The `pmindex` command line: argument definitions (clap derive) and
-//! dispatch. The commands themselves are in [`kv`] (pool and key commands)
-//! and [`bench`] (benchmark wrappers around `pmindex::bench`).
+//! dispatch. The commands themselves are in [`kv`] (pool and key commands),
+//! [`bench`] (benchmark wrappers around `pmindex::bench`), [`crashtest`]
+//! and [`serve`] (the memcached server and its load generator).
 //!
 //! Errors are printed as `error: <message>` on standard error (with
 //! `--json`, as one JSON object there: `error` and `exit_status`); the exit
@@ -13,6 +14,7 @@ mod error;
 mod kv;
 mod output;
 mod parse;
+mod serve;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,8 @@ Examples:
   pmindex scan /tmp/demo.pool --from a --to m --limit 10
   pmindex info /tmp/demo.pool --json
   pmindex bench --records 100000 --flush clflushopt --pm-latency 300/100
+  pmindex serve /tmp/cache.pool --listen 127.0.0.1:11211
+  pmindex mc-bench --engines hart,woart --clients 50
 
 Reading commands (get, scan, info, check) open the pool read-only: they
 never write it, not even recovery's repairs of a crashed or damaged pool
@@ -205,6 +209,110 @@ enum Command {
     /// failure, printing the crash point, a shrunk workload and the command
     /// that reproduces it.
     Crashtest(CrashtestArgs),
+    /// Serve a pool over the memcached text protocol.
+    ///
+    /// Opens POOL (creating it if there is no such file, with --engine and
+    /// --size) and answers memcached's text commands on --listen: set, add,
+    /// replace, append, prepend, cas, get, gets, gat, gats, delete, incr,
+    /// decr, touch, flush_all, stats, version, verbosity, quit (and shutdown
+    /// with --allow-shutdown). A reply is sent once its change is durable,
+    /// so items survive a killed server (on PM with MAP_SYNC, a power
+    /// failure). Items keep their flags, expiration time and CAS value in
+    /// the pool. No eviction: a full pool answers `SERVER_ERROR out of
+    /// memory storing object`. Runs until SIGINT or SIGTERM, then closes
+    /// the pool.
+    Serve(ServeArgs),
+    /// Benchmark engines behind the memcached server (WORT paper §5.4).
+    ///
+    /// mc-benchmark's experiment: --requests `set`s, then as many `get`s,
+    /// over --clients connections, keys drawn uniformly from --keyspace
+    /// (`key:<12 digits>`). Each engine in --engines is served from a
+    /// temporary pool by a server in this process (so client and server
+    /// share this machine's cores); --server loads a running server
+    /// instead (pmindex serve, or memcached itself). Prints requests per
+    /// second and round-trip latency per phase.
+    McBench(McBenchArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  pmindex serve /tmp/cache.pool                     # creates a hart pool of 1 GiB if absent
+  pmindex serve /tmp/cache.pool --listen 0.0.0.0:11211 --engine woart --size 4G
+  printf 'set k 0 0 5\\r\\nhello\\r\\nget k\\r\\nquit\\r\\n' | nc 127.0.0.1 11211")]
+struct ServeArgs {
+    /// The pool file; created if there is no such file.
+    #[arg(value_name = "POOL")]
+    pool: PathBuf,
+    /// The address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:11211")]
+    listen: String,
+    /// The engine of a pool created here [default: hart, the fastest here
+    /// on point reads]; for an existing pool, the engine it must hold.
+    #[arg(long, value_name = "ENGINE", value_parser = PossibleValuesParser::new(engine_names()))]
+    engine: Option<String>,
+    /// The size of a pool created here (K, M, G, T suffixes).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse::parse_size)]
+    size: u64,
+    /// Connections served at once; more are answered `SERVER_ERROR too many
+    /// open connections` and closed.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_connections: usize,
+    /// Obey the `shutdown` command (stop the server and close the pool).
+    #[arg(long)]
+    allow_shutdown: bool,
+    /// Map every page of the pool before serving (see `bench --prefault`).
+    #[arg(long)]
+    prefault: bool,
+    #[command(flatten)]
+    settings: EngineOpts,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  pmindex mc-bench                                   # every engine, 50 clients, 100,000 requests
+  pmindex mc-bench --engines hart,woart --clients 4 --requests 1M --rounds 3
+  pmindex mc-bench --server 127.0.0.1:11211 --clients 50")]
+struct McBenchArgs {
+    /// Engines to serve, comma separated, or `all`.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "all",
+        conflicts_with = "server"
+    )]
+    engines: String,
+    /// Load this running server instead of serving engines here.
+    #[arg(long, value_name = "ADDR:PORT")]
+    server: Option<String>,
+    /// Client connections, each a thread (the paper: 4 and 50).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    clients: usize,
+    /// Requests per phase, over all clients.
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = parse::parse_count)]
+    requests: u64,
+    /// Keys are drawn uniformly from this many [default: REQUESTS].
+    #[arg(long, value_name = "N", value_parser = parse::parse_count)]
+    keyspace: Option<u64>,
+    /// Bytes of each `set`'s data.
+    #[arg(long, value_name = "BYTES", default_value_t = 32)]
+    value_size: usize,
+    /// Requests a client sends before reading their replies.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pipeline: usize,
+    /// Rounds (engines alternate; medians are reported).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    rounds: u32,
+    /// Seed of the key draws.
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    seed: u64,
+    /// Directory for the temporary pools [default: as bench's --dir].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Pool size per engine [default: from the key space and value size].
+    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
+    pool_size: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -792,6 +900,51 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
             crashtest::run(out, cfg)
         }
+        Command::Serve(a) => {
+            // A pool that does not exist yet takes its settings for the
+            // engine it will be created with.
+            let how = if a.pool.exists() {
+                g.how(&a.settings, &a.pool)?
+            } else {
+                kv::How {
+                    persist: g.persist()?,
+                    config: a
+                        .settings
+                        .config(a.engine.as_deref().unwrap_or(serve::SERVE_ENGINE))?,
+                    wait: std::time::Duration::ZERO,
+                }
+            };
+            serve::serve(
+                out,
+                &how,
+                &serve::ServeOpts {
+                    pool: &a.pool,
+                    listen: &a.listen,
+                    engine: a.engine.as_deref(),
+                    size: a.size,
+                    max_connections: a.max_connections,
+                    allow_shutdown: a.allow_shutdown,
+                    prefault: a.prefault,
+                },
+            )
+        }
+        Command::McBench(a) => serve::mc_bench(
+            out,
+            g.persist()?,
+            &serve::McBenchOpts {
+                engines: a.engines,
+                server: a.server,
+                clients: a.clients,
+                requests: a.requests,
+                keyspace: a.keyspace,
+                value_size: a.value_size,
+                pipeline: a.pipeline,
+                rounds: a.rounds,
+                seed: a.seed,
+                dir: a.dir,
+                pool_size: a.pool_size,
+            },
+        ),
         Command::BenchStoreApi(a) => {
             let cfg = pmindex::bench::store_api::StoreApiConfig {
                 stores: a.stores,

@@ -1,0 +1,810 @@
+//! memcached's commands over a [`Db`]: what `pmindex serve` does with each
+//! parsed [`Command`], apart from the sockets.
+//!
+//! # Atomicity
+//! Every command that changes an item (all storage commands, `delete`,
+//! `incr`/`decr`, `touch`, `gat`) takes the mutex of the key's stripe (one
+//! of [`STRIPES`], by a hash of the key) for its read, decision and write,
+//! so that two clients' `cas`, `append` or `incr` on one key never lose
+//! each other's change. `get` takes no mutex: each `Db::put` replaces an
+//! item whole, so a reader sees the item before or after a change.
+//!
+//! # Durability
+//! A reply is written after the `Db` call returns, so an acknowledged
+//! change is durable as every `Db` change is (the module doc of
+//! [`crate::db`]): on an ordinary file it survives a killed server, on PM
+//! mapped with `MAP_SYNC` a power failure.
+//!
+//! # Expiration and CAS values
+//! Expiration is kept as a Unix time ([`super::item`]), so it runs on across
+//! restarts. An expired item is a miss; the read that finds it removes it
+//! (under its stripe's mutex, if it is still the same item). A store whose
+//! expiration is already past removes the key instead of storing.
+//!
+//! CAS values come from one counter started at the Unix time in
+//! nanoseconds when the cache opens, so values given after a restart are
+//! above those given before it (unless the clock went back, or the server
+//! made more than one change per nanosecond of the time between).
+
+use std::fmt::Write as _;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use super::item::{self, Meta, HEADER_LEN};
+use super::protocol::{Command, StoreOp, RELATIVE_EXPTIME_LIMIT};
+use crate::engine::MAX_VALUE_LEN;
+use crate::{Db, Error};
+
+/// Stripes of the per-key mutexes.
+pub const STRIPES: usize = 4096;
+
+/// The longest data an item may hold: a value of [`MAX_VALUE_LEN`] bytes
+/// less the item header.
+pub const MAX_DATA_LEN: usize = MAX_VALUE_LEN - HEADER_LEN;
+
+/// The version `version` and `stats` report.
+pub const VERSION: &str = concat!("1.6.0-pmindex-", env!("CARGO_PKG_VERSION"));
+
+/// What the connection does after a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Read the next command.
+    Continue,
+    /// Close this connection (`quit`).
+    Close,
+    /// Stop the server (`shutdown`, where allowed).
+    Shutdown,
+}
+
+/// Counters reported by `stats`.
+#[derive(Default)]
+pub struct Counters {
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    cmd_get: AtomicU64,
+    cmd_set: AtomicU64,
+    cmd_touch: AtomicU64,
+    cmd_flush: AtomicU64,
+    get_hits: AtomicU64,
+    get_misses: AtomicU64,
+    get_expired: AtomicU64,
+    delete_hits: AtomicU64,
+    delete_misses: AtomicU64,
+    incr_hits: AtomicU64,
+    incr_misses: AtomicU64,
+    decr_hits: AtomicU64,
+    decr_misses: AtomicU64,
+    cas_hits: AtomicU64,
+    cas_misses: AtomicU64,
+    cas_badval: AtomicU64,
+    touch_hits: AtomicU64,
+    touch_misses: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+/// The memcached commands over one [`Db`].
+pub struct Cache {
+    db: Db,
+    stripes: Box<[Mutex<()>]>,
+    next_cas: AtomicU64,
+    clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    started: Instant,
+    allow_shutdown: bool,
+    /// What `stats` reports.
+    pub counters: Counters,
+}
+
+/// The Unix time in seconds.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Cache {
+    /// A cache over `db`; `shutdown` is obeyed only if `allow_shutdown`.
+    pub fn new(db: Db, allow_shutdown: bool) -> Cache {
+        Cache::with_clock(db, allow_shutdown, Box::new(unix_now))
+    }
+
+    /// [`Cache::new`] with `clock` as the Unix time in seconds (tests of
+    /// expiration).
+    pub fn with_clock(
+        db: Db,
+        allow_shutdown: bool,
+        clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Cache {
+        let ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Cache {
+            db,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            next_cas: AtomicU64::new(ns.max(1)),
+            clock,
+            started: Instant::now(),
+            allow_shutdown,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The database (to close it: `Arc::try_unwrap` the cache, then
+    /// [`Cache::into_db`]).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Gives the database back.
+    pub fn into_db(self) -> Db {
+        self.db
+    }
+
+    /// Runs `cmd` (with `data`, the block of a storage command) and appends
+    /// its reply to `out` (nothing with `noreply`). A failure of the `Db`
+    /// is answered `SERVER_ERROR <message>`.
+    pub fn execute(self: &Arc<Self>, cmd: &Command<'_>, data: &[u8], out: &mut Vec<u8>) -> Next {
+        let mark = out.len();
+        let (noreply, r) = match *cmd {
+            Command::Store {
+                op,
+                key,
+                flags,
+                exptime,
+                noreply,
+                ..
+            } => (noreply, self.store(op, key, flags, exptime, data, out)),
+            Command::Get {
+                ref keys,
+                with_cas,
+                touch,
+            } => (false, self.get(keys, with_cas, touch, out)),
+            Command::Delete { key, noreply } => (noreply, self.delete(key, out)),
+            Command::Arith {
+                key,
+                delta,
+                incr,
+                noreply,
+            } => (noreply, self.arith(key, delta, incr, out)),
+            Command::Touch {
+                key,
+                exptime,
+                noreply,
+            } => (noreply, self.touch(key, exptime, out)),
+            Command::FlushAll { delay, noreply } => (noreply, self.flush_all(delay, out)),
+            Command::Stats { group } => {
+                match group {
+                    None => self.stats(out),
+                    Some(_) => out.extend_from_slice(b"ERROR\r\n"),
+                }
+                (false, Ok(()))
+            }
+            Command::Version => {
+                out.extend_from_slice(format!("VERSION {VERSION}\r\n").as_bytes());
+                (false, Ok(()))
+            }
+            Command::Verbosity { noreply } => {
+                out.extend_from_slice(b"OK\r\n");
+                (noreply, Ok(()))
+            }
+            Command::Quit => return Next::Close,
+            Command::Shutdown => {
+                if self.allow_shutdown {
+                    return Next::Shutdown;
+                }
+                out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                (false, Ok(()))
+            }
+        };
+        if let Err(e) = r {
+            out.truncate(mark);
+            server_error(out, &e);
+        } else if noreply {
+            out.truncate(mark);
+        }
+        Next::Continue
+    }
+
+    fn stripe(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        // FNV-1a: cheap, and enough to spread keys over the stripes.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in key {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        self.stripes[(h as usize) % STRIPES].lock()
+    }
+
+    /// The Unix time at which an item given `exptime` expires (0: never);
+    /// `None` if it is gone already.
+    fn expires_at(&self, exptime: i64) -> Option<u64> {
+        let now = (self.clock)();
+        let at = match exptime {
+            0 => return Some(0),
+            t if t < 0 => return None,
+            t if t <= RELATIVE_EXPTIME_LIMIT => now + t as u64,
+            t => t as u64,
+        };
+        (at > now).then_some(at)
+    }
+
+    /// The live item at `key`.
+    fn current(&self, key: &[u8]) -> Result<Option<(Meta, Vec<u8>)>, Error> {
+        let Some(value) = self.db.get(key)? else {
+            return Ok(None);
+        };
+        let (meta, data) = item::decode(&value);
+        if meta.expired((self.clock)()) {
+            return Ok(None);
+        }
+        Ok(Some((meta, data.to_vec())))
+    }
+
+    fn new_cas(&self) -> u64 {
+        self.next_cas.fetch_add(1, Relaxed)
+    }
+
+    /// Stores `parts` as the item at `key` (its stripe held), or removes
+    /// the key if `expires` is `None` (an expiration already past).
+    fn write(
+        &self,
+        key: &[u8],
+        flags: u32,
+        expires: Option<u64>,
+        parts: &[&[u8]],
+    ) -> Result<(), Error> {
+        match expires {
+            None => {
+                self.db.delete(key)?;
+            }
+            Some(expires) => {
+                let meta = Meta {
+                    flags,
+                    expires,
+                    cas: self.new_cas(),
+                };
+                self.db.put(key, &item::encode(&meta, parts))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn store(
+        &self,
+        op: StoreOp,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        bump(&self.counters.cmd_set);
+        if data.len() > MAX_DATA_LEN {
+            out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+            return Ok(());
+        }
+        let _stripe = self.stripe(key);
+        let expires = self.expires_at(exptime);
+        let current = match op {
+            StoreOp::Set => None,
+            _ => self.current(key)?,
+        };
+        let reply: &[u8] = match (op, current) {
+            (StoreOp::Set, _) | (StoreOp::Add, None) => {
+                self.write(key, flags, expires, &[data])?;
+                b"STORED\r\n"
+            }
+            (StoreOp::Add, Some(_)) => b"NOT_STORED\r\n",
+            (StoreOp::Replace | StoreOp::Append | StoreOp::Prepend, None) => b"NOT_STORED\r\n",
+            (StoreOp::Replace, Some(_)) => {
+                self.write(key, flags, expires, &[data])?;
+                b"STORED\r\n"
+            }
+            (StoreOp::Append | StoreOp::Prepend, Some((meta, old))) => {
+                if old.len() + data.len() > MAX_DATA_LEN {
+                    b"SERVER_ERROR object too large for cache\r\n"
+                } else {
+                    // memcached keeps the item's flags and expiration.
+                    let parts: [&[u8]; 2] = if op == StoreOp::Append {
+                        [&old, data]
+                    } else {
+                        [data, &old]
+                    };
+                    self.write(key, meta.flags, Some(meta.expires), &parts)?;
+                    b"STORED\r\n"
+                }
+            }
+            (StoreOp::Cas(_), None) => {
+                bump(&self.counters.cas_misses);
+                b"NOT_FOUND\r\n"
+            }
+            (StoreOp::Cas(cas), Some((meta, _))) if meta.cas != cas => {
+                bump(&self.counters.cas_badval);
+                b"EXISTS\r\n"
+            }
+            (StoreOp::Cas(_), Some(_)) => {
+                bump(&self.counters.cas_hits);
+                self.write(key, flags, expires, &[data])?;
+                b"STORED\r\n"
+            }
+        };
+        out.extend_from_slice(reply);
+        Ok(())
+    }
+
+    fn get(
+        &self,
+        keys: &[&[u8]],
+        with_cas: bool,
+        touch: Option<i64>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        if let Some(exptime) = touch {
+            for &key in keys {
+                bump(&self.counters.cmd_touch);
+                let _stripe = self.stripe(key);
+                match self.current(key)? {
+                    None => {
+                        bump(&self.counters.get_misses);
+                        bump(&self.counters.touch_misses);
+                    }
+                    Some((meta, data)) => {
+                        bump(&self.counters.get_hits);
+                        bump(&self.counters.touch_hits);
+                        let expires = self.expires_at(exptime);
+                        self.retime(key, meta, expires, &data)?;
+                        value_line(out, key, meta.flags, &data, with_cas.then_some(meta.cas));
+                    }
+                }
+            }
+            out.extend_from_slice(b"END\r\n");
+            return Ok(());
+        }
+        let now = (self.clock)();
+        let mut expired = Vec::new();
+        self.db.get_many_with(keys, |i, value| {
+            bump(&self.counters.cmd_get);
+            let Some(value) = value else {
+                bump(&self.counters.get_misses);
+                return;
+            };
+            let (meta, data) = item::decode(value);
+            if meta.expired(now) {
+                bump(&self.counters.get_misses);
+                bump(&self.counters.get_expired);
+                expired.push((i, meta.cas));
+                return;
+            }
+            bump(&self.counters.get_hits);
+            value_line(out, keys[i], meta.flags, data, with_cas.then_some(meta.cas));
+        })?;
+        out.extend_from_slice(b"END\r\n");
+        for (i, cas) in expired {
+            self.remove_if_expired(keys[i], cas)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the item at `key` (its stripe held) with a new expiration,
+    /// keeping its CAS value (memcached's `touch` does); removes it if the
+    /// expiration is already past.
+    fn retime(
+        &self,
+        key: &[u8],
+        meta: Meta,
+        expires: Option<u64>,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        match expires {
+            None => {
+                self.db.delete(key)?;
+            }
+            Some(expires) => {
+                let meta = Meta { expires, ..meta };
+                self.db.put(key, &item::encode(&meta, &[data]))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the item at `key` if it is still the expired one a read saw
+    /// (CAS value `cas`).
+    fn remove_if_expired(&self, key: &[u8], cas: u64) -> Result<(), Error> {
+        let _stripe = self.stripe(key);
+        let now = (self.clock)();
+        let same = self.db.get_with(key, |v| {
+            let (meta, _) = item::decode(v);
+            meta.cas == cas && meta.expired(now)
+        })?;
+        if same == Some(true) {
+            self.db.delete(key)?;
+        }
+        Ok(())
+    }
+
+    fn delete(&self, key: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        let _stripe = self.stripe(key);
+        // An expired item is not there for the client, but goes all the same.
+        let live = self.current(key)?.is_some();
+        let removed = self.db.delete(key)?;
+        if live && removed {
+            bump(&self.counters.delete_hits);
+            out.extend_from_slice(b"DELETED\r\n");
+        } else {
+            bump(&self.counters.delete_misses);
+            out.extend_from_slice(b"NOT_FOUND\r\n");
+        }
+        Ok(())
+    }
+
+    fn arith(&self, key: &[u8], delta: u64, incr: bool, out: &mut Vec<u8>) -> Result<(), Error> {
+        let (hits, misses) = if incr {
+            (&self.counters.incr_hits, &self.counters.incr_misses)
+        } else {
+            (&self.counters.decr_hits, &self.counters.decr_misses)
+        };
+        let _stripe = self.stripe(key);
+        let Some((meta, data)) = self.current(key)? else {
+            bump(misses);
+            out.extend_from_slice(b"NOT_FOUND\r\n");
+            return Ok(());
+        };
+        // memcached takes the leading digits of at most 20 characters.
+        let digits = std::str::from_utf8(&data)
+            .ok()
+            .map(|s| s.trim_end_matches([' ', '\r', '\n']))
+            .filter(|s| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok());
+        let Some(n) = digits else {
+            out.extend_from_slice(
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            );
+            return Ok(());
+        };
+        bump(hits);
+        // incr wraps at 2^64; decr stops at 0 (memcached's rules).
+        let n = if incr {
+            n.wrapping_add(delta)
+        } else {
+            n.saturating_sub(delta)
+        };
+        let text = n.to_string();
+        self.write(key, meta.flags, Some(meta.expires), &[text.as_bytes()])?;
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        Ok(())
+    }
+
+    fn touch(&self, key: &[u8], exptime: i64, out: &mut Vec<u8>) -> Result<(), Error> {
+        bump(&self.counters.cmd_touch);
+        let _stripe = self.stripe(key);
+        match self.current(key)? {
+            None => {
+                bump(&self.counters.touch_misses);
+                out.extend_from_slice(b"NOT_FOUND\r\n");
+            }
+            Some((meta, data)) => {
+                bump(&self.counters.touch_hits);
+                self.retime(key, meta, self.expires_at(exptime), &data)?;
+                out.extend_from_slice(b"TOUCHED\r\n");
+            }
+        }
+        Ok(())
+    }
+
+    /// `flush_all`: removes every item given a CAS value before now (and
+    /// every value not written by `serve`), now or after `delay` seconds
+    /// (a delayed flush not yet run is forgotten if the server stops).
+    fn flush_all(self: &Arc<Self>, delay: i64, out: &mut Vec<u8>) -> Result<(), Error> {
+        bump(&self.counters.cmd_flush);
+        if delay > 0 {
+            // A weak reference: a server that stops before the delay ends
+            // is not held up, and the flush is not made.
+            let cache = Arc::downgrade(self);
+            let delay = Duration::from_secs(delay as u64);
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                if let Some(cache) = cache.upgrade() {
+                    // Nobody waits for this reply; a failure shows in
+                    // `stats`' item count.
+                    let _ = cache.flush_now();
+                }
+            });
+        } else {
+            self.flush_now()?;
+        }
+        out.extend_from_slice(b"OK\r\n");
+        Ok(())
+    }
+
+    fn flush_now(&self) -> Result<(), Error> {
+        self.flush_before(self.next_cas.load(Relaxed))
+    }
+
+    /// Removes every item whose CAS value is below `cutoff`: those written
+    /// before the flush (a change racing with the flush gets a value above
+    /// it and stays).
+    fn flush_before(&self, cutoff: u64) -> Result<(), Error> {
+        for pair in self.db.range(Bound::Unbounded, Bound::Unbounded) {
+            let (key, value) = pair?;
+            if item::decode(&value).0.cas >= cutoff {
+                continue;
+            }
+            let _stripe = self.stripe(&key);
+            // Written again since the scan read it: newer than the flush.
+            let older = self.db.get_with(&key, |v| item::decode(v).0.cas < cutoff)?;
+            if older == Some(true) {
+                self.db.delete(&key)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self, out: &mut Vec<u8>) {
+        let c = &self.counters;
+        let db = self.db.stats();
+        let mut s = String::new();
+        let mut stat = |name: &str, value: &dyn std::fmt::Display| {
+            let _ = write!(s, "STAT {name} {value}\r\n");
+        };
+        stat("pid", &std::process::id());
+        stat("uptime", &self.started.elapsed().as_secs());
+        stat("time", &(self.clock)());
+        stat("version", &VERSION);
+        stat("pointer_size", &(usize::BITS));
+        for (name, v) in [
+            ("curr_connections", &c.curr_connections),
+            ("total_connections", &c.total_connections),
+            ("rejected_connections", &c.rejected_connections),
+            ("cmd_get", &c.cmd_get),
+            ("cmd_set", &c.cmd_set),
+            ("cmd_flush", &c.cmd_flush),
+            ("cmd_touch", &c.cmd_touch),
+            ("get_hits", &c.get_hits),
+            ("get_misses", &c.get_misses),
+            ("get_expired", &c.get_expired),
+            ("delete_misses", &c.delete_misses),
+            ("delete_hits", &c.delete_hits),
+            ("incr_misses", &c.incr_misses),
+            ("incr_hits", &c.incr_hits),
+            ("decr_misses", &c.decr_misses),
+            ("decr_hits", &c.decr_hits),
+            ("cas_misses", &c.cas_misses),
+            ("cas_hits", &c.cas_hits),
+            ("cas_badval", &c.cas_badval),
+            ("touch_hits", &c.touch_hits),
+            ("touch_misses", &c.touch_misses),
+        ] {
+            stat(name, &v.load(Relaxed));
+        }
+        stat("curr_items", &db.keys);
+        stat("bytes", &db.pm_bytes);
+        stat("limit_maxbytes", &db.pool_size);
+        stat("item_size_max", &MAX_DATA_LEN);
+        stat("engine", &db.engine);
+        stat("dram_bytes", &db.dram_bytes);
+        s.push_str("END\r\n");
+        out.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`.
+fn value_line(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    let _ = match cas {
+        Some(cas) => write!(Buf(out), " {flags} {} {cas}\r\n", data.len()),
+        None => write!(Buf(out), " {flags} {}\r\n", data.len()),
+    };
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `SERVER_ERROR <message>` on one line.
+pub fn server_error(out: &mut Vec<u8>, e: &Error) {
+    let msg = match e {
+        Error::PoolFull { .. } => "out of memory storing object".to_string(),
+        e => e.to_string().replace(['\r', '\n'], " "),
+    };
+    out.extend_from_slice(format!("SERVER_ERROR {msg}\r\n").as_bytes());
+}
+
+/// `fmt::Write` into a byte buffer.
+struct Buf<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Buf<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::protocol::parse;
+    use crate::Options;
+
+    /// A cache on an anonymous `hart` pool whose clock the test sets.
+    fn cache() -> (Arc<Cache>, Arc<AtomicU64>) {
+        let now = Arc::new(AtomicU64::new(1_800_000_000));
+        let clock = Arc::clone(&now);
+        let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
+        let cache = Cache::with_clock(db, false, Box::new(move || clock.load(Relaxed)));
+        (Arc::new(cache), now)
+    }
+
+    /// Runs one command line (and its data block) and returns the reply.
+    fn run(cache: &Arc<Cache>, line: &str, data: &str) -> String {
+        let mut out = Vec::new();
+        let cmd = parse(line.as_bytes()).unwrap();
+        assert_eq!(
+            cache.execute(&cmd, data.as_bytes(), &mut out),
+            Next::Continue
+        );
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn relative_and_absolute_expiration_times_run_out() {
+        let (c, now) = cache();
+        let t = now.load(Relaxed);
+        assert_eq!(run(&c, "set rel 0 10 1", "a"), "STORED\r\n");
+        assert_eq!(
+            run(&c, &format!("set abs 0 {} 1", t + 20), "b"),
+            "STORED\r\n"
+        );
+        assert_eq!(run(&c, "set never 0 0 1", "c"), "STORED\r\n");
+        let all = "get rel abs never";
+        assert_eq!(
+            run(&c, all, ""),
+            "VALUE rel 0 1\r\na\r\nVALUE abs 0 1\r\nb\r\nVALUE never 0 1\r\nc\r\nEND\r\n"
+        );
+        now.store(t + 10, Relaxed);
+        assert_eq!(
+            run(&c, all, ""),
+            "VALUE abs 0 1\r\nb\r\nVALUE never 0 1\r\nc\r\nEND\r\n"
+        );
+        // The read that found `rel` expired removed it.
+        assert_eq!(c.db().get(b"rel").unwrap(), None);
+        now.store(t + 20, Relaxed);
+        assert_eq!(run(&c, all, ""), "VALUE never 0 1\r\nc\r\nEND\r\n");
+        assert_eq!(c.counters.get_expired.load(Relaxed), 2);
+        // An expired item is absent for add, replace, incr, delete, touch.
+        assert_eq!(run(&c, "set e 0 5 1", "1"), "STORED\r\n");
+        now.store(t + 30, Relaxed);
+        assert_eq!(run(&c, "replace e 0 0 1", "x"), "NOT_STORED\r\n");
+        assert_eq!(run(&c, "incr e 1", ""), "NOT_FOUND\r\n");
+        assert_eq!(run(&c, "touch e 100", ""), "NOT_FOUND\r\n");
+        assert_eq!(run(&c, "delete e", ""), "NOT_FOUND\r\n");
+        assert_eq!(run(&c, "add e 0 0 1", "y"), "STORED\r\n");
+        assert_eq!(run(&c, "get e", ""), "VALUE e 0 1\r\ny\r\nEND\r\n");
+    }
+
+    #[test]
+    fn a_time_already_past_removes_the_key() {
+        let (c, now) = cache();
+        let t = now.load(Relaxed);
+        assert_eq!(run(&c, "set k 0 0 1", "a"), "STORED\r\n");
+        assert_eq!(run(&c, "set k 0 -1 1", "b"), "STORED\r\n");
+        assert_eq!(c.db().get(b"k").unwrap(), None);
+        assert_eq!(run(&c, "set k 0 0 1", "a"), "STORED\r\n");
+        assert_eq!(run(&c, &format!("set k 0 {} 1", t - 1), "b"), "STORED\r\n");
+        assert_eq!(run(&c, "get k", ""), "END\r\n");
+        assert_eq!(run(&c, "set k 0 0 1", "a"), "STORED\r\n");
+        assert_eq!(run(&c, "touch k -1", ""), "TOUCHED\r\n");
+        assert_eq!(c.db().get(b"k").unwrap(), None);
+    }
+
+    #[test]
+    fn touch_and_gat_move_the_expiration_and_keep_the_cas_value() {
+        let (c, now) = cache();
+        let t = now.load(Relaxed);
+        assert_eq!(run(&c, "set k 7 10 2", "hi"), "STORED\r\n");
+        let cas = |c: &Arc<Cache>| item::decode(&c.db().get(b"k").unwrap().unwrap()).0.cas;
+        let before = cas(&c);
+        assert_eq!(run(&c, "touch k 100", ""), "TOUCHED\r\n");
+        now.store(t + 50, Relaxed);
+        assert_eq!(
+            run(&c, "gats 1000 k missing", ""),
+            format!("VALUE k 7 2 {before}\r\nhi\r\nEND\r\n")
+        );
+        assert_eq!(cas(&c), before);
+        now.store(t + 1000, Relaxed);
+        assert_eq!(run(&c, "get k", ""), "VALUE k 7 2\r\nhi\r\nEND\r\n");
+        now.store(t + 1050, Relaxed);
+        assert_eq!(run(&c, "get k", ""), "END\r\n");
+        assert_eq!(c.counters.touch_hits.load(Relaxed), 2);
+        assert_eq!(c.counters.touch_misses.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn append_keeps_flags_and_expiration_and_incr_keeps_flags() {
+        let (c, now) = cache();
+        let t = now.load(Relaxed);
+        assert_eq!(run(&c, "set k 3 10 1", "b"), "STORED\r\n");
+        assert_eq!(run(&c, "append k 9 0 1", "c"), "STORED\r\n");
+        assert_eq!(run(&c, "prepend k 9 0 1", "a"), "STORED\r\n");
+        assert_eq!(run(&c, "get k", ""), "VALUE k 3 3\r\nabc\r\nEND\r\n");
+        now.store(t + 10, Relaxed);
+        assert_eq!(run(&c, "get k", ""), "END\r\n");
+        assert_eq!(run(&c, "set n 12 0 2", "99"), "STORED\r\n");
+        assert_eq!(run(&c, "incr n 1", ""), "100\r\n");
+        assert_eq!(run(&c, "get n", ""), "VALUE n 12 3\r\n100\r\nEND\r\n");
+        assert_eq!(
+            run(&c, "set n 0 0 20", "18446744073709551615"),
+            "STORED\r\n"
+        );
+        assert_eq!(run(&c, "incr n 2", ""), "1\r\n");
+        assert_eq!(run(&c, "decr n 5", ""), "0\r\n");
+        assert_eq!(run(&c, "set n 0 0 2", "-1"), "STORED\r\n");
+        assert_eq!(
+            run(&c, "incr n 1", ""),
+            "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+        );
+    }
+
+    #[test]
+    fn flush_all_removes_what_was_there_and_only_that() {
+        let (c, _) = cache();
+        for i in 0..600 {
+            assert_eq!(run(&c, &format!("set k{i} 0 0 1"), "v"), "STORED\r\n");
+        }
+        c.db().put(b"raw", b"not an item").unwrap();
+        assert_eq!(run(&c, "flush_all noreply", ""), "");
+        assert_eq!(c.db().len(), 0);
+        // A flush whose cut-off was taken before `after` was written (a
+        // write racing with the flush's walk) leaves it, and the items
+        // written before.
+        assert_eq!(run(&c, "set before 0 0 1", "v"), "STORED\r\n");
+        let cutoff = c.next_cas.load(Relaxed);
+        assert_eq!(run(&c, "set after 0 0 1", "v"), "STORED\r\n");
+        c.flush_before(cutoff).unwrap();
+        assert_eq!(
+            run(&c, "get before after", ""),
+            "VALUE after 0 1\r\nv\r\nEND\r\n"
+        );
+        c.flush_now().unwrap();
+        assert_eq!(c.db().len(), 0);
+    }
+
+    #[test]
+    fn values_too_large_and_a_full_pool_are_server_errors() {
+        let (c, _) = cache();
+        let big = "x".repeat(MAX_DATA_LEN + 1);
+        let line = format!("set k 0 0 {}", big.len());
+        assert_eq!(
+            run(&c, &line, &big),
+            "SERVER_ERROR object too large for cache\r\n"
+        );
+        let most = "x".repeat(MAX_DATA_LEN);
+        assert_eq!(
+            run(&c, &format!("set k 0 0 {}", most.len()), &most),
+            "STORED\r\n"
+        );
+        assert_eq!(
+            run(&c, "append k 0 0 1", "y"),
+            "SERVER_ERROR object too large for cache\r\n"
+        );
+        let mut out = Vec::new();
+        server_error(&mut out, &Error::PoolFull { requested: 64 });
+        assert_eq!(out, b"SERVER_ERROR out of memory storing object\r\n");
+    }
+
+    #[test]
+    fn noreply_silences_replies_and_shutdown_needs_leave() {
+        let (c, _) = cache();
+        assert_eq!(run(&c, "set k 0 0 1 noreply", "v"), "");
+        assert_eq!(run(&c, "add k 0 0 1 noreply", "w"), "");
+        assert_eq!(run(&c, "get k", ""), "VALUE k 0 1\r\nv\r\nEND\r\n");
+        assert_eq!(run(&c, "shutdown", ""), "ERROR: shutdown not enabled\r\n");
+        let mut out = Vec::new();
+        assert_eq!(c.execute(&Command::Quit, &[], &mut out), Next::Close);
+    }
+}

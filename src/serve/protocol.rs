@@ -1,0 +1,419 @@
+//! The memcached text protocol: one command line parsed into a [`Command`].
+//!
+//! The grammar is memcached's `doc/protocol.txt` (1.6): tokens separated by
+//! spaces, a line ended by `\r\n` (a bare `\n` is accepted, as memcached
+//! does). Storage commands are followed by a data block of the announced
+//! length and its own `\r\n`; reading that block is the server's job
+//! ([`super::server`]), not the parser's.
+//!
+//! Parse errors map to memcached's answers: an unknown command word is
+//! `ERROR`, a known command with bad arguments is `CLIENT_ERROR <reason>`.
+
+use std::fmt;
+
+/// The longest key memcached accepts (and [`crate::engine::MAX_KEY_LEN`]).
+pub const MAX_KEY_LEN: usize = 250;
+
+/// memcached's cut-off between relative and absolute expiration times: a
+/// time above 30 days in seconds is a Unix time.
+pub const RELATIVE_EXPTIME_LIMIT: i64 = 60 * 60 * 24 * 30;
+
+/// A storage command's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOp {
+    /// Store unconditionally.
+    Set,
+    /// Store only if the key holds no item.
+    Add,
+    /// Store only if the key holds an item.
+    Replace,
+    /// Add the data after the item's data.
+    Append,
+    /// Add the data before the item's data.
+    Prepend,
+    /// Store only if the item's CAS value is the one given.
+    Cas(u64),
+}
+
+impl StoreOp {
+    /// The command word.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreOp::Set => "set",
+            StoreOp::Add => "add",
+            StoreOp::Replace => "replace",
+            StoreOp::Append => "append",
+            StoreOp::Prepend => "prepend",
+            StoreOp::Cas(_) => "cas",
+        }
+    }
+}
+
+/// One parsed command line. Keys borrow from the line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes>
+    /// [noreply]`, `cas <key> <flags> <exptime> <bytes> <cas> [noreply]`;
+    /// `bytes` of data follow.
+    Store {
+        op: StoreOp,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i64,
+        bytes: usize,
+        noreply: bool,
+    },
+    /// `get|gets <key>*`, `gat|gats <exptime> <key>*`.
+    Get {
+        keys: Vec<&'a [u8]>,
+        /// `gets`/`gats`: each item's CAS value is shown.
+        with_cas: bool,
+        /// `gat`/`gats`: each item found gets this expiration time.
+        touch: Option<i64>,
+    },
+    /// `delete <key> [0] [noreply]`.
+    Delete { key: &'a [u8], noreply: bool },
+    /// `incr|decr <key> <delta> [noreply]`.
+    Arith {
+        key: &'a [u8],
+        delta: u64,
+        incr: bool,
+        noreply: bool,
+    },
+    /// `touch <key> <exptime> [noreply]`.
+    Touch {
+        key: &'a [u8],
+        exptime: i64,
+        noreply: bool,
+    },
+    /// `flush_all [delay] [noreply]`.
+    FlushAll { delay: i64, noreply: bool },
+    /// `stats [group]`.
+    Stats { group: Option<&'a [u8]> },
+    /// `version`.
+    Version,
+    /// `verbosity <level> [noreply]`.
+    Verbosity { noreply: bool },
+    /// `quit`.
+    Quit,
+    /// `shutdown`.
+    Shutdown,
+}
+
+/// Why a line is not a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not a command this server knows: answered `ERROR`.
+    UnknownCommand,
+    /// A known command with bad arguments: answered `CLIENT_ERROR <reason>`.
+    BadFormat(&'static str),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::UnknownCommand => f.write_str("ERROR"),
+            ParseError::BadFormat(why) => write!(f, "CLIENT_ERROR {why}"),
+        }
+    }
+}
+
+const BAD_LINE: ParseError = ParseError::BadFormat("bad command line format");
+
+/// Parses one command line, without its line end (a trailing `\r` is
+/// dropped here).
+pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut tokens = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+    let Some(word) = tokens.next() else {
+        return Err(ParseError::UnknownCommand);
+    };
+    let args: Vec<&[u8]> = tokens.collect();
+    match word {
+        b"set" => store(StoreOp::Set, &args),
+        b"add" => store(StoreOp::Add, &args),
+        b"replace" => store(StoreOp::Replace, &args),
+        b"append" => store(StoreOp::Append, &args),
+        b"prepend" => store(StoreOp::Prepend, &args),
+        b"cas" => {
+            // The CAS value sits between <bytes> and [noreply].
+            if !(5..=6).contains(&args.len()) {
+                return Err(BAD_LINE);
+            }
+            let cas = number::<u64>(args[4])?;
+            let mut rest = args[..4].to_vec();
+            rest.extend_from_slice(&args[5..]);
+            store(StoreOp::Cas(cas), &rest)
+        }
+        b"get" | b"gets" => {
+            let keys = keys(&args)?;
+            Ok(Command::Get {
+                keys,
+                with_cas: word == b"gets",
+                touch: None,
+            })
+        }
+        b"gat" | b"gats" => {
+            let (&t, rest) = args.split_first().ok_or(BAD_LINE)?;
+            let touch = Some(number::<i64>(t)?);
+            Ok(Command::Get {
+                keys: keys(rest)?,
+                with_cas: word == b"gats",
+                touch,
+            })
+        }
+        b"delete" => {
+            let (noreply, args) = noreply(&args);
+            // memcached still takes a time of 0 here (old clients send it).
+            let args = match args {
+                [key, b"0"] => std::slice::from_ref(key),
+                a => a,
+            };
+            match args {
+                [key] => Ok(Command::Delete {
+                    key: key_arg(key)?,
+                    noreply,
+                }),
+                _ => Err(ParseError::BadFormat(
+                    "bad command line format.  Usage: delete <key> [noreply]",
+                )),
+            }
+        }
+        b"incr" | b"decr" => {
+            let (noreply, args) = noreply(&args);
+            match args {
+                [key, delta] => Ok(Command::Arith {
+                    key: key_arg(key)?,
+                    delta: number::<u64>(delta)
+                        .map_err(|_| ParseError::BadFormat("invalid numeric delta argument"))?,
+                    incr: word == b"incr",
+                    noreply,
+                }),
+                _ => Err(BAD_LINE),
+            }
+        }
+        b"touch" => {
+            let (noreply, args) = noreply(&args);
+            match args {
+                [key, t] => Ok(Command::Touch {
+                    key: key_arg(key)?,
+                    exptime: number::<i64>(t)?,
+                    noreply,
+                }),
+                _ => Err(BAD_LINE),
+            }
+        }
+        b"flush_all" => {
+            let (noreply, args) = noreply(&args);
+            match args {
+                [] => Ok(Command::FlushAll { delay: 0, noreply }),
+                [d] => Ok(Command::FlushAll {
+                    delay: number::<i64>(d)?,
+                    noreply,
+                }),
+                _ => Err(BAD_LINE),
+            }
+        }
+        b"stats" => match args[..] {
+            [] => Ok(Command::Stats { group: None }),
+            [g] => Ok(Command::Stats { group: Some(g) }),
+            _ => Err(BAD_LINE),
+        },
+        b"version" if args.is_empty() => Ok(Command::Version),
+        b"verbosity" => {
+            let (noreply, args) = noreply(&args);
+            match args {
+                [level] => {
+                    number::<u32>(level)?;
+                    Ok(Command::Verbosity { noreply })
+                }
+                _ => Err(BAD_LINE),
+            }
+        }
+        b"quit" if args.is_empty() => Ok(Command::Quit),
+        b"shutdown" if args.is_empty() => Ok(Command::Shutdown),
+        b"version" | b"quit" | b"shutdown" => Err(BAD_LINE),
+        _ => Err(ParseError::UnknownCommand),
+    }
+}
+
+/// `<key> <flags> <exptime> <bytes> [noreply]`.
+fn store<'a>(op: StoreOp, args: &[&'a [u8]]) -> Result<Command<'a>, ParseError> {
+    let (noreply, args) = noreply(args);
+    let [key, flags, exptime, bytes] = args else {
+        return Err(BAD_LINE);
+    };
+    Ok(Command::Store {
+        op,
+        key: key_arg(key)?,
+        flags: number::<u32>(flags)?,
+        exptime: number::<i64>(exptime)?,
+        bytes: number::<usize>(bytes)?,
+        noreply,
+    })
+}
+
+/// Splits off a final `noreply`.
+fn noreply<'s, 'a>(args: &'s [&'a [u8]]) -> (bool, &'s [&'a [u8]]) {
+    match args.split_last() {
+        Some((&b"noreply", rest)) => (true, rest),
+        _ => (false, args),
+    }
+}
+
+fn keys<'a>(args: &[&'a [u8]]) -> Result<Vec<&'a [u8]>, ParseError> {
+    if args.is_empty() {
+        return Err(BAD_LINE);
+    }
+    args.iter().map(|k| key_arg(k)).collect()
+}
+
+/// A key token: at most [`MAX_KEY_LEN`] bytes, no control characters
+/// (spaces cannot occur: they split tokens).
+fn key_arg(key: &[u8]) -> Result<&[u8], ParseError> {
+    if key.len() > MAX_KEY_LEN || key.iter().any(|&b| b < 0x20 || b == 0x7f) {
+        return Err(BAD_LINE);
+    }
+    Ok(key)
+}
+
+/// A decimal number token (a sign only where `T` is signed).
+fn number<T: std::str::FromStr>(token: &[u8]) -> Result<T, ParseError> {
+    std::str::from_utf8(token)
+        .ok()
+        .filter(|s| !s.starts_with('+'))
+        .and_then(|s| s.parse().ok())
+        .ok_or(BAD_LINE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_commands_parse_with_and_without_noreply() {
+        assert_eq!(
+            parse(b"set k 5 0 3\r"),
+            Ok(Command::Store {
+                op: StoreOp::Set,
+                key: b"k",
+                flags: 5,
+                exptime: 0,
+                bytes: 3,
+                noreply: false
+            })
+        );
+        assert_eq!(
+            parse(b"cas k 0 -1 10 77 noreply"),
+            Ok(Command::Store {
+                op: StoreOp::Cas(77),
+                key: b"k",
+                flags: 0,
+                exptime: -1,
+                bytes: 10,
+                noreply: true
+            })
+        );
+        for op in ["add", "replace", "append", "prepend"] {
+            let line = format!("{op} key 1 2 3");
+            assert!(matches!(parse(line.as_bytes()), Ok(Command::Store { .. })));
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_client_errors_and_unknown_words_errors() {
+        for line in [
+            &b"set k 0 0"[..],
+            b"set k x 0 1",
+            b"set k 0 0 -1",
+            b"set k 0 0 +1",
+            b"set k 4294967296 0 1",
+            b"cas k 0 0 1",
+            b"get",
+            b"gat 10",
+            b"touch k",
+            b"incr k",
+            b"delete k 5",
+            b"verbosity",
+            b"version now",
+        ] {
+            assert!(
+                matches!(parse(line), Err(ParseError::BadFormat(_))),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert_eq!(
+            parse(b"incr k -1"),
+            Err(ParseError::BadFormat("invalid numeric delta argument"))
+        );
+        for line in [&b""[..], b"   ", b"SET k 0 0 1", b"mg k v", b"bogus"] {
+            assert_eq!(parse(line), Err(ParseError::UnknownCommand));
+        }
+    }
+
+    #[test]
+    fn keys_are_checked() {
+        let long = format!("get {}", "k".repeat(MAX_KEY_LEN + 1));
+        assert_eq!(parse(long.as_bytes()), Err(BAD_LINE));
+        let max = format!("get {}", "k".repeat(MAX_KEY_LEN));
+        assert!(parse(max.as_bytes()).is_ok());
+        assert_eq!(parse(b"get a\x01b"), Err(BAD_LINE));
+        assert_eq!(
+            parse(b"gets a  b   c"),
+            Ok(Command::Get {
+                keys: vec![b"a", b"b", b"c"],
+                with_cas: true,
+                touch: None
+            })
+        );
+        assert_eq!(
+            parse(b"gat -5 a"),
+            Ok(Command::Get {
+                keys: vec![b"a"],
+                with_cas: false,
+                touch: Some(-5)
+            })
+        );
+    }
+
+    #[test]
+    fn the_other_commands_parse() {
+        assert_eq!(
+            parse(b"delete k 0 noreply"),
+            Ok(Command::Delete {
+                key: b"k",
+                noreply: true
+            })
+        );
+        assert_eq!(
+            parse(b"decr k 18446744073709551615"),
+            Ok(Command::Arith {
+                key: b"k",
+                delta: u64::MAX,
+                incr: false,
+                noreply: false
+            })
+        );
+        assert_eq!(
+            parse(b"flush_all 10 noreply"),
+            Ok(Command::FlushAll {
+                delay: 10,
+                noreply: true
+            })
+        );
+        assert_eq!(
+            parse(b"stats items"),
+            Ok(Command::Stats {
+                group: Some(b"items")
+            })
+        );
+        assert_eq!(parse(b"version"), Ok(Command::Version));
+        assert_eq!(parse(b"quit\r"), Ok(Command::Quit));
+        assert_eq!(parse(b"shutdown"), Ok(Command::Shutdown));
+        assert_eq!(
+            parse(b"verbosity 1 noreply"),
+            Ok(Command::Verbosity { noreply: true })
+        );
+    }
+}

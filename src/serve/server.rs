@@ -1,0 +1,413 @@
+//! The sockets of `pmindex serve`: a listener, and one thread per client
+//! connection that reads commands, runs them on the [`Cache`] and writes
+//! the replies.
+//!
+//! Replies are buffered and written when the connection has no more
+//! complete input waiting, so a client that pipelines commands gets their
+//! replies in few writes. A storage command's data block is read whole
+//! before the command runs; one longer than the item limit is read and
+//! dropped (`SERVER_ERROR object too large for cache`), as memcached does,
+//! so the connection stays in step.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::cache::{Cache, Next, MAX_DATA_LEN};
+use super::protocol::{self, Command, ParseError};
+use crate::Db;
+
+/// The longest command line read (a `get` of many keys is long); a longer
+/// one closes the connection after `CLIENT_ERROR line too long`.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// A storage command announcing more bytes than this is refused without
+/// reading its block, and the connection closed: no client sends it in
+/// step with the protocol.
+const MAX_SWALLOW: usize = 64 << 20;
+
+/// How a server runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Connections served at once; one more is answered `SERVER_ERROR too
+    /// many open connections` and closed.
+    pub max_connections: usize,
+    /// Whether the `shutdown` command stops the server.
+    pub allow_shutdown: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_connections: 1024,
+            allow_shutdown: false,
+        }
+    }
+}
+
+/// A memcached server over one [`Db`].
+pub struct Server {
+    listener: TcpListener,
+    cache: Arc<Cache>,
+    config: Config,
+    shared: Arc<Shared>,
+}
+
+/// What the listener and the connections share.
+#[derive(Default)]
+struct Shared {
+    stopping: AtomicBool,
+    next_id: AtomicU64,
+    /// The open connections, to close them at shutdown.
+    conns: Mutex<HashMap<u64, TcpStream>>,
+}
+
+/// Stops a running [`Server`] from another thread.
+#[derive(Clone)]
+pub struct StopHandle(Arc<Shared>);
+
+impl StopHandle {
+    /// Asks the server to stop: it accepts no more connections, closes the
+    /// open ones, and [`Server::run`] returns.
+    pub fn stop(&self) {
+        self.0.stopping.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Set by SIGINT and SIGTERM once [`stop_on_signals`] installed handlers.
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    SIGNALLED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM stop every running [`Server`] cleanly (a
+/// second signal kills the process as usual). For the command line.
+pub fn stop_on_signals() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `sa` is zeroed, then its handler set to `on_signal`, which
+        // only stores to an atomic (async-signal-safe); SA_RESETHAND puts the
+        // default action back after the first signal.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESETHAND;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+impl Server {
+    /// Binds `addr` (port 0 picks a free port: [`Server::local_addr`]).
+    pub fn bind(db: Db, addr: impl ToSocketAddrs, config: Config) -> io::Result<Server> {
+        let listener = TcpListener::bind(addr)?;
+        Ok(Server {
+            listener,
+            cache: Arc::new(Cache::new(db, config.allow_shutdown)),
+            config,
+            shared: Arc::default(),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle that stops [`Server::run`].
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.shared))
+    }
+
+    /// Serves until stopped (a [`StopHandle`], a `shutdown` command where
+    /// allowed, or a signal after [`stop_on_signals`]), then closes every
+    /// connection, waits for their threads and gives the database back, to
+    /// be closed by dropping it.
+    pub fn run(self) -> io::Result<Db> {
+        let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        let stopped =
+            || self.shared.stopping.load(Ordering::SeqCst) || SIGNALLED.load(Ordering::SeqCst);
+        while !stopped() {
+            if !readable(&self.listener, Duration::from_millis(100))? {
+                continue;
+            }
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                // A client that gave up between poll and accept, or a
+                // transient shortage of descriptors: keep serving the rest.
+                Err(e) if e.kind() != io::ErrorKind::InvalidInput => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            threads.retain(|t| !t.is_finished());
+            let counters = &self.cache.counters;
+            if threads.len() >= self.config.max_connections {
+                counters
+                    .rejected_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = (&stream).write_all(b"SERVER_ERROR too many open connections\r\n");
+                continue;
+            }
+            counters.total_connections.fetch_add(1, Ordering::Relaxed);
+            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            // Kept to close it at shutdown (or to refuse it, below).
+            let Ok(handle) = stream.try_clone() else {
+                continue;
+            };
+            self.shared.conns.lock().insert(id, handle);
+            let cache = Arc::clone(&self.cache);
+            let shared = Arc::clone(&self.shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("memcached-conn-{id}"))
+                .spawn(move || {
+                    let counters = &cache.counters;
+                    counters.curr_connections.fetch_add(1, Ordering::Relaxed);
+                    let next = serve_connection(&cache, stream);
+                    counters.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                    shared.conns.lock().remove(&id);
+                    if next == Next::Shutdown {
+                        shared.stopping.store(true, Ordering::SeqCst);
+                    }
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                // No thread for it (the system's limit): refuse it, serve on.
+                Err(_) => {
+                    if let Some(s) = self.shared.conns.lock().remove(&id) {
+                        let _ = (&s).write_all(b"SERVER_ERROR out of threads\r\n");
+                    }
+                }
+            }
+        }
+        for s in self.shared.conns.lock().values() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        // A delayed `flush_all` running now holds the cache until it ends.
+        let mut cache = self.cache;
+        loop {
+            match Arc::try_unwrap(cache) {
+                Ok(c) => return Ok(c.into_db()),
+                Err(c) => {
+                    cache = c;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for a connection to accept.
+fn readable(listener: &TcpListener, timeout: Duration) -> io::Result<bool> {
+    let mut fd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid `pollfd`, and its count 1.
+    let n = unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) };
+    match n {
+        -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => Ok(false),
+        -1 => Err(io::Error::last_os_error()),
+        n => Ok(n > 0),
+    }
+}
+
+/// Serves one connection until the client closes it, `quit`s, sends what
+/// cannot be kept in step with, or the server stops.
+fn serve_connection(cache: &Arc<Cache>, stream: TcpStream) -> Next {
+    let _ = stream.set_nodelay(true);
+    let Ok(read_half) = stream.try_clone() else {
+        return Next::Close;
+    };
+    serve_stream(cache, read_half, stream)
+}
+
+/// The protocol over one byte stream: reads commands from `input` until
+/// it ends (or a `quit`, a `shutdown`, or input that cannot be kept in
+/// step with), runs them on `cache` and writes the replies to `output`.
+/// What a connection runs; public for the fuzz target.
+pub fn serve_stream(cache: &Arc<Cache>, input: impl Read, output: impl Write) -> Next {
+    let mut reader = BufReader::with_capacity(64 * 1024, input);
+    let mut writer = BufWriter::with_capacity(64 * 1024, output);
+    let mut line = Vec::with_capacity(256);
+    let mut data = Vec::new();
+    let mut out = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        match (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return Next::Close,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            // The line did not end within MAX_LINE bytes (or the client
+            // closed mid-line).
+            let _ = writer.write_all(b"CLIENT_ERROR line too long\r\n");
+            let _ = writer.flush();
+            return Next::Close;
+        }
+        line.pop();
+        let next = match protocol::parse(&line) {
+            Err(e) => {
+                out.extend_from_slice(e.to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                Next::Continue
+            }
+            Ok(cmd @ Command::Store { bytes, .. }) => {
+                if bytes > MAX_SWALLOW {
+                    let _ = writer.write_all(b"SERVER_ERROR object too large for cache\r\n");
+                    let _ = writer.flush();
+                    return Next::Close;
+                }
+                if bytes > MAX_DATA_LEN {
+                    // Read and drop the block, then refuse.
+                    let r = io::copy(&mut (&mut reader).take(bytes as u64 + 2), &mut io::sink());
+                    if !matches!(r, Ok(n) if n == bytes as u64 + 2) {
+                        return Next::Close;
+                    }
+                    if !cmd_noreply(&cmd) {
+                        out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+                    }
+                    Next::Continue
+                } else {
+                    data.clear();
+                    data.resize(bytes + 2, 0);
+                    if reader.read_exact(&mut data).is_err() {
+                        return Next::Close;
+                    }
+                    if !data.ends_with(b"\r\n") {
+                        out.extend_from_slice(
+                            ParseError::BadFormat("bad data chunk")
+                                .to_string()
+                                .as_bytes(),
+                        );
+                        out.extend_from_slice(b"\r\n");
+                        Next::Continue
+                    } else {
+                        cache.execute(&cmd, &data[..bytes], &mut out)
+                    }
+                }
+            }
+            Ok(cmd) => cache.execute(&cmd, &[], &mut out),
+        };
+        if !out.is_empty() {
+            if writer.write_all(&out).is_err() {
+                return Next::Close;
+            }
+            out.clear();
+        }
+        if next != Next::Continue {
+            let _ = writer.flush();
+            return next;
+        }
+        // Flush once the client has sent nothing more that is buffered:
+        // pipelined commands get their replies in one write.
+        if reader.buffer().is_empty() && writer.flush().is_err() {
+            return Next::Close;
+        }
+    }
+}
+
+fn cmd_noreply(cmd: &Command<'_>) -> bool {
+    matches!(cmd, Command::Store { noreply: true, .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Options;
+    use proptest::prelude::*;
+
+    fn cache() -> Arc<Cache> {
+        let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
+        Arc::new(Cache::new(db, true))
+    }
+
+    /// The replies to `input` as one stream.
+    fn replies(cache: &Arc<Cache>, input: &[u8]) -> (Next, String) {
+        let mut out = Vec::new();
+        let next = serve_stream(cache, input, &mut out);
+        (next, String::from_utf8_lossy(&out).into_owned())
+    }
+
+    #[test]
+    fn a_stream_of_commands_is_answered_in_order() {
+        let c = cache();
+        let (next, r) = replies(
+            &c,
+            b"set a 0 0 1\r\n1\r\nget a b\r\nincr a 2\nbogus\r\nquit\r\nget a\r\n",
+        );
+        assert_eq!(next, Next::Close);
+        assert_eq!(r, "STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n3\r\nERROR\r\n");
+        let (next, r) = replies(&c, b"get a\r\nshutdown\r\n");
+        assert_eq!(
+            (next, r.as_str()),
+            (Next::Shutdown, "VALUE a 0 1\r\n3\r\nEND\r\n")
+        );
+        // A stream that ends inside a data block stores nothing.
+        let (next, r) = replies(&c, b"set b 0 0 10\r\nshort");
+        assert_eq!((next, r.as_str()), (Next::Close, ""));
+        assert_eq!(c.db().get(b"b").unwrap(), None);
+    }
+
+    /// Streams built from command words, numbers, keys and line ends.
+    fn streams() -> impl Strategy<Value = Vec<u8>> {
+        let token = prop_oneof![
+            Just(b"set ".to_vec()),
+            Just(b"cas ".to_vec()),
+            Just(b"append ".to_vec()),
+            Just(b"get ".to_vec()),
+            Just(b"gats ".to_vec()),
+            Just(b"incr ".to_vec()),
+            Just(b"decr ".to_vec()),
+            Just(b"delete ".to_vec()),
+            Just(b"touch ".to_vec()),
+            Just(b"flush_all ".to_vec()),
+            Just(b"noreply ".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just(b"\n".to_vec()),
+            (0u64..20).prop_map(|n| format!("{n} ").into_bytes()),
+            Just(b"-1 ".to_vec()),
+            Just(b"18446744073709551616 ".to_vec()),
+            "[a-c]{1,3} ".prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>(), 0..8),
+        ];
+        proptest::collection::vec(token, 0..60).prop_map(|ts| ts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// No input panics the server or leaves the index inconsistent,
+        /// and every item it holds afterwards decodes.
+        #[test]
+        fn no_stream_breaks_the_server(input in streams()) {
+            let c = cache();
+            let _ = replies(&c, &input);
+            c.db().check().unwrap();
+            for pair in c.db().range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded) {
+                let (_, v) = pair.unwrap();
+                prop_assert!(v.len() >= super::super::item::HEADER_LEN);
+                prop_assert_eq!(&v[..4], &super::super::item::MAGIC[..]);
+            }
+        }
+    }
+}
