@@ -29,7 +29,7 @@
 use std::fmt::Write as _;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -45,6 +45,12 @@ pub const STRIPES: usize = 4096;
 /// The longest data an item may hold: a value of [`MAX_VALUE_LEN`] bytes
 /// less the item header.
 pub const MAX_DATA_LEN: usize = MAX_VALUE_LEN - HEADER_LEN;
+
+/// A retrieval's reply is sent on once it holds this many bytes.
+pub const SPILL_AT: usize = 256 * 1024;
+
+/// Keys a retrieval looks up at once (the engines overlap up to 32).
+const GET_GROUP: usize = 32;
 
 /// The version `version` and `stats` report.
 pub const VERSION: &str = concat!("1.6.0-pmindex-", env!("CARGO_PKG_VERSION"));
@@ -95,11 +101,28 @@ pub struct Cache {
     db: Db,
     stripes: Box<[Mutex<()>]>,
     next_cas: AtomicU64,
-    clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    clock: Clock,
     started: Instant,
     allow_shutdown: bool,
+    /// The deadline of a delayed `flush_all`, and its timer.
+    timer: Arc<FlushTimer>,
     /// What `stats` reports.
     pub counters: Counters,
+}
+
+/// The Unix time in seconds.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A delayed `flush_all`: one deadline, as memcached keeps one (a later
+/// `flush_all` replaces it), watched by one thread started with the first
+/// delay. The thread holds only a weak reference to the cache, and ends
+/// within a second of the cache.
+#[derive(Default)]
+struct FlushTimer {
+    /// The Unix time at which to flush.
+    deadline: Mutex<Option<u64>>,
+    wake: parking_lot::Condvar,
+    started: std::sync::atomic::AtomicBool,
 }
 
 /// The Unix time in seconds.
@@ -112,16 +135,12 @@ fn unix_now() -> u64 {
 impl Cache {
     /// A cache over `db`; `shutdown` is obeyed only if `allow_shutdown`.
     pub fn new(db: Db, allow_shutdown: bool) -> Cache {
-        Cache::with_clock(db, allow_shutdown, Box::new(unix_now))
+        Cache::with_clock(db, allow_shutdown, Arc::new(unix_now))
     }
 
     /// [`Cache::new`] with `clock` as the Unix time in seconds (tests of
     /// expiration).
-    pub fn with_clock(
-        db: Db,
-        allow_shutdown: bool,
-        clock: Box<dyn Fn() -> u64 + Send + Sync>,
-    ) -> Cache {
+    pub fn with_clock(db: Db, allow_shutdown: bool, clock: Clock) -> Cache {
         let ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -132,6 +151,7 @@ impl Cache {
             clock,
             started: Instant::now(),
             allow_shutdown,
+            timer: Arc::default(),
             counters: Counters::default(),
         }
     }
@@ -149,8 +169,18 @@ impl Cache {
 
     /// Runs `cmd` (with `data`, the block of a storage command) and appends
     /// its reply to `out` (nothing with `noreply`). A failure of the `Db`
-    /// is answered `SERVER_ERROR <message>`.
-    pub fn execute(self: &Arc<Self>, cmd: &Command<'_>, data: &[u8], out: &mut Vec<u8>) -> Next {
+    /// is answered `SERVER_ERROR <message>`. A retrieval hands `out` to
+    /// `spill` (which sends and empties it) whenever it holds more than
+    /// [`SPILL_AT`] bytes between groups of keys, so that a `get` of many
+    /// large items, or of one key many times, is sent as it is read, not
+    /// gathered whole; `spill` returns false when the client is gone.
+    pub fn execute(
+        self: &Arc<Self>,
+        cmd: &Command<'_>,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        spill: &mut dyn FnMut(&mut Vec<u8>) -> bool,
+    ) -> Next {
         let mark = out.len();
         let (noreply, r) = match *cmd {
             Command::Store {
@@ -165,7 +195,13 @@ impl Cache {
                 ref keys,
                 with_cas,
                 touch,
-            } => (false, self.get(keys, with_cas, touch, out)),
+            } => {
+                if let Err(e) = self.get(keys, with_cas, touch, out, spill) {
+                    // Part of the reply may be sent: end it with the error.
+                    server_error(out, &e);
+                }
+                return Next::Continue;
+            }
             Command::Delete { key, noreply } => (noreply, self.delete(key, out)),
             Command::Arith {
                 key,
@@ -284,11 +320,10 @@ impl Cache {
         data: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), Error> {
-        bump(&self.counters.cmd_set);
         if data.len() > MAX_DATA_LEN {
-            out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
-            return Ok(());
+            return self.refuse_too_large(op, key, out);
         }
+        bump(&self.counters.cmd_set);
         let _stripe = self.stripe(key);
         let expires = self.expires_at(exptime);
         let current = match op {
@@ -296,7 +331,18 @@ impl Cache {
             _ => self.current(key)?,
         };
         let reply: &[u8] = match (op, current) {
-            (StoreOp::Set, _) | (StoreOp::Add, None) => {
+            (StoreOp::Set, _) => {
+                if let Err(e) = self.write(key, flags, expires, &[data]) {
+                    // memcached unlinks the old item when a `set` fails for
+                    // want of memory, so that no stale value is read.
+                    if matches!(e, Error::PoolFull { .. }) {
+                        let _ = self.db.delete(key);
+                    }
+                    return Err(e);
+                }
+                b"STORED\r\n"
+            }
+            (StoreOp::Add, None) => {
                 self.write(key, flags, expires, &[data])?;
                 b"STORED\r\n"
             }
@@ -308,7 +354,8 @@ impl Cache {
             }
             (StoreOp::Append | StoreOp::Prepend, Some((meta, old))) => {
                 if old.len() + data.len() > MAX_DATA_LEN {
-                    b"SERVER_ERROR object too large for cache\r\n"
+                    // memcached's answer when the joined item is too large.
+                    b"NOT_STORED\r\n"
                 } else {
                     // memcached keeps the item's flags and expiration.
                     let parts: [&[u8]; 2] = if op == StoreOp::Append {
@@ -338,12 +385,32 @@ impl Cache {
         Ok(())
     }
 
+    /// A storage command whose data block is over [`MAX_DATA_LEN`] (the
+    /// server reads and drops the block, then calls this): `SERVER_ERROR
+    /// object too large for cache`, and a `set` removes the key's item, as
+    /// memcached does, so that no stale value is read.
+    pub fn refuse_too_large(
+        &self,
+        op: StoreOp,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        bump(&self.counters.cmd_set);
+        if op == StoreOp::Set {
+            let _stripe = self.stripe(key);
+            self.db.delete(key)?;
+        }
+        out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+        Ok(())
+    }
+
     fn get(
         &self,
         keys: &[&[u8]],
         with_cas: bool,
         touch: Option<i64>,
         out: &mut Vec<u8>,
+        spill: &mut dyn FnMut(&mut Vec<u8>) -> bool,
     ) -> Result<(), Error> {
         if let Some(exptime) = touch {
             for &key in keys {
@@ -362,28 +429,42 @@ impl Cache {
                         value_line(out, key, meta.flags, &data, with_cas.then_some(meta.cas));
                     }
                 }
+                if out.len() > SPILL_AT && !spill(out) {
+                    return Ok(());
+                }
             }
             out.extend_from_slice(b"END\r\n");
             return Ok(());
         }
         let now = (self.clock)();
         let mut expired = Vec::new();
-        self.db.get_many_with(keys, |i, value| {
-            bump(&self.counters.cmd_get);
-            let Some(value) = value else {
-                bump(&self.counters.get_misses);
-                return;
-            };
-            let (meta, data) = item::decode(value);
-            if meta.expired(now) {
-                bump(&self.counters.get_misses);
-                bump(&self.counters.get_expired);
-                expired.push((i, meta.cas));
-                return;
+        for (g, group) in keys.chunks(GET_GROUP).enumerate() {
+            self.db.get_many_with(group, |i, value| {
+                bump(&self.counters.cmd_get);
+                let Some(value) = value else {
+                    bump(&self.counters.get_misses);
+                    return;
+                };
+                let (meta, data) = item::decode(value);
+                if meta.expired(now) {
+                    bump(&self.counters.get_misses);
+                    bump(&self.counters.get_expired);
+                    expired.push((g * GET_GROUP + i, meta.cas));
+                    return;
+                }
+                bump(&self.counters.get_hits);
+                value_line(
+                    out,
+                    group[i],
+                    meta.flags,
+                    data,
+                    with_cas.then_some(meta.cas),
+                );
+            })?;
+            if out.len() > SPILL_AT && !spill(out) {
+                return Ok(());
             }
-            bump(&self.counters.get_hits);
-            value_line(out, keys[i], meta.flags, data, with_cas.then_some(meta.cas));
-        })?;
+        }
         out.extend_from_slice(b"END\r\n");
         for (i, cas) in expired {
             self.remove_if_expired(keys[i], cas)?;
@@ -455,13 +536,7 @@ impl Cache {
             out.extend_from_slice(b"NOT_FOUND\r\n");
             return Ok(());
         };
-        // memcached takes the leading digits of at most 20 characters.
-        let digits = std::str::from_utf8(&data)
-            .ok()
-            .map(|s| s.trim_end_matches([' ', '\r', '\n']))
-            .filter(|s| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<u64>().ok());
-        let Some(n) = digits else {
+        let Some(n) = leading_number(&data) else {
             out.extend_from_slice(
                 b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
             );
@@ -498,29 +573,49 @@ impl Cache {
         Ok(())
     }
 
-    /// `flush_all`: removes every item given a CAS value before now (and
-    /// every value not written by `serve`), now or after `delay` seconds
-    /// (a delayed flush not yet run is forgotten if the server stops).
+    /// `flush_all [delay]`: removes every item given a CAS value before
+    /// the flush (and every value not written by `serve`), now or once
+    /// `delay` has passed (memcached's rules for a time: up to 30 days
+    /// relative, above that a Unix time). A later `flush_all` replaces a
+    /// pending one; a pending flush is forgotten if the server stops.
     fn flush_all(self: &Arc<Self>, delay: i64, out: &mut Vec<u8>) -> Result<(), Error> {
         bump(&self.counters.cmd_flush);
-        if delay > 0 {
-            // A weak reference: a server that stops before the delay ends
-            // is not held up, and the flush is not made.
-            let cache = Arc::downgrade(self);
-            let delay = Duration::from_secs(delay as u64);
-            std::thread::spawn(move || {
-                std::thread::sleep(delay);
-                if let Some(cache) = cache.upgrade() {
-                    // Nobody waits for this reply; a failure shows in
-                    // `stats`' item count.
-                    let _ = cache.flush_now();
-                }
-            });
-        } else {
+        let now = (self.clock)();
+        let at = match delay {
+            d if d <= 0 => now,
+            d if d <= RELATIVE_EXPTIME_LIMIT => now + d as u64,
+            d => d as u64,
+        };
+        if at <= now {
+            *self.timer.deadline.lock() = None;
             self.flush_now()?;
+        } else {
+            self.start_timer()?;
+            *self.timer.deadline.lock() = Some(at);
+            self.timer.wake.notify_all();
         }
         out.extend_from_slice(b"OK\r\n");
         Ok(())
+    }
+
+    /// Starts the thread that runs delayed flushes, once.
+    fn start_timer(self: &Arc<Self>) -> Result<(), Error> {
+        if self.timer.started.swap(true, Relaxed) {
+            return Ok(());
+        }
+        let (timer, clock, cache) = (
+            Arc::clone(&self.timer),
+            Arc::clone(&self.clock),
+            Arc::downgrade(self),
+        );
+        std::thread::Builder::new()
+            .name("memcached-flush-timer".into())
+            .spawn(move || run_timer(&timer, &*clock, &cache))
+            .map(drop)
+            .map_err(|e| {
+                self.timer.started.store(false, Relaxed);
+                Error::io("start the delayed flush_all's timer", e)
+            })
     }
 
     fn flush_now(&self) -> Result<(), Error> {
@@ -594,6 +689,51 @@ impl Cache {
     }
 }
 
+/// The delayed-flush thread: sleeps until the deadline (checking the clock
+/// every 100 ms, so that a deadline moved earlier is kept), flushes, and
+/// ends within a second of the cache.
+fn run_timer(timer: &FlushTimer, clock: &(dyn Fn() -> u64 + Send + Sync), cache: &Weak<Cache>) {
+    let mut deadline = timer.deadline.lock();
+    while cache.strong_count() > 0 {
+        match *deadline {
+            None => {
+                timer.wake.wait_for(&mut deadline, Duration::from_secs(1));
+            }
+            Some(at) if clock() >= at => {
+                *deadline = None;
+                drop(deadline);
+                if let Some(cache) = cache.upgrade() {
+                    // Nobody waits for this; a failure shows in `stats`.
+                    let _ = cache.flush_now();
+                }
+                deadline = timer.deadline.lock();
+            }
+            Some(_) => {
+                timer
+                    .wake
+                    .wait_for(&mut deadline, Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// The number an item's data holds for `incr`/`decr`, read as memcached
+/// reads it (`strtoull`, then a check of what follows): leading white
+/// space, an optional `+`, decimal digits that fit in 64 bits, then the
+/// end of the data or white space (`"5 abc"` is 5).
+fn leading_number(data: &[u8]) -> Option<u64> {
+    let s = data.trim_ascii_start();
+    let s = s.strip_prefix(b"+").unwrap_or(s);
+    let end = s
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
+    if end == 0 || !s.get(end).is_none_or(u8::is_ascii_whitespace) {
+        return None;
+    }
+    std::str::from_utf8(&s[..end]).ok()?.parse().ok()
+}
+
 /// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`.
 fn value_line(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");
@@ -636,7 +776,7 @@ mod tests {
         let now = Arc::new(AtomicU64::new(1_800_000_000));
         let clock = Arc::clone(&now);
         let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
-        let cache = Cache::with_clock(db, false, Box::new(move || clock.load(Relaxed)));
+        let cache = Cache::with_clock(db, false, Arc::new(move || clock.load(Relaxed)));
         (Arc::new(cache), now)
     }
 
@@ -645,7 +785,7 @@ mod tests {
         let mut out = Vec::new();
         let cmd = parse(line.as_bytes()).unwrap();
         assert_eq!(
-            cache.execute(&cmd, data.as_bytes(), &mut out),
+            cache.execute(&cmd, data.as_bytes(), &mut out, &mut |_| true),
             Next::Continue
         );
         String::from_utf8(out).unwrap()
@@ -788,23 +928,157 @@ mod tests {
             run(&c, &format!("set k 0 0 {}", most.len()), &most),
             "STORED\r\n"
         );
+        assert_eq!(run(&c, "append k 0 0 1", "y"), "NOT_STORED\r\n");
+        // A `set` refused for its size removes the key's old item (no stale
+        // read); an `add` leaves it.
         assert_eq!(
-            run(&c, "append k 0 0 1", "y"),
+            run(&c, &format!("add k 0 0 {}", big.len()), &big),
             "SERVER_ERROR object too large for cache\r\n"
         );
+        assert!(c.db().get(b"k").unwrap().is_some());
+        assert_eq!(
+            run(&c, &format!("set k 0 0 {}", big.len()), &big),
+            "SERVER_ERROR object too large for cache\r\n"
+        );
+        assert_eq!(c.db().get(b"k").unwrap(), None);
         let mut out = Vec::new();
         server_error(&mut out, &Error::PoolFull { requested: 64 });
         assert_eq!(out, b"SERVER_ERROR out of memory storing object\r\n");
     }
 
     #[test]
-    fn noreply_silences_replies_and_shutdown_needs_leave() {
+    fn noreply_silences_replies_and_shutdown_needs_leave_to_stop() {
         let (c, _) = cache();
         assert_eq!(run(&c, "set k 0 0 1 noreply", "v"), "");
         assert_eq!(run(&c, "add k 0 0 1 noreply", "w"), "");
         assert_eq!(run(&c, "get k", ""), "VALUE k 0 1\r\nv\r\nEND\r\n");
         assert_eq!(run(&c, "shutdown", ""), "ERROR: shutdown not enabled\r\n");
         let mut out = Vec::new();
-        assert_eq!(c.execute(&Command::Quit, &[], &mut out), Next::Close);
+        assert_eq!(
+            c.execute(&Command::Quit, &[], &mut out, &mut |_| true),
+            Next::Close
+        );
+    }
+
+    /// Waits (up to 3 s) for `cond`, which the flush timer makes true.
+    fn eventually(cond: impl Fn() -> bool) -> bool {
+        for _ in 0..300 {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        cond()
+    }
+
+    #[test]
+    fn a_delayed_flush_keeps_one_deadline_that_a_later_flush_replaces() {
+        let (c, now) = cache();
+        let t = now.load(Relaxed);
+        assert_eq!(run(&c, "set a 0 0 1", "1"), "STORED\r\n");
+        // flush_all 2, then flush_all 0: the delayed one is gone.
+        assert_eq!(run(&c, "flush_all 2", ""), "OK\r\n");
+        assert_eq!(run(&c, "flush_all 0", ""), "OK\r\n");
+        assert_eq!(run(&c, "set b 0 0 1", "2"), "STORED\r\n");
+        now.store(t + 3, Relaxed);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(run(&c, "get a b", ""), "VALUE b 0 1\r\n2\r\nEND\r\n");
+        // flush_all 4, then flush_all 1: one deadline, the second's; what
+        // is set before it goes, what is set after it stays.
+        let t = t + 3;
+        assert_eq!(run(&c, "flush_all 4", ""), "OK\r\n");
+        assert_eq!(run(&c, "flush_all 1", ""), "OK\r\n");
+        now.store(t + 1, Relaxed);
+        assert!(eventually(|| c.db().is_empty()), "the flush at t + 1 ran");
+        assert_eq!(run(&c, "set late 0 0 1", "3"), "STORED\r\n");
+        now.store(t + 5, Relaxed);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(run(&c, "get late", ""), "VALUE late 0 1\r\n3\r\nEND\r\n");
+        // A time above 30 days is a Unix time.
+        let t = t + 5;
+        assert_eq!(run(&c, &format!("flush_all {}", t + 2), ""), "OK\r\n");
+        now.store(t + 1, Relaxed);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(c.db().len(), 1);
+        now.store(t + 2, Relaxed);
+        assert!(
+            eventually(|| c.db().is_empty()),
+            "the flush at the Unix time ran"
+        );
+    }
+
+    /// Threads of this process.
+    fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").unwrap().count()
+    }
+
+    #[test]
+    fn many_delayed_flushes_start_one_thread() {
+        let (c, _) = cache();
+        let before = threads();
+        for _ in 0..500 {
+            assert_eq!(run(&c, "flush_all 86400 noreply", ""), "");
+        }
+        // Other tests' threads come and go: allow them some.
+        assert!(
+            threads() < before + 20,
+            "{before} threads before, {} after",
+            threads()
+        );
+        assert!(c.timer.started.load(Relaxed));
+    }
+
+    #[test]
+    fn incr_reads_a_number_as_memcached_does() {
+        for (data, n) in [
+            (&b"5"[..], Some(5)),
+            (b" 5", Some(5)),
+            (b"+5", Some(5)),
+            (b"5\t", Some(5)),
+            (b"5 abc", Some(5)),
+            (b"000000000000000000001", Some(1)),
+            (b"18446744073709551615", Some(u64::MAX)),
+            (b"18446744073709551616", None),
+            (b"-1", None),
+            (b"5abc", None),
+            (b"abc", None),
+            (b"", None),
+            (b" ", None),
+        ] {
+            assert_eq!(
+                leading_number(data),
+                n,
+                "{:?}",
+                String::from_utf8_lossy(data)
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_retrieval_is_handed_on_as_it_is_read() {
+        let (c, _) = cache();
+        let value = "v".repeat(100_000);
+        assert_eq!(
+            run(&c, &format!("set k 0 0 {}", value.len()), &value),
+            "STORED\r\n"
+        );
+        let line = format!("get{}", " k".repeat(1000));
+        let cmd = parse(line.as_bytes()).unwrap();
+        let (mut sent, mut largest) = (0usize, 0usize);
+        let mut out = Vec::new();
+        let mut spill = |o: &mut Vec<u8>| {
+            sent += o.len();
+            largest = largest.max(o.len());
+            o.clear();
+            true
+        };
+        c.execute(&cmd, &[], &mut out, &mut spill);
+        let block = "VALUE k 0 100000\r\n".len() + value.len() + 2;
+        assert_eq!(sent + out.len(), 1000 * block + "END\r\n".len());
+        assert!(
+            largest <= SPILL_AT + GET_GROUP * block,
+            "{largest} bytes at once"
+        );
+        assert!(out.ends_with(b"END\r\n"));
     }
 }

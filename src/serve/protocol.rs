@@ -121,7 +121,11 @@ impl fmt::Display for ParseError {
 const BAD_LINE: ParseError = ParseError::BadFormat("bad command line format");
 
 /// Parses one command line, without its line end (a trailing `\r` is
-/// dropped here).
+/// dropped here). As memcached's `process_command_ascii`, a command is
+/// known by its word and its count of tokens: a wrong count is `ERROR`,
+/// like an unknown word; a bad number or key is `CLIENT_ERROR`. A
+/// storage command takes one token more than its arguments, `noreply`
+/// or anything else (memcached ignores any other word there).
 pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut tokens = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
@@ -129,49 +133,38 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
         return Err(ParseError::UnknownCommand);
     };
     let args: Vec<&[u8]> = tokens.collect();
-    match word {
-        b"set" => store(StoreOp::Set, &args),
-        b"add" => store(StoreOp::Add, &args),
-        b"replace" => store(StoreOp::Replace, &args),
-        b"append" => store(StoreOp::Append, &args),
-        b"prepend" => store(StoreOp::Prepend, &args),
-        b"cas" => {
+    let is_noreply = |t: &[u8]| t == b"noreply";
+    match (word, args.len()) {
+        (b"set", 4 | 5) => store(StoreOp::Set, &args),
+        (b"add", 4 | 5) => store(StoreOp::Add, &args),
+        (b"replace", 4 | 5) => store(StoreOp::Replace, &args),
+        (b"append", 4 | 5) => store(StoreOp::Append, &args),
+        (b"prepend", 4 | 5) => store(StoreOp::Prepend, &args),
+        (b"cas", 5 | 6) => {
             // The CAS value sits between <bytes> and [noreply].
-            if !(5..=6).contains(&args.len()) {
-                return Err(BAD_LINE);
-            }
             let cas = number::<u64>(args[4])?;
             let mut rest = args[..4].to_vec();
             rest.extend_from_slice(&args[5..]);
             store(StoreOp::Cas(cas), &rest)
         }
-        b"get" | b"gets" => {
-            let keys = keys(&args)?;
-            Ok(Command::Get {
-                keys,
-                with_cas: word == b"gets",
-                touch: None,
-            })
-        }
-        b"gat" | b"gats" => {
-            let (&t, rest) = args.split_first().ok_or(BAD_LINE)?;
-            let touch = Some(number::<i64>(t)?);
-            Ok(Command::Get {
-                keys: keys(rest)?,
-                with_cas: word == b"gats",
-                touch,
-            })
-        }
-        b"delete" => {
-            let (noreply, args) = noreply(&args);
-            // memcached still takes a time of 0 here (old clients send it).
-            let args = match args {
-                [key, b"0"] => std::slice::from_ref(key),
-                a => a,
-            };
-            match args {
-                [key] => Ok(Command::Delete {
-                    key: key_arg(key)?,
+        (b"get" | b"gets", 1..) => Ok(Command::Get {
+            keys: keys(&args)?,
+            with_cas: word == b"gets",
+            touch: None,
+        }),
+        (b"gat" | b"gats", 1..) => Ok(Command::Get {
+            touch: Some(exptime(args[0])?),
+            keys: keys(&args[1..])?,
+            with_cas: word == b"gats",
+        }),
+        // `delete <key> [0] [noreply]`: memcached still takes a time of 0
+        // (old clients send it), and a lone `noreply` is a key.
+        (b"delete", 1..=3) => {
+            let noreply = args.len() > 1 && is_noreply(args[args.len() - 1]);
+            let rest = &args[1..args.len() - usize::from(noreply)];
+            match rest {
+                [] | [b"0"] => Ok(Command::Delete {
+                    key: key_arg(args[0])?,
                     noreply,
                 }),
                 _ => Err(ParseError::BadFormat(
@@ -179,68 +172,60 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
                 )),
             }
         }
-        b"incr" | b"decr" => {
-            let (noreply, args) = noreply(&args);
-            match args {
-                [key, delta] => Ok(Command::Arith {
-                    key: key_arg(key)?,
-                    delta: number::<u64>(delta)
-                        .map_err(|_| ParseError::BadFormat("invalid numeric delta argument"))?,
-                    incr: word == b"incr",
-                    noreply,
-                }),
-                _ => Err(BAD_LINE),
-            }
+        (b"incr" | b"decr", 2 | 3) => Ok(Command::Arith {
+            key: key_arg(args[0])?,
+            delta: number::<u64>(args[1])
+                .map_err(|_| ParseError::BadFormat("invalid numeric delta argument"))?,
+            incr: word == b"incr",
+            noreply: args.len() == 3 && is_noreply(args[2]),
+        }),
+        (b"touch", 2 | 3) => Ok(Command::Touch {
+            key: key_arg(args[0])?,
+            exptime: exptime(args[1])?,
+            noreply: args.len() == 3 && is_noreply(args[2]),
+        }),
+        (b"flush_all", _) => {
+            let noreply = args.last().is_some_and(|t| is_noreply(t));
+            let delay = match args.first() {
+                Some(d) if !is_noreply(d) => exptime(d)?,
+                _ => 0,
+            };
+            Ok(Command::FlushAll { delay, noreply })
         }
-        b"touch" => {
-            let (noreply, args) = noreply(&args);
-            match args {
-                [key, t] => Ok(Command::Touch {
-                    key: key_arg(key)?,
-                    exptime: number::<i64>(t)?,
-                    noreply,
-                }),
-                _ => Err(BAD_LINE),
-            }
-        }
-        b"flush_all" => {
-            let (noreply, args) = noreply(&args);
-            match args {
-                [] => Ok(Command::FlushAll { delay: 0, noreply }),
-                [d] => Ok(Command::FlushAll {
-                    delay: number::<i64>(d)?,
-                    noreply,
-                }),
-                _ => Err(BAD_LINE),
-            }
-        }
-        b"stats" => match args[..] {
-            [] => Ok(Command::Stats { group: None }),
-            [g] => Ok(Command::Stats { group: Some(g) }),
-            _ => Err(BAD_LINE),
-        },
-        b"version" if args.is_empty() => Ok(Command::Version),
-        b"verbosity" => {
-            let (noreply, args) = noreply(&args);
-            match args {
-                [level] => {
-                    number::<u32>(level)?;
-                    Ok(Command::Verbosity { noreply })
-                }
-                _ => Err(BAD_LINE),
-            }
-        }
-        b"quit" if args.is_empty() => Ok(Command::Quit),
-        b"shutdown" if args.is_empty() => Ok(Command::Shutdown),
-        b"version" | b"quit" | b"shutdown" => Err(BAD_LINE),
+        (b"stats", 0) => Ok(Command::Stats { group: None }),
+        (b"stats", 1) => Ok(Command::Stats {
+            group: Some(args[0]),
+        }),
+        (b"verbosity", 1 | 2) => Ok(Command::Verbosity {
+            noreply: args.last().is_some_and(|t| is_noreply(t)),
+        }),
+        // memcached ignores what follows these words.
+        (b"version", _) => Ok(Command::Version),
+        (b"quit", _) => Ok(Command::Quit),
+        (b"shutdown", _) => Ok(Command::Shutdown),
         _ => Err(ParseError::UnknownCommand),
     }
 }
 
+/// Whether `line` ends with the token `noreply`: its errors are not
+/// answered either (memcached's `set_noreply_maybe` looks at the last
+/// token before it parses the rest).
+pub fn ends_with_noreply(line: &[u8]) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.split(|&b| b == b' ')
+        .rfind(|t| !t.is_empty())
+        .is_some_and(|t| t == b"noreply")
+}
+
+/// An expiration time token.
+fn exptime(token: &[u8]) -> Result<i64, ParseError> {
+    number::<i64>(token).map_err(|_| ParseError::BadFormat("invalid exptime argument"))
+}
+
 /// `<key> <flags> <exptime> <bytes> [noreply]`.
 fn store<'a>(op: StoreOp, args: &[&'a [u8]]) -> Result<Command<'a>, ParseError> {
-    let (noreply, args) = noreply(args);
-    let [key, flags, exptime, bytes] = args else {
+    let noreply = args.get(4).is_some_and(|&t| t == b"noreply");
+    let [key, flags, exptime, bytes] = args[..4] else {
         return Err(BAD_LINE);
     };
     Ok(Command::Store {
@@ -253,18 +238,7 @@ fn store<'a>(op: StoreOp, args: &[&'a [u8]]) -> Result<Command<'a>, ParseError> 
     })
 }
 
-/// Splits off a final `noreply`.
-fn noreply<'s, 'a>(args: &'s [&'a [u8]]) -> (bool, &'s [&'a [u8]]) {
-    match args.split_last() {
-        Some((&b"noreply", rest)) => (true, rest),
-        _ => (false, args),
-    }
-}
-
 fn keys<'a>(args: &[&'a [u8]]) -> Result<Vec<&'a [u8]>, ParseError> {
-    if args.is_empty() {
-        return Err(BAD_LINE);
-    }
     args.iter().map(|k| key_arg(k)).collect()
 }
 
@@ -277,11 +251,11 @@ fn key_arg(key: &[u8]) -> Result<&[u8], ParseError> {
     Ok(key)
 }
 
-/// A decimal number token (a sign only where `T` is signed).
+/// A decimal number token, with an optional `+` (a `-` only where `T` is
+/// signed).
 fn number<T: std::str::FromStr>(token: &[u8]) -> Result<T, ParseError> {
     std::str::from_utf8(token)
         .ok()
-        .filter(|s| !s.starts_with('+'))
         .and_then(|s| s.parse().ok())
         .ok_or(BAD_LINE)
 }
@@ -323,33 +297,87 @@ mod tests {
     #[test]
     fn bad_arguments_are_client_errors_and_unknown_words_errors() {
         for line in [
-            &b"set k 0 0"[..],
-            b"set k x 0 1",
+            &b"set k x 0 1"[..],
             b"set k 0 0 -1",
-            b"set k 0 0 +1",
             b"set k 4294967296 0 1",
-            b"cas k 0 0 1",
-            b"get",
-            b"gat 10",
-            b"touch k",
-            b"incr k",
-            b"delete k 5",
-            b"verbosity",
-            b"version now",
+            b"cas k 0 0 1 x",
         ] {
-            assert!(
-                matches!(parse(line), Err(ParseError::BadFormat(_))),
+            assert_eq!(
+                parse(line),
+                Err(BAD_LINE),
                 "{}",
                 String::from_utf8_lossy(line)
+            );
+        }
+        assert!(
+            matches!(parse(b"delete k 5"), Err(ParseError::BadFormat(m)) if m.contains("Usage"))
+        );
+        for line in [&b"gat x k"[..], b"touch k x", b"flush_all x"] {
+            assert_eq!(
+                parse(line),
+                Err(ParseError::BadFormat("invalid exptime argument"))
             );
         }
         assert_eq!(
             parse(b"incr k -1"),
             Err(ParseError::BadFormat("invalid numeric delta argument"))
         );
-        for line in [&b""[..], b"   ", b"SET k 0 0 1", b"mg k v", b"bogus"] {
-            assert_eq!(parse(line), Err(ParseError::UnknownCommand));
+        // A known word with a wrong count of tokens is unknown (memcached).
+        for line in [
+            &b""[..],
+            b"   ",
+            b"SET k 0 0 1",
+            b"mg k v",
+            b"bogus",
+            b"set k 0 0",
+            b"set k 0 0 1 noreply x",
+            b"cas k 0 0 1",
+            b"get",
+            b"incr k",
+            b"touch k",
+            b"delete",
+            b"delete k 0 noreply x",
+            b"verbosity",
+            b"stats a b",
+        ] {
+            assert_eq!(
+                parse(line),
+                Err(ParseError::UnknownCommand),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
         }
+    }
+
+    #[test]
+    fn what_memcached_lets_through_parses() {
+        // Any fifth token of a storage command; `+` signs.
+        for line in [&b"set k 0 0 1 2"[..], b"set k +1 0 +1 NOREPLY"] {
+            assert!(matches!(
+                parse(line),
+                Ok(Command::Store { noreply: false, .. })
+            ));
+        }
+        assert_eq!(parse(b"version now"), Ok(Command::Version));
+        assert_eq!(parse(b"quit now"), Ok(Command::Quit));
+        assert_eq!(parse(b"shutdown graceful"), Ok(Command::Shutdown));
+        assert_eq!(
+            parse(b"gat 10"),
+            Ok(Command::Get {
+                keys: vec![],
+                with_cas: false,
+                touch: Some(10)
+            })
+        );
+        assert_eq!(
+            parse(b"delete noreply"),
+            Ok(Command::Delete {
+                key: b"noreply",
+                noreply: false
+            })
+        );
+        assert!(ends_with_noreply(b"incr k abc noreply\r"));
+        assert!(!ends_with_noreply(b"delete noreply x"));
     }
 
     #[test]

@@ -2,12 +2,13 @@
 //! connection that reads commands, runs them on the [`Cache`] and writes
 //! the replies.
 //!
-//! Replies are buffered and written when the connection has no more
-//! complete input waiting, so a client that pipelines commands gets their
-//! replies in few writes. A storage command's data block is read whole
-//! before the command runs; one longer than the item limit is read and
-//! dropped (`SERVER_ERROR object too large for cache`), as memcached does,
-//! so the connection stays in step.
+//! Replies are buffered and written whenever no complete command line is
+//! buffered, so a client that pipelines commands gets their replies in few
+//! writes, and a reply never waits for a line the client has only begun.
+//! A storage command's data block is read whole before the command runs;
+//! one longer than the item limit is read and dropped (`SERVER_ERROR
+//! object too large for cache`, and a `set` removes the key's old item),
+//! as memcached does, so the connection stays in step.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
@@ -20,13 +21,14 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::cache::{Cache, Next, MAX_DATA_LEN};
-use super::protocol::{self, Command, ParseError};
+use super::cache::{server_error, Cache, Next, MAX_DATA_LEN, SPILL_AT};
+use super::protocol::{self, Command};
 use crate::Db;
 
-/// The longest command line read (a `get` of many keys is long); a longer
-/// one closes the connection after `CLIENT_ERROR line too long`.
-pub const MAX_LINE: usize = 64 * 1024;
+/// The longest command line read (a `get` of many keys is long: 2 MiB is
+/// some 8,000 keys of 250 bytes, 100,000 of 20); a longer one closes the
+/// connection after `CLIENT_ERROR line too long`.
+pub const MAX_LINE: usize = 2 << 20;
 
 /// A storage command announcing more bytes than this is refused without
 /// reading its block, and the connection closed: no client sends it in
@@ -36,8 +38,8 @@ const MAX_SWALLOW: usize = 64 << 20;
 /// How a server runs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Connections served at once; one more is answered `SERVER_ERROR too
-    /// many open connections` and closed.
+    /// Connections served at once; one more is answered `ERROR Too many
+    /// open connections` (memcached's words) and closed.
     pub max_connections: usize,
     /// Whether the `shutdown` command stops the server.
     pub allow_shutdown: bool,
@@ -159,7 +161,7 @@ impl Server {
                 counters
                     .rejected_connections
                     .fetch_add(1, Ordering::Relaxed);
-                let _ = (&stream).write_all(b"SERVER_ERROR too many open connections\r\n");
+                let _ = (&stream).write_all(b"ERROR Too many open connections\r\n");
                 continue;
             }
             counters.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -174,12 +176,10 @@ impl Server {
             let spawned = std::thread::Builder::new()
                 .name(format!("memcached-conn-{id}"))
                 .spawn(move || {
-                    let counters = &cache.counters;
-                    counters.curr_connections.fetch_add(1, Ordering::Relaxed);
-                    let next = serve_connection(&cache, stream);
-                    counters.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                    shared.conns.lock().remove(&id);
-                    if next == Next::Shutdown {
+                    // Unregisters the connection however the thread ends,
+                    // a panic included, so that its socket is closed.
+                    let _open = OpenConnection::new(&cache, &shared, id);
+                    if serve_connection(&cache, stream) == Next::Shutdown {
                         shared.stopping.store(true, Ordering::SeqCst);
                     }
                 });
@@ -210,6 +210,30 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+/// A connection being served: counted in `curr_connections` and listed in
+/// the server's connections until dropped.
+struct OpenConnection<'a> {
+    cache: &'a Cache,
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl<'a> OpenConnection<'a> {
+    fn new(cache: &'a Cache, shared: &'a Shared, id: u64) -> Self {
+        let counters = &cache.counters;
+        counters.curr_connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection { cache, shared, id }
+    }
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        let counters = &self.cache.counters;
+        counters.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.shared.conns.lock().remove(&self.id);
     }
 }
 
@@ -266,69 +290,89 @@ pub fn serve_stream(cache: &Arc<Cache>, input: impl Read, output: impl Write) ->
             return Next::Close;
         }
         line.pop();
+        // A `noreply` line's errors are not answered either (memcached).
+        let quiet = protocol::ends_with_noreply(&line);
         let next = match protocol::parse(&line) {
             Err(e) => {
-                out.extend_from_slice(e.to_string().as_bytes());
-                out.extend_from_slice(b"\r\n");
+                if !quiet {
+                    out.extend_from_slice(format!("{e}\r\n").as_bytes());
+                }
                 Next::Continue
             }
-            Ok(cmd @ Command::Store { bytes, .. }) => {
-                if bytes > MAX_SWALLOW {
-                    let _ = writer.write_all(b"SERVER_ERROR object too large for cache\r\n");
-                    let _ = writer.flush();
+            Ok(Command::Store { bytes, .. }) if bytes > MAX_SWALLOW => {
+                let _ = writer.write_all(b"SERVER_ERROR object too large for cache\r\n");
+                let _ = writer.flush();
+                return Next::Close;
+            }
+            Ok(Command::Store { op, key, bytes, .. }) if bytes > MAX_DATA_LEN => {
+                // Read and drop the block, then refuse.
+                let want = bytes as u64 + 2;
+                let r = io::copy(&mut (&mut reader).take(want), &mut io::sink());
+                if !matches!(r, Ok(n) if n == want) {
                     return Next::Close;
                 }
-                if bytes > MAX_DATA_LEN {
-                    // Read and drop the block, then refuse.
-                    let r = io::copy(&mut (&mut reader).take(bytes as u64 + 2), &mut io::sink());
-                    if !matches!(r, Ok(n) if n == bytes as u64 + 2) {
-                        return Next::Close;
+                let mark = out.len();
+                if let Err(e) = cache.refuse_too_large(op, key, &mut out) {
+                    server_error(&mut out, &e);
+                }
+                if quiet {
+                    out.truncate(mark);
+                }
+                Next::Continue
+            }
+            Ok(cmd) => {
+                let block = match cmd {
+                    Command::Store { bytes, .. } => {
+                        data.clear();
+                        data.resize(bytes + 2, 0);
+                        if reader.read_exact(&mut data).is_err() {
+                            return Next::Close;
+                        }
+                        Some(bytes)
                     }
-                    if !cmd_noreply(&cmd) {
-                        out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
-                    }
-                    Next::Continue
-                } else {
-                    data.clear();
-                    data.resize(bytes + 2, 0);
-                    if reader.read_exact(&mut data).is_err() {
-                        return Next::Close;
-                    }
-                    if !data.ends_with(b"\r\n") {
-                        out.extend_from_slice(
-                            ParseError::BadFormat("bad data chunk")
-                                .to_string()
-                                .as_bytes(),
-                        );
-                        out.extend_from_slice(b"\r\n");
+                    _ => None,
+                };
+                match block {
+                    Some(_) if !data.ends_with(b"\r\n") => {
+                        if !quiet {
+                            out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
+                        }
                         Next::Continue
-                    } else {
-                        cache.execute(&cmd, &data[..bytes], &mut out)
+                    }
+                    _ => {
+                        let data = block.map_or(&[][..], |n| &data[..n]);
+                        // A long retrieval is sent as it is read.
+                        let mut spill = |o: &mut Vec<u8>| {
+                            let sent = writer.write_all(o).is_ok();
+                            o.clear();
+                            sent
+                        };
+                        cache.execute(&cmd, data, &mut out, &mut spill)
                     }
                 }
             }
-            Ok(cmd) => cache.execute(&cmd, &[], &mut out),
         };
         if !out.is_empty() {
             if writer.write_all(&out).is_err() {
                 return Next::Close;
             }
             out.clear();
+            // Do not keep a large reply's buffer for the connection's life.
+            if out.capacity() > 2 * SPILL_AT {
+                out = Vec::with_capacity(4096);
+            }
         }
         if next != Next::Continue {
             let _ = writer.flush();
             return next;
         }
-        // Flush once the client has sent nothing more that is buffered:
-        // pipelined commands get their replies in one write.
-        if reader.buffer().is_empty() && writer.flush().is_err() {
+        // Send the replies once no complete command line is buffered:
+        // pipelined commands get theirs in one write, and a reply never
+        // waits for the rest of a line the client has not sent.
+        if !reader.buffer().contains(&b'\n') && writer.flush().is_err() {
             return Next::Close;
         }
     }
-}
-
-fn cmd_noreply(cmd: &Command<'_>) -> bool {
-    matches!(cmd, Command::Store { noreply: true, .. })
 }
 
 #[cfg(test)]
@@ -367,6 +411,22 @@ mod tests {
         let (next, r) = replies(&c, b"set b 0 0 10\r\nshort");
         assert_eq!((next, r.as_str()), (Next::Close, ""));
         assert_eq!(c.db().get(b"b").unwrap(), None);
+    }
+
+    #[test]
+    fn a_noreply_line_s_errors_are_not_answered() {
+        let c = cache();
+        let (_, r) = replies(
+            &c,
+            b"incr k abc noreply\r\ntouch k x noreply\r\nset j 0 0 3 noreply\r\nabcde\r\nget j\r\n",
+        );
+        // The bad block's tail is read as a command, as memcached does.
+        assert_eq!(r, "ERROR\r\nEND\r\n");
+        let (_, r) = replies(&c, b"incr k abc\r\nset j 0 0 3\r\nabcde\r\n");
+        assert_eq!(
+            r,
+            "CLIENT_ERROR invalid numeric delta argument\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\n"
+        );
     }
 
     /// Streams built from command words, numbers, keys and line ends.
