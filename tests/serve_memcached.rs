@@ -273,8 +273,19 @@ fn a_killed_server_keeps_every_acknowledged_item() {
 
 #[test]
 fn concurrent_increments_and_cas_loops_lose_no_update() {
+    // Without a limit on commands at once, and with one command at a time
+    // (`--concurrency 1`: the others wait at the gate, gets included).
+    for concurrency in [None, Some(1)] {
+        increments_and_cas_loops(Config {
+            concurrency,
+            ..Config::default()
+        });
+    }
+}
+
+fn increments_and_cas_loops(config: Config) {
     let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
-    let (addr, stop, t) = start(db, Config::default());
+    let (addr, stop, t) = start(db, config);
     let mut c = Client::connect(addr);
     assert_eq!(c.call("set n 0 0 1\r\n0\r\n"), "STORED\r\n");
     assert_eq!(c.call("set c 0 0 1\r\n0\r\n"), "STORED\r\n");
@@ -400,6 +411,7 @@ fn connections_beyond_the_limit_are_refused_and_shutdown_stops_the_server() {
     let config = Config {
         max_connections: 1,
         allow_shutdown: true,
+        ..Config::default()
     };
     let (addr, _stop, t) = start(db, config);
     let mut first = Client::connect(addr);

@@ -36,6 +36,7 @@ pub struct ServeOpts<'a> {
     pub max_connections: usize,
     pub allow_shutdown: bool,
     pub prefault: bool,
+    pub concurrency: Option<usize>,
 }
 
 /// `pmindex serve`: opens the pool (creating it if there is no such file),
@@ -79,6 +80,7 @@ pub fn serve(out: Output, how: &How, o: &ServeOpts<'_>) -> Result<(), CliError> 
     let config = Config {
         max_connections: o.max_connections,
         allow_shutdown: o.allow_shutdown,
+        concurrency: o.concurrency,
     };
     let server = Server::bind(db, o.listen, config)
         .map_err(|e| CliError::Failed(format!("listen on {}: {e}", o.listen)))?;
@@ -138,6 +140,7 @@ pub struct McBenchOpts {
     pub seed: u64,
     pub dir: Option<PathBuf>,
     pub pool_size: Option<u64>,
+    pub concurrency: Option<usize>,
 }
 
 /// One target's phases in one round.
@@ -155,8 +158,10 @@ pub fn mc_bench(out: Output, persist: PersistConfig, o: &McBenchOpts) -> Result<
     if !(1..=1024).contains(&o.pipeline) {
         return usage(format!("--pipeline {}: use 1 to 1024", o.pipeline));
     }
-    if o.requests == 0 || o.rounds == 0 || o.keyspace == Some(0) {
-        return usage("--requests, --rounds and --keyspace must be at least 1".into());
+    if o.requests == 0 || o.rounds == 0 || o.keyspace == Some(0) || o.concurrency == Some(0) {
+        return usage(
+            "--requests, --rounds, --keyspace and --concurrency must be at least 1".into(),
+        );
     }
     if o.value_size > MAX_DATA_LEN {
         return usage(format!(
@@ -229,7 +234,11 @@ pub fn mc_bench(out: Output, persist: PersistConfig, o: &McBenchOpts) -> Result<
                 };
                 let mut pool = TempPool::create(&dir, &format!("mc-{target}"), &opts)?;
                 let db = pool.take().expect("a fresh pool holds its database");
-                let server = Server::bind(db, "127.0.0.1:0", Config::default())
+                let config = Config {
+                    concurrency: o.concurrency,
+                    ..Config::default()
+                };
+                let server = Server::bind(db, "127.0.0.1:0", config)
                     .map_err(|e| CliError::Failed(format!("start a server: {e}")))?;
                 cfg.addr = server
                     .local_addr()

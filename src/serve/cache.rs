@@ -34,8 +34,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+use super::gate::{Gate, Slot};
 use super::item::{self, Meta, HEADER_LEN};
 use super::protocol::{Command, StoreOp, RELATIVE_EXPTIME_LIMIT};
+use super::server::Config;
 use crate::engine::MAX_VALUE_LEN;
 use crate::{Db, Error};
 
@@ -106,6 +108,8 @@ pub struct Cache {
     allow_shutdown: bool,
     /// The deadline of a delayed `flush_all`, and its timer.
     timer: Arc<FlushTimer>,
+    /// Commands at work on the index at once (`Config::concurrency`).
+    gate: Option<Gate>,
     /// What `stats` reports.
     pub counters: Counters,
 }
@@ -133,14 +137,15 @@ fn unix_now() -> u64 {
 }
 
 impl Cache {
-    /// A cache over `db`; `shutdown` is obeyed only if `allow_shutdown`.
-    pub fn new(db: Db, allow_shutdown: bool) -> Cache {
-        Cache::with_clock(db, allow_shutdown, Arc::new(unix_now))
+    /// A cache over `db`, run as `config` says (`shutdown` is obeyed only
+    /// if `config.allow_shutdown`; `config.concurrency` commands at once).
+    pub fn new(db: Db, config: &Config) -> Cache {
+        Cache::with_clock(db, config, Arc::new(unix_now))
     }
 
     /// [`Cache::new`] with `clock` as the Unix time in seconds (tests of
     /// expiration).
-    pub fn with_clock(db: Db, allow_shutdown: bool, clock: Clock) -> Cache {
+    pub fn with_clock(db: Db, config: &Config, clock: Clock) -> Cache {
         let ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
@@ -150,8 +155,9 @@ impl Cache {
             next_cas: AtomicU64::new(ns.max(1)),
             clock,
             started: Instant::now(),
-            allow_shutdown,
+            allow_shutdown: config.allow_shutdown,
             timer: Arc::default(),
+            gate: config.concurrency.map(Gate::new),
             counters: Counters::default(),
         }
     }
@@ -182,6 +188,9 @@ impl Cache {
         spill: &mut dyn FnMut(&mut Vec<u8>) -> bool,
     ) -> Next {
         let mark = out.len();
+        // A retrieval takes its slots group by group (`get`), so that it
+        // holds none while it hands its reply to the socket.
+        let _slot = (!matches!(cmd, Command::Get { .. })).then(|| self.slot());
         let (noreply, r) = match *cmd {
             Command::Store {
                 op,
@@ -246,6 +255,11 @@ impl Cache {
             out.truncate(mark);
         }
         Next::Continue
+    }
+
+    /// A slot of the gate, if there is one.
+    fn slot(&self) -> Option<Slot<'_>> {
+        self.gate.as_ref().map(Gate::enter)
     }
 
     fn stripe(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
@@ -415,18 +429,23 @@ impl Cache {
         if let Some(exptime) = touch {
             for &key in keys {
                 bump(&self.counters.cmd_touch);
-                let _stripe = self.stripe(key);
-                match self.current(key)? {
-                    None => {
-                        bump(&self.counters.get_misses);
-                        bump(&self.counters.touch_misses);
-                    }
-                    Some((meta, data)) => {
-                        bump(&self.counters.get_hits);
-                        bump(&self.counters.touch_hits);
-                        let expires = self.expires_at(exptime);
-                        self.retime(key, meta, expires, &data)?;
-                        value_line(out, key, meta.flags, &data, with_cas.then_some(meta.cas));
+                {
+                    // Neither held while the reply goes to the socket.
+                    let _slot = self.slot();
+                    let _stripe = self.stripe(key);
+                    match self.current(key)? {
+                        None => {
+                            bump(&self.counters.get_misses);
+                            bump(&self.counters.touch_misses);
+                        }
+                        Some((meta, data)) => {
+                            bump(&self.counters.get_hits);
+                            bump(&self.counters.touch_hits);
+                            let expires = self.expires_at(exptime);
+                            self.retime(key, meta, expires, &data)?;
+                            let cas = with_cas.then_some(meta.cas);
+                            value_line(out, key, meta.flags, &data, cas);
+                        }
                     }
                 }
                 if out.len() > SPILL_AT && !spill(out) {
@@ -439,6 +458,7 @@ impl Cache {
         let now = (self.clock)();
         let mut expired = Vec::new();
         for (g, group) in keys.chunks(GET_GROUP).enumerate() {
+            let slot = self.slot();
             self.db.get_many_with(group, |i, value| {
                 bump(&self.counters.cmd_get);
                 let Some(value) = value else {
@@ -461,11 +481,13 @@ impl Cache {
                     with_cas.then_some(meta.cas),
                 );
             })?;
+            drop(slot);
             if out.len() > SPILL_AT && !spill(out) {
                 return Ok(());
             }
         }
         out.extend_from_slice(b"END\r\n");
+        let _slot = (!expired.is_empty()).then(|| self.slot());
         for (i, cas) in expired {
             self.remove_if_expired(keys[i], cas)?;
         }
@@ -776,7 +798,11 @@ mod tests {
         let now = Arc::new(AtomicU64::new(1_800_000_000));
         let clock = Arc::clone(&now);
         let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
-        let cache = Cache::with_clock(db, false, Arc::new(move || clock.load(Relaxed)));
+        let config = Config {
+            allow_shutdown: false,
+            ..Config::default()
+        };
+        let cache = Cache::with_clock(db, &config, Arc::new(move || clock.load(Relaxed)));
         (Arc::new(cache), now)
     }
 

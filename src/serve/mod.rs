@@ -24,10 +24,12 @@
 //! - [`cache`]: each command's meaning over a [`crate::Db`]: atomicity,
 //!   durability of a reply, expiration and CAS values.
 //! - [`server`]: sockets and threads.
+//! - [`gate`]: how many commands work on the index at once.
 //! - [`load`]: a load generator in the manner of mc-benchmark, for the
 //!   WORT paper's §5.4 experiment.
 
 pub mod cache;
+pub mod gate;
 pub mod item;
 pub mod load;
 pub mod protocol;

@@ -43,6 +43,10 @@ pub struct Config {
     pub max_connections: usize,
     /// Whether the `shutdown` command stops the server.
     pub allow_shutdown: bool,
+    /// At most this many commands at work on the index at once, the others
+    /// sleeping until one ends ([`super::gate`]); `None` (the default): no
+    /// limit.
+    pub concurrency: Option<usize>,
 }
 
 impl Default for Config {
@@ -50,6 +54,7 @@ impl Default for Config {
         Config {
             max_connections: 1024,
             allow_shutdown: false,
+            concurrency: None,
         }
     }
 }
@@ -117,7 +122,7 @@ impl Server {
         let listener = TcpListener::bind(addr)?;
         Ok(Server {
             listener,
-            cache: Arc::new(Cache::new(db, config.allow_shutdown)),
+            cache: Arc::new(Cache::new(db, &config)),
             config,
             shared: Arc::default(),
         })
@@ -383,7 +388,11 @@ mod tests {
 
     fn cache() -> Arc<Cache> {
         let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
-        Arc::new(Cache::new(db, true))
+        let config = Config {
+            allow_shutdown: true,
+            ..Config::default()
+        };
+        Arc::new(Cache::new(db, &config))
     }
 
     /// The replies to `input` as one stream.
