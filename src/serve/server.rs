@@ -440,23 +440,26 @@ mod tests {
 
     /// Streams built from command words, numbers, keys and line ends.
     fn streams() -> impl Strategy<Value = Vec<u8>> {
+        const WORDS: &[&str] = &[
+            "set ",
+            "cas ",
+            "append ",
+            "get ",
+            "gats ",
+            "incr ",
+            "decr ",
+            "delete ",
+            "touch ",
+            "flush_all ",
+            "noreply ",
+            "\r\n",
+            "\n",
+            "-1 ",
+            "18446744073709551616 ",
+        ];
         let token = prop_oneof![
-            Just(b"set ".to_vec()),
-            Just(b"cas ".to_vec()),
-            Just(b"append ".to_vec()),
-            Just(b"get ".to_vec()),
-            Just(b"gats ".to_vec()),
-            Just(b"incr ".to_vec()),
-            Just(b"decr ".to_vec()),
-            Just(b"delete ".to_vec()),
-            Just(b"touch ".to_vec()),
-            Just(b"flush_all ".to_vec()),
-            Just(b"noreply ".to_vec()),
-            Just(b"\r\n".to_vec()),
-            Just(b"\n".to_vec()),
+            proptest::sample::select(WORDS).prop_map(|w| w.as_bytes().to_vec()),
             (0u64..20).prop_map(|n| format!("{n} ").into_bytes()),
-            Just(b"-1 ".to_vec()),
-            Just(b"18446744073709551616 ".to_vec()),
             "[a-c]{1,3} ".prop_map(String::into_bytes),
             proptest::collection::vec(any::<u8>(), 0..8),
         ];
