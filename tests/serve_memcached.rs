@@ -497,10 +497,20 @@ fn mc_bench_loads_each_engine_and_a_running_server() {
     stop.stop();
     let db = t.join().unwrap();
     assert!(db.len() > 300 && db.len() <= 500, "{} items", db.len());
-    // A refused setting exits with status 2.
-    let out = Command::new(env!("CARGO_BIN_EXE_pmindex"))
-        .args(["mc-bench", "--clients", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // A refused setting exits with status 2, before anything is made.
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("never.pool");
+    for args in [
+        &["mc-bench", "--clients", "0"][..],
+        &["mc-bench", "--concurrency", "0"],
+        &["serve", pool.to_str().unwrap(), "--concurrency", "0"],
+        &["serve", pool.to_str().unwrap(), "--max-connections", "0"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_pmindex"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    assert!(!pool.exists());
 }

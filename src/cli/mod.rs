@@ -254,8 +254,8 @@ struct ServeArgs {
     /// The size of a pool created here (K, M, G, T suffixes).
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse::parse_size)]
     size: u64,
-    /// Connections served at once; more are answered `SERVER_ERROR too many
-    /// open connections` and closed.
+    /// Connections served at once; more are answered `ERROR Too many open
+    /// connections` (memcached's words) and closed.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_connections: usize,
     /// Obey the `shutdown` command (stop the server and close the pool).

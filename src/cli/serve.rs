@@ -42,9 +42,9 @@ pub struct ServeOpts<'a> {
 /// `pmindex serve`: opens the pool (creating it if there is no such file),
 /// serves it until SIGINT, SIGTERM or an allowed `shutdown`, then closes it.
 pub fn serve(out: Output, how: &How, o: &ServeOpts<'_>) -> Result<(), CliError> {
-    if o.max_connections == 0 {
+    if o.max_connections == 0 || o.concurrency == Some(0) {
         return Err(CliError::Usage(
-            "--max-connections must be at least 1".into(),
+            "--max-connections and --concurrency must be at least 1".into(),
         ));
     }
     let created = !o.pool.exists();

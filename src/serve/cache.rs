@@ -188,9 +188,18 @@ impl Cache {
         spill: &mut dyn FnMut(&mut Vec<u8>) -> bool,
     ) -> Next {
         let mark = out.len();
-        // A retrieval takes its slots group by group (`get`), so that it
-        // holds none while it hands its reply to the socket.
-        let _slot = (!matches!(cmd, Command::Get { .. })).then(|| self.slot());
+        // Commands that work on the index take a slot; a retrieval takes
+        // its slots group by group (`get`), so that it holds none while it
+        // hands its reply to the socket.
+        let _slot = matches!(
+            cmd,
+            Command::Store { .. }
+                | Command::Delete { .. }
+                | Command::Arith { .. }
+                | Command::Touch { .. }
+                | Command::FlushAll { .. }
+        )
+        .then(|| self.slot());
         let (noreply, r) = match *cmd {
             Command::Store {
                 op,
@@ -205,11 +214,24 @@ impl Cache {
                 with_cas,
                 touch,
             } => {
-                if let Err(e) = self.get(keys, with_cas, touch, out, spill) {
-                    // Part of the reply may be sent: end it with the error.
-                    server_error(out, &e);
-                }
-                return Next::Continue;
+                let mut sent = false;
+                let r = self.get(keys, with_cas, touch, out, &mut |o| {
+                    sent = true;
+                    spill(o)
+                });
+                return match r {
+                    Ok(true) => Next::Continue,
+                    // The client is gone: do not run what it sent after.
+                    Ok(false) => Next::Close,
+                    Err(e) => {
+                        // Only the error, unless part of the reply is sent.
+                        if !sent {
+                            out.truncate(mark);
+                        }
+                        server_error(out, &e);
+                        Next::Continue
+                    }
+                };
             }
             Command::Delete { key, noreply } => (noreply, self.delete(key, out)),
             Command::Arith {
@@ -240,11 +262,14 @@ impl Cache {
                 (noreply, Ok(()))
             }
             Command::Quit => return Next::Close,
-            Command::Shutdown => {
-                if self.allow_shutdown {
-                    return Next::Shutdown;
+            Command::Shutdown { mode_ok } => {
+                match (self.allow_shutdown, mode_ok) {
+                    (true, true) => return Next::Shutdown,
+                    (true, false) => {
+                        out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n")
+                    }
+                    (false, _) => out.extend_from_slice(b"ERROR: shutdown not enabled\r\n"),
                 }
-                out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
                 (false, Ok(()))
             }
         };
@@ -411,6 +436,7 @@ impl Cache {
     ) -> Result<(), Error> {
         bump(&self.counters.cmd_set);
         if op == StoreOp::Set {
+            let _slot = self.slot();
             let _stripe = self.stripe(key);
             self.db.delete(key)?;
         }
@@ -425,7 +451,7 @@ impl Cache {
         touch: Option<i64>,
         out: &mut Vec<u8>,
         spill: &mut dyn FnMut(&mut Vec<u8>) -> bool,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         if let Some(exptime) = touch {
             for &key in keys {
                 bump(&self.counters.cmd_touch);
@@ -449,11 +475,11 @@ impl Cache {
                     }
                 }
                 if out.len() > SPILL_AT && !spill(out) {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
             out.extend_from_slice(b"END\r\n");
-            return Ok(());
+            return Ok(true);
         }
         let now = (self.clock)();
         let mut expired = Vec::new();
@@ -483,15 +509,17 @@ impl Cache {
             })?;
             drop(slot);
             if out.len() > SPILL_AT && !spill(out) {
-                return Ok(());
+                return Ok(false);
             }
         }
         out.extend_from_slice(b"END\r\n");
+        // Removing what the reads found expired is housekeeping: the reply
+        // is complete, and a failure here leaves the item to the next read.
         let _slot = (!expired.is_empty()).then(|| self.slot());
         for (i, cas) in expired {
-            self.remove_if_expired(keys[i], cas)?;
+            let _ = self.remove_if_expired(keys[i], cas);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Rewrites the item at `key` (its stripe held) with a new expiration,
@@ -725,6 +753,7 @@ fn run_timer(timer: &FlushTimer, clock: &(dyn Fn() -> u64 + Send + Sync), cache:
                 *deadline = None;
                 drop(deadline);
                 if let Some(cache) = cache.upgrade() {
+                    let _slot = cache.slot();
                     // Nobody waits for this; a failure shows in `stats`.
                     let _ = cache.flush_now();
                 }
@@ -1106,5 +1135,41 @@ mod tests {
             "{largest} bytes at once"
         );
         assert!(out.ends_with(b"END\r\n"));
+    }
+
+    #[test]
+    fn a_client_gone_mid_reply_closes_the_connection() {
+        let (c, _) = cache();
+        let value = "v".repeat(100_000);
+        assert_eq!(
+            run(&c, &format!("set k 0 0 {}", value.len()), &value),
+            "STORED\r\n"
+        );
+        let line = format!("get{}", " k".repeat(100));
+        let cmd = parse(line.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(c.execute(&cmd, &[], &mut out, &mut |_| false), Next::Close);
+    }
+
+    #[test]
+    fn a_get_that_cannot_remove_an_expired_item_still_answers_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro.pool");
+        let now = Arc::new(AtomicU64::new(1_800_000_000));
+        let clock: Clock = {
+            let now = Arc::clone(&now);
+            Arc::new(move || now.load(Relaxed))
+        };
+        let config = Config::default();
+        let db = Db::create(&path, &Options::with_engine("wort")).unwrap();
+        let c = Arc::new(Cache::with_clock(db, &config, Arc::clone(&clock)));
+        assert_eq!(run(&c, "set k 0 10 1", "v"), "STORED\r\n");
+        drop(Arc::try_unwrap(c).ok().unwrap().into_db());
+        // On a read-only handle the removal fails: the reply is still
+        // one `END`.
+        let db = Db::open_read_only(&path, &Options::default()).unwrap();
+        let c = Arc::new(Cache::with_clock(db, &config, clock));
+        now.fetch_add(10, Relaxed);
+        assert_eq!(run(&c, "get k", ""), "END\r\n");
     }
 }

@@ -96,8 +96,10 @@ pub enum Command<'a> {
     Verbosity { noreply: bool },
     /// `quit`.
     Quit,
-    /// `shutdown`.
-    Shutdown,
+    /// `shutdown [graceful]`; `mode_ok` is false for another word there
+    /// (answered `CLIENT_ERROR invalid shutdown mode` where shutdown is
+    /// allowed).
+    Shutdown { mode_ok: bool },
 }
 
 /// Why a line is not a command.
@@ -184,11 +186,15 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
             exptime: exptime(args[1])?,
             noreply: args.len() == 3 && is_noreply(args[2]),
         }),
-        (b"flush_all", _) => {
+        // `flush_all [delay] [noreply]`: a first token other than a
+        // lone `noreply` is the delay (`flush_all noreply x` is a bad
+        // time, not a flush).
+        (b"flush_all", 0..=2) => {
             let noreply = args.last().is_some_and(|t| is_noreply(t));
-            let delay = match args.first() {
-                Some(d) if !is_noreply(d) => exptime(d)?,
-                _ => 0,
+            let delay = if args.len() == usize::from(noreply) {
+                0
+            } else {
+                exptime(args[0])?
             };
             Ok(Command::FlushAll { delay, noreply })
         }
@@ -199,22 +205,42 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
         (b"verbosity", 1 | 2) => Ok(Command::Verbosity {
             noreply: args.last().is_some_and(|t| is_noreply(t)),
         }),
-        // memcached ignores what follows these words.
+        // memcached ignores what follows these two words.
         (b"version", _) => Ok(Command::Version),
         (b"quit", _) => Ok(Command::Quit),
-        (b"shutdown", _) => Ok(Command::Shutdown),
+        (b"shutdown", _) => Ok(Command::Shutdown {
+            mode_ok: matches!(args[..], [] | [b"graceful"]),
+        }),
         _ => Err(ParseError::UnknownCommand),
     }
 }
 
-/// Whether `line` ends with the token `noreply`: its errors are not
-/// answered either (memcached's `set_noreply_maybe` looks at the last
-/// token before it parses the rest).
-pub fn ends_with_noreply(line: &[u8]) -> bool {
+/// Whether the errors of `line`'s command after its token count is
+/// checked (a bad number or key, a bad data block) go unanswered: the
+/// line is a command that takes `noreply`, and ends with it (memcached's
+/// `set_noreply_maybe`). Retrievals never take it, and an unknown word or
+/// a wrong count of tokens is always answered `ERROR`.
+pub fn errors_unanswered(line: &[u8]) -> bool {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    line.split(|&b| b == b' ')
-        .rfind(|t| !t.is_empty())
-        .is_some_and(|t| t == b"noreply")
+    let mut tokens = line.split(|&b| b == b' ').filter(|t| !t.is_empty());
+    let takes_noreply = matches!(
+        tokens.next(),
+        Some(
+            b"set"
+                | b"add"
+                | b"replace"
+                | b"append"
+                | b"prepend"
+                | b"cas"
+                | b"delete"
+                | b"incr"
+                | b"decr"
+                | b"touch"
+                | b"flush_all"
+                | b"verbosity"
+        )
+    );
+    takes_noreply && tokens.next_back() == Some(b"noreply")
 }
 
 /// An expiration time token.
@@ -360,7 +386,28 @@ mod tests {
         }
         assert_eq!(parse(b"version now"), Ok(Command::Version));
         assert_eq!(parse(b"quit now"), Ok(Command::Quit));
-        assert_eq!(parse(b"shutdown graceful"), Ok(Command::Shutdown));
+        assert_eq!(
+            parse(b"shutdown graceful"),
+            Ok(Command::Shutdown { mode_ok: true })
+        );
+        assert_eq!(
+            parse(b"shutdown now"),
+            Ok(Command::Shutdown { mode_ok: false })
+        );
+        assert_eq!(parse(b"flush_all 1 2 3"), Err(ParseError::UnknownCommand));
+        for line in [&b"flush_all noreply x"[..], b"flush_all noreply noreply"] {
+            assert_eq!(
+                parse(line),
+                Err(ParseError::BadFormat("invalid exptime argument"))
+            );
+        }
+        assert_eq!(
+            parse(b"flush_all noreply"),
+            Ok(Command::FlushAll {
+                delay: 0,
+                noreply: true
+            })
+        );
         assert_eq!(
             parse(b"gat 10"),
             Ok(Command::Get {
@@ -376,8 +423,10 @@ mod tests {
                 noreply: false
             })
         );
-        assert!(ends_with_noreply(b"incr k abc noreply\r"));
-        assert!(!ends_with_noreply(b"delete noreply x"));
+        assert!(errors_unanswered(b"incr k abc noreply\r"));
+        assert!(!errors_unanswered(b"delete noreply x"));
+        assert!(!errors_unanswered(b"get a\x01b noreply"));
+        assert!(!errors_unanswered(b"bogus noreply"));
     }
 
     #[test]
@@ -438,7 +487,7 @@ mod tests {
         );
         assert_eq!(parse(b"version"), Ok(Command::Version));
         assert_eq!(parse(b"quit\r"), Ok(Command::Quit));
-        assert_eq!(parse(b"shutdown"), Ok(Command::Shutdown));
+        assert_eq!(parse(b"shutdown"), Ok(Command::Shutdown { mode_ok: true }));
         assert_eq!(
             parse(b"verbosity 1 noreply"),
             Ok(Command::Verbosity { noreply: true })

@@ -22,7 +22,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::cache::{server_error, Cache, Next, MAX_DATA_LEN, SPILL_AT};
-use super::protocol::{self, Command};
+use super::protocol::{self, Command, ParseError};
 use crate::Db;
 
 /// The longest command line read (a `get` of many keys is long: 2 MiB is
@@ -295,11 +295,12 @@ pub fn serve_stream(cache: &Arc<Cache>, input: impl Read, output: impl Write) ->
             return Next::Close;
         }
         line.pop();
-        // A `noreply` line's errors are not answered either (memcached).
-        let quiet = protocol::ends_with_noreply(&line);
+        // A `noreply` line's errors are not answered either (memcached),
+        // except an unknown word or a wrong count of tokens.
+        let quiet = protocol::errors_unanswered(&line);
         let next = match protocol::parse(&line) {
             Err(e) => {
-                if !quiet {
+                if !quiet || e == ParseError::UnknownCommand {
                     out.extend_from_slice(format!("{e}\r\n").as_bytes());
                 }
                 Next::Continue
@@ -435,6 +436,24 @@ mod tests {
         assert_eq!(
             r,
             "CLIENT_ERROR invalid numeric delta argument\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\n"
+        );
+    }
+
+    #[test]
+    fn errors_that_noreply_does_not_silence() {
+        let c = cache();
+        let long = "k".repeat(251);
+        let input = format!(
+            "get {long} noreply\r\nbogus noreply\r\nset k 0 0 1 x noreply\r\nX\r\n\
+             set a 0 0 1\r\n1\r\nflush_all noreply x\r\nget a\r\nshutdown now\r\n"
+        );
+        let (next, r) = replies(&c, input.as_bytes());
+        assert_eq!(next, Next::Close);
+        assert_eq!(
+            r,
+            "CLIENT_ERROR bad command line format\r\nERROR\r\nERROR\r\nERROR\r\n\
+             STORED\r\nCLIENT_ERROR invalid exptime argument\r\nVALUE a 0 1\r\n1\r\nEND\r\n\
+             CLIENT_ERROR invalid shutdown mode\r\n"
         );
     }
 
