@@ -16,6 +16,7 @@ mod checksum;
 pub mod db;
 pub mod engine;
 pub mod error;
+mod fnv;
 mod hint;
 mod keycmp;
 pub mod pm;

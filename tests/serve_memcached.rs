@@ -82,20 +82,36 @@ impl Client {
     }
 }
 
-/// A server on `db` running on a thread, on a free port.
-fn start(db: Db, config: Config) -> (SocketAddr, StopHandle, JoinHandle<Db>) {
+/// A server running on a thread, on a free port.
+struct Running {
+    addr: SocketAddr,
+    stop: StopHandle,
+    thread: JoinHandle<Db>,
+}
+
+impl Running {
+    /// Stops the server and gives its database back.
+    fn finish(self) -> Db {
+        self.stop.stop();
+        self.thread.join().unwrap()
+    }
+}
+
+/// Starts a server on `db`.
+fn start(db: Db, config: Config) -> Running {
     let server = Server::bind(db, "127.0.0.1:0", config).unwrap();
     let addr = server.local_addr().unwrap();
     let stop = server.stop_handle();
-    let t = std::thread::spawn(move || server.run().unwrap());
-    (addr, stop, t)
+    let thread = std::thread::spawn(move || server.run().unwrap());
+    Running { addr, stop, thread }
 }
 
 #[test]
 fn every_engine_serves_the_protocol() {
     for engine in pmindex::engine::ENGINES.iter().map(|e| e.name) {
         let db = Db::create_anonymous(&Options::with_engine(engine)).unwrap();
-        let (addr, stop, t) = start(db, Config::default());
+        let server = start(db, Config::default());
+        let addr = server.addr;
         let mut c = Client::connect(addr);
         let ctx = |what: &str| format!("{engine}: {what}");
         assert_eq!(
@@ -157,8 +173,7 @@ fn every_engine_serves_the_protocol() {
         assert!(c.call("version\r\n").starts_with("VERSION "));
         c.send("quit\r\n");
         assert!(c.closed());
-        stop.stop();
-        let db = t.join().unwrap();
+        let db = server.finish();
         assert_eq!(db.len(), 0, "{}", ctx("flush_all emptied the index"));
         db.check().unwrap();
     }
@@ -169,7 +184,8 @@ fn items_survive_a_restart_with_their_flags_expiration_and_cas_values() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache.pool");
     let db = Db::create(&path, &Options::with_engine("hart")).unwrap();
-    let (addr, stop, t) = start(db, Config::default());
+    let server = start(db, Config::default());
+    let addr = server.addr;
     let mut c = Client::connect(addr);
     for i in 0..200 {
         assert_eq!(
@@ -181,8 +197,7 @@ fn items_survive_a_restart_with_their_flags_expiration_and_cas_values() {
     assert_eq!(c.call("delete gone\r\n"), "DELETED\r\n");
     let cas_before = c.cas("key7");
     drop(c);
-    stop.stop();
-    drop(t.join().unwrap());
+    drop(server.finish());
 
     let db = Db::open(&path, &Options::default()).unwrap();
     let (meta, data) = {
@@ -195,7 +210,8 @@ fn items_survive_a_restart_with_their_flags_expiration_and_cas_values() {
         (7, &b"v0007"[..], cas_before)
     );
     assert!(meta.expires > 0, "the expiration is kept as a time");
-    let (addr, stop, t) = start(db, Config::default());
+    let server = start(db, Config::default());
+    let addr = server.addr;
     let mut c = Client::connect(addr);
     for i in 0..200 {
         assert_eq!(
@@ -210,8 +226,7 @@ fn items_survive_a_restart_with_their_flags_expiration_and_cas_values() {
         c.cas("key7") > cas_before,
         "CAS values given after a restart are above those given before"
     );
-    stop.stop();
-    t.join().unwrap().check().unwrap();
+    server.finish().check().unwrap();
 }
 
 #[test]
@@ -285,7 +300,8 @@ fn concurrent_increments_and_cas_loops_lose_no_update() {
 
 fn increments_and_cas_loops(config: Config) {
     let db = Db::create_anonymous(&Options::with_engine("hart")).unwrap();
-    let (addr, stop, t) = start(db, config);
+    let server = start(db, config);
+    let addr = server.addr;
     let mut c = Client::connect(addr);
     assert_eq!(c.call("set n 0 0 1\r\n0\r\n"), "STORED\r\n");
     assert_eq!(c.call("set c 0 0 1\r\n0\r\n"), "STORED\r\n");
@@ -328,14 +344,14 @@ fn increments_and_cas_loops(config: Config) {
         c.get("get n c\r\n"),
         "VALUE n 0 4\r\n1200\r\nVALUE c 0 3\r\n300\r\nEND\r\n"
     );
-    stop.stop();
-    t.join().unwrap();
+    server.finish();
 }
 
 #[test]
 fn a_connection_stays_in_step_through_bad_input() {
     let db = Db::create_anonymous(&Options::with_engine("wort")).unwrap();
-    let (addr, stop, t) = start(db, Config::default());
+    let server = start(db, Config::default());
+    let addr = server.addr;
     let mut c = Client::connect(addr);
     // A value over the limit is read and dropped, then refused; a `set`
     // refused so removes the key's old item (memcached: no stale read).
@@ -401,8 +417,7 @@ fn a_connection_stays_in_step_through_bad_input() {
         c.get(&format!("get{keys} p\r\n")),
         "VALUE p 0 2\r\nAB\r\nEND\r\n"
     );
-    stop.stop();
-    t.join().unwrap();
+    server.finish();
 }
 
 #[test]
@@ -413,7 +428,8 @@ fn connections_beyond_the_limit_are_refused_and_shutdown_stops_the_server() {
         allow_shutdown: true,
         ..Config::default()
     };
-    let (addr, _stop, t) = start(db, config);
+    let server = start(db, config);
+    let addr = server.addr;
     let mut first = Client::connect(addr);
     assert_eq!(first.call("set a 0 0 1\r\n1\r\n"), "STORED\r\n");
     let mut second = Client::connect(addr);
@@ -434,7 +450,7 @@ fn connections_beyond_the_limit_are_refused_and_shutdown_stops_the_server() {
     };
     third.send("shutdown\r\n");
     assert!(third.closed());
-    let db = t.join().unwrap();
+    let db = server.thread.join().unwrap(); // stopped by `shutdown`
     assert_eq!(
         db.get(b"a").unwrap().map(|v| item::decode(&v).1.to_vec()),
         Some(b"1".to_vec())
@@ -481,7 +497,8 @@ fn mc_bench_loads_each_engine_and_a_running_server() {
     }
 
     let db = Db::create_anonymous(&Options::with_engine("woart")).unwrap();
-    let (addr, stop, t) = start(db, Config::default());
+    let server = start(db, Config::default());
+    let addr = server.addr;
     let out = Command::new(env!("CARGO_BIN_EXE_pmindex"))
         .args(["mc-bench", "--server", &addr.to_string(), "--clients", "2"])
         .args(["--requests", "500"])
@@ -494,8 +511,7 @@ fn mc_bench_loads_each_engine_and_a_running_server() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(&addr.to_string()), "{text}");
-    stop.stop();
-    let db = t.join().unwrap();
+    let db = server.finish();
     assert!(db.len() > 300 && db.len() <= 500, "{} items", db.len());
     // A refused setting exits with status 2, before anything is made.
     let dir = tempfile::tempdir().unwrap();

@@ -537,11 +537,7 @@ pub fn key_tag(key: &[u8]) -> [u8; 8] {
         Ok(k) => k,
         Err(_) => {
             // FNV-1a, finished with the SplitMix64 finaliser.
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for &b in key {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-            mix64(h).to_be_bytes()
+            mix64(crate::fnv::fnv1a(key)).to_be_bytes()
         }
     }
 }

@@ -289,11 +289,7 @@ impl Cache {
 
     fn stripe(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
         // FNV-1a: cheap, and enough to spread keys over the stripes.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in key {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-        self.stripes[(h as usize) % STRIPES].lock()
+        self.stripes[(crate::fnv::fnv1a(key) as usize) % STRIPES].lock()
     }
 
     /// The Unix time at which an item given `exptime` expires (0: never);
@@ -1109,14 +1105,18 @@ mod tests {
         }
     }
 
+    /// Stores a 100,000-byte item at `k` and returns its data.
+    fn large_item(c: &Arc<Cache>) -> String {
+        let value = "v".repeat(100_000);
+        let line = format!("set k 0 0 {}", value.len());
+        assert_eq!(run(c, &line, &value), "STORED\r\n");
+        value
+    }
+
     #[test]
     fn a_long_retrieval_is_handed_on_as_it_is_read() {
         let (c, _) = cache();
-        let value = "v".repeat(100_000);
-        assert_eq!(
-            run(&c, &format!("set k 0 0 {}", value.len()), &value),
-            "STORED\r\n"
-        );
+        let value = large_item(&c);
         let line = format!("get{}", " k".repeat(1000));
         let cmd = parse(line.as_bytes()).unwrap();
         let (mut sent, mut largest) = (0usize, 0usize);
@@ -1140,11 +1140,7 @@ mod tests {
     #[test]
     fn a_client_gone_mid_reply_closes_the_connection() {
         let (c, _) = cache();
-        let value = "v".repeat(100_000);
-        assert_eq!(
-            run(&c, &format!("set k 0 0 {}", value.len()), &value),
-            "STORED\r\n"
-        );
+        large_item(&c);
         let line = format!("get{}", " k".repeat(100));
         let cmd = parse(line.as_bytes()).unwrap();
         let mut out = Vec::new();
