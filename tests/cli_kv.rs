@@ -567,7 +567,7 @@ fn json_errors_are_json() {
 #[test]
 fn check_lists_no_repair_on_a_clean_pool() {
     let dir = tempfile::tempdir().unwrap();
-    for engine in ["wort", "woart", "art-cow", "hart", "pmlog"] {
+    for engine in ["wort", "woart", "art-cow", "hart", "fptree", "pmlog"] {
         let p = dir.path().join(format!("{engine}.pool"));
         {
             let opts = pmindex::Options {

@@ -19,3 +19,6 @@ conformance_suite!(woart, "woart");
 conformance_suite!(woart_locked, "woart:writers=locked");
 conformance_suite!(art_cow, "art-cow");
 conformance_suite!(art_cow_locked, "art-cow:writers=locked");
+conformance_suite!(fptree, "fptree");
+// Leaves of 3 slots: a split every few inserts, leaves unlinked often.
+conformance_suite!(fptree_small_leaves, "fptree:leaf_slots=3");

@@ -74,6 +74,12 @@ fn pmlog() {
     crash_test("pmlog", 2, &[]);
 }
 
+/// One writer at a time (the tree-wide lock), leaves of 3 slots.
+#[test]
+fn fptree() {
+    crash_test("fptree", 2, &[("fptree.leaf_slots", "3")]);
+}
+
 #[test]
 fn hart() {
     crash_test("hart", 2, &[]);

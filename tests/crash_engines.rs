@@ -22,7 +22,7 @@ fn crash_test_with(engine: &str, eadr: bool, settings: &[(&str, &str)]) {
     cfg.eadr = eadr;
     let r = run(&cfg).expect("crash test runs");
     println!(
-        "{engine}{}: {} images ({} during recovery), {} crash points, {} rounds, {:.1} s, {:.0} images/s",
+        "{engine}{settings:?}{}: {} images ({} during recovery), {} crash points, {} rounds, {:.1} s, {:.0} images/s",
         if eadr { " (eadr)" } else { "" },
         r.images,
         r.recovery_images,
@@ -73,6 +73,7 @@ crash_suite! {
     wort => "wort",
     woart => "woart",
     art_cow => "art-cow",
+    fptree => "fptree",
 }
 
 /// HART in the paper's persist order (same recovery, more fences).
@@ -106,4 +107,13 @@ fn radix_format_2() {
 #[test]
 fn hart_hashed_index() {
     crash_test_with("hart", false, &[("hart.hash_key_len", "3")]);
+}
+
+/// FPTree with leaves of 3 slots: the crash workload's 48 keys then fill
+/// many leaves, so that splits (torn between the new leaf's link and the
+/// old leaf's bitmap) and leaf unlinks are among the crash points.
+#[test]
+fn fptree_small_leaves() {
+    crash_test_with("fptree", false, &[("fptree.leaf_slots", "3")]);
+    crash_test_with("fptree", true, &[("fptree.leaf_slots", "3")]);
 }

@@ -6,7 +6,14 @@ use pmindex::pm::Fault;
 use pmindex::sim::{run, CrashConfig, ALLOC_SUBJECT};
 
 fn must_catch(fault: Fault, subject: &str) {
+    must_catch_with(fault, subject, &[]);
+}
+
+fn must_catch_with(fault: Fault, subject: &str, settings: &[(&str, &str)]) {
     let mut cfg = CrashConfig::new(subject);
+    for (k, v) in settings {
+        cfg.engine_config.insert(k.to_string(), v.to_string());
+    }
     cfg.fault = Some(fault);
     cfg.states = 4000;
     let r = run(&cfg).expect("crash test runs");
@@ -108,9 +115,24 @@ fn radix_batch_held_commits_without_their_fence_are_caught() {
 }
 
 #[test]
+fn fptree_missing_insert_fence_is_caught() {
+    must_catch(Fault::FptreeInsertSkipFence, "fptree");
+}
+
+/// Leaves of 3 slots, so that the workload splits leaves often.
+#[test]
+fn fptree_split_bitmap_before_link_is_caught() {
+    must_catch_with(
+        Fault::FptreeSplitBitmapFirst,
+        "fptree",
+        &[("fptree.leaf_slots", "3")],
+    );
+}
+
+#[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
     // caught only with writers on the same keys: its test is in
     // `crash_shared_keys.rs`).
-    assert_eq!(Fault::ALL.len(), 17);
+    assert_eq!(Fault::ALL.len(), 19);
 }

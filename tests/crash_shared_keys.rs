@@ -79,6 +79,11 @@ fn pmlog() {
 }
 
 #[test]
+fn fptree() {
+    crash_test("fptree", 2, &[("fptree.leaf_slots", "3")]);
+}
+
+#[test]
 fn hart() {
     crash_test("hart", 2, &[]);
 }

@@ -1,5 +1,5 @@
 //! Random damage to the pools of `hart` (both persist orders, both indexes
-//! of ARTs), `wort`, `woart` and `art-cow`:
+//! of ARTs), `wort`, `woart`, `art-cow` and `fptree`:
 //! opening a damaged pool either fails with an error or succeeds, and then
 //! reads, scans, a check and writes return (values or errors) without a
 //! panic and without hanging. (`tests/pool_errors.rs` does the same for
@@ -190,6 +190,17 @@ fn damaged_art_cow_pools_never_panic() {
     damage("art-cow", 40_000);
 }
 
+#[test]
+fn damaged_fptree_pools_never_panic() {
+    damage("fptree", 50_000);
+}
+
+/// Leaves of 3 slots: a long leaf list, so damage meets `next` pointers.
+#[test]
+fn damaged_fptree_pools_with_small_leaves_never_panic() {
+    damage("fptree:leaf_slots=3", 60_000);
+}
+
 /// A pool whose root slot 0 was zeroed (damage: the slot is outside the
 /// header's checksum) is refused with an error on open, for every engine.
 /// Before, the engine took it for a creation that crashed before its root
@@ -199,7 +210,7 @@ fn damaged_art_cow_pools_never_panic() {
 /// A pool where creation did crash (nothing allocated) still opens, empty.
 #[test]
 fn a_lost_root_is_refused_not_replaced() {
-    for engine in ["hart", "wort", "woart", "art-cow", "pmlog"] {
+    for engine in ["hart", "wort", "woart", "art-cow", "fptree", "pmlog"] {
         let opts = options(engine, POOL);
         let keys = damage::keys(40);
         let image = damage::pristine(&opts, &keys).expect("the pristine pool");

@@ -391,6 +391,8 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         "woart:writers=locked",
         "art-cow",
         "art-cow:format=2,writers=locked",
+        "fptree",
+        "fptree:leaf_slots=3",
     ] {
         let t = TempPool::new();
         drop(Db::create(&t.path, &options(engine, 64 << 20)).unwrap());

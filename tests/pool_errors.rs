@@ -968,7 +968,7 @@ fn filled_pool(engine: &str, size: u64, n: u32) -> TempPool {
 /// not even a store through its pool (its mapping is private).
 #[test]
 fn read_only_opens_share_the_pool_and_never_write_it() {
-    for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
+    for engine in ["pmlog", "hart", "wort", "woart", "art-cow", "fptree"] {
         let t = filled_pool(engine, 16 << 20, 200);
         let before = std::fs::read(&t.path).unwrap();
         let a = Db::open_read_only(&t.path, &Options::default()).unwrap();
@@ -1013,7 +1013,7 @@ fn read_only_opens_share_the_pool_and_never_write_it() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_read_only_open_of_a_clean_pool_copies_no_page() {
-    for engine in ["pmlog", "hart", "wort", "woart", "art-cow"] {
+    for engine in ["pmlog", "hart", "wort", "woart", "art-cow", "fptree"] {
         let t = filled_pool(engine, 64 << 20, 20_000);
         let db = Db::open_read_only(&t.path, &Options::default()).unwrap();
         assert_eq!(db.len(), 20_000);

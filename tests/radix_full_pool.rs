@@ -4,7 +4,8 @@
 //! half-done split, no leaked reservation, no pending block), inserts of
 //! present keys and updates of absent ones are refused as such, every key can
 //! be deleted (shrinks and merges in a full pool), and a reopen keeps
-//! everything.
+//! everything. Also `fptree`, whose leaves and records come from the same
+//! block heap (`engine/radix/chunks.rs`).
 
 mod common;
 
@@ -96,4 +97,9 @@ fn woart_full_pool() {
 #[test]
 fn art_cow_full_pool() {
     fill_then_empty("art-cow");
+}
+
+#[test]
+fn fptree_full_pool() {
+    fill_then_empty("fptree");
 }

@@ -37,6 +37,7 @@ const ENGINES: [(&str, &[(&str, &str)]); 6] = [
     ("wort", &[]),
     ("woart", &[]),
     ("art-cow", &[]),
+    ("fptree", &[("fptree.leaf_slots", "3")]),
 ];
 
 /// Pool size of the images.

@@ -18,6 +18,7 @@ pub use locked::{
     Locked, OptimisticRead, Probe, Reads, ValueBuf, BATCH, OPTIMISTIC_TRIES, VALUE_BUF,
 };
 
+pub mod fptree;
 pub mod hart;
 mod locked;
 pub mod pmlog;
@@ -300,6 +301,7 @@ pub const ENGINES: &[EngineInfo] = &[
     radix::WORT_INFO,
     radix::WOART_INFO,
     radix::ART_COW_INFO,
+    fptree::INFO,
 ];
 
 /// Looks an engine up by name.

@@ -66,6 +66,13 @@ pub enum Case {
     /// pmlog: a record superseded by a newer one of its key was still
     /// alive (a crash inside a replace or delete); it was killed.
     PmlogLoserKilled,
+    /// fptree: a leaf and the next one held the same records (a crash
+    /// inside a split, after the old leaf's pointer to the new one and
+    /// before its new bitmap); the split was finished.
+    FptreeSplitFinished,
+    /// fptree: an empty leaf was in the leaf list (a crash between a
+    /// delete's commit and the leaf's unlinking); it was unlinked.
+    FptreeEmptyLeafUnlinked,
 }
 
 impl Case {
@@ -84,6 +91,8 @@ impl Case {
         Case::RadixChunkReleasedAtOpen,
         Case::PmlogTornTail,
         Case::PmlogLoserKilled,
+        Case::FptreeSplitFinished,
+        Case::FptreeEmptyLeafUnlinked,
     ];
 
     /// Whether the case repairs what a crash (or damage) left, as opposed
@@ -112,6 +121,8 @@ impl Case {
             Case::RadixChunkReleasedAtOpen => "radix_chunk_released_at_open",
             Case::PmlogTornTail => "pmlog_torn_tail",
             Case::PmlogLoserKilled => "pmlog_loser_killed",
+            Case::FptreeSplitFinished => "fptree_split_finished",
+            Case::FptreeEmptyLeafUnlinked => "fptree_empty_leaf_unlinked",
         }
     }
 
@@ -133,6 +144,8 @@ impl Case {
             Case::RadixChunkReleasedAtOpen => "unreached chunks released",
             Case::PmlogTornTail => "torn log tails zeroed",
             Case::PmlogLoserKilled => "superseded records killed",
+            Case::FptreeSplitFinished => "torn leaf splits finished",
+            Case::FptreeEmptyLeafUnlinked => "empty leaves unlinked",
         }
     }
 
@@ -144,7 +157,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
+static COUNTS: [AtomicU64; 15] = [const { AtomicU64::new(0) }; 15];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.

@@ -78,6 +78,12 @@ pub enum Fault {
     /// without the fence before them (a commit can reach PM before the
     /// node or pointer it publishes).
     RadixBatchHeldUnfenced,
+    /// fptree: an insert stores its bitmap bit without the fence before it
+    /// (the commit can reach PM before the record or the slot it names).
+    FptreeInsertSkipFence,
+    /// fptree: a split stores the old leaf's lower-half bitmap before its
+    /// pointer to the new leaf (a crash between loses the upper half).
+    FptreeSplitBitmapFirst,
 }
 
 impl Fault {
@@ -100,6 +106,8 @@ impl Fault {
         Fault::ArtCowSkipCopyFlush,
         Fault::RadixBatchReleaseEarly,
         Fault::RadixBatchHeldUnfenced,
+        Fault::FptreeInsertSkipFence,
+        Fault::FptreeSplitBitmapFirst,
     ];
 
     /// The name used on the command line.
@@ -122,6 +130,8 @@ impl Fault {
             Fault::ArtCowSkipCopyFlush => "art-cow-skip-copy-flush",
             Fault::RadixBatchReleaseEarly => "radix-batch-release-early",
             Fault::RadixBatchHeldUnfenced => "radix-batch-held-unfenced",
+            Fault::FptreeInsertSkipFence => "fptree-insert-skip-fence",
+            Fault::FptreeSplitBitmapFirst => "fptree-split-bitmap-first",
         }
     }
 
@@ -142,6 +152,7 @@ impl Fault {
             Fault::ArtCowSkipCopyFlush
             | Fault::RadixBatchReleaseEarly
             | Fault::RadixBatchHeldUnfenced => Some("art-cow"),
+            Fault::FptreeInsertSkipFence | Fault::FptreeSplitBitmapFirst => Some("fptree"),
         }
     }
 }

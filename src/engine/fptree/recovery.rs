@@ -1,0 +1,274 @@
+//! Recovery at open, and the structural check: one walk of the leaf list.
+//!
+//! FPTree rebuilds its DRAM inner nodes from the leaf list at every open
+//! (Oukid et al. §4.5); so does this one, and the same walk marks every
+//! block it reaches in the heap (a block is in use exactly when reached),
+//! repairs what a crash can leave, and checks the rest. Without `fix` (the
+//! check) the repairs are errors, because between operations neither case
+//! exists.
+//!
+//! | found | left by a crash in | fix | persist order |
+//! |---|---|---|---|
+//! | a leaf whose live slots hold records the next leaf's live slots also hold, at the same slots | a split, after `L.next = N` and before `L`'s new bitmap | store `L.bitmap & !N.bitmap` (the split's own last store) | store, flush; one fence after the walk |
+//! | an empty leaf | a delete, after its commit and before the leaf's unlinking | store its `next` in its predecessor's `next` (or `head`) | store, flush; one fence after the walk |
+//!
+//! The fence comes before the heap is settled: a chunk whose blocks are
+//! all unreached goes back to the substrate then, and a repair not yet
+//! durable could, after another crash, lead the walk into it.
+//!
+//! Anything else is damage and an error: a leaf list with a cycle, a
+//! pointer to no block or to a block reached twice, bits past a leaf's
+//! slots, a record whose lengths do not fit its block or whose key does
+//! not match its fingerprint, a key twice, keys out of order across leaves.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::inner::Inner;
+use super::leaf::{self, fingerprint, Header};
+use super::{record, superblock, FpTree};
+use crate::engine::radix::chunks::Chunks;
+use crate::engine::CheckReport;
+use crate::error::{Error, Result};
+use crate::pm::cases::{self, Case};
+use crate::pm::Pool;
+
+/// A leaf the walk reached: its least key, its greatest key, its offset.
+type Reached = (Box<[u8]>, Box<[u8]>, u64);
+
+/// What the walk found.
+struct Walked {
+    /// The leaves, in list order.
+    leaves: Vec<Reached>,
+    keys: u64,
+}
+
+/// Walks the leaf list of the tree whose superblock is `sb`, marking what
+/// it reaches in `heap`; repairs (see the module doc) if `fix`.
+fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Result<Walked> {
+    let size = leaf::size(slots);
+    let bad = |off: u64, what: String| -> Error {
+        if fix {
+            Error::corrupt(off, format!("fptree: {what}"))
+        } else {
+            Error::CheckFailed(format!("fptree: {what} (at {off:#x})"))
+        }
+    };
+    let mut w = Walked {
+        leaves: Vec::new(),
+        keys: 0,
+    };
+    let mut pred = sb + superblock::HEAD;
+    let mut at = pool.load_u64(pred)?;
+    let mut visited = HashSet::new();
+    let mut repaired = false;
+    while at != 0 {
+        if !visited.insert(at) {
+            return Err(bad(at, "the leaf list has a cycle".into()));
+        }
+        if heap.block_size(at).map_err(|e| bad(at, e.to_string()))? < size {
+            return Err(bad(
+                at,
+                "the leaf list names a block smaller than a leaf".into(),
+            ));
+        }
+        let mut h = Header::read(pool, at, slots)?;
+        if h.bitmap >> slots != 0 {
+            return Err(bad(
+                at,
+                format!(
+                    "a leaf's bitmap {:#x} has bits past its {slots} slots",
+                    h.bitmap
+                ),
+            ));
+        }
+        if h.next != 0 {
+            if let Some(next_bits) = torn_split(pool, heap, at, &h, size)? {
+                if !fix {
+                    return Err(bad(
+                        at,
+                        "a leaf shares its records with the next one (a torn split)".into(),
+                    ));
+                }
+                cases::record(Case::FptreeSplitFinished);
+                h.bitmap &= !next_bits;
+                pool.store_u64(at + leaf::BITMAP, h.bitmap)?;
+                pool.flush(at + leaf::BITMAP, 8);
+                repaired = true;
+            }
+        }
+        if h.bitmap == 0 {
+            if !fix {
+                return Err(bad(at, "an empty leaf is in the leaf list".into()));
+            }
+            cases::record(Case::FptreeEmptyLeafUnlinked);
+            pool.store_u64(pred, h.next)?;
+            pool.flush(pred, 8);
+            repaired = true;
+            at = h.next;
+            continue;
+        }
+        heap.mark(at).map_err(|e| bad(at, e.to_string()))?;
+        let mut keys: Vec<&[u8]> = Vec::with_capacity(slots as usize);
+        for j in h.live() {
+            let rec = pool.load_u64(leaf::slot(at, j))?;
+            heap.mark(rec).map_err(|e| bad(rec, e.to_string()))?;
+            let block = heap.block_size(rec)?;
+            let (k, _) =
+                record::read_lens(pool, rec, block).map_err(|e| bad(rec, e.to_string()))?;
+            // SAFETY: recovery and the check run with the tree held
+            // exclusively (or before it is shared).
+            let key = unsafe { record::key(pool, rec, k)? };
+            if h.fps[j as usize] != fingerprint(key) {
+                return Err(bad(
+                    rec,
+                    format!("slot {j}'s fingerprint does not match its key"),
+                ));
+            }
+            keys.push(key);
+        }
+        keys.sort_unstable();
+        if keys.windows(2).any(|p| p[0] == p[1]) {
+            return Err(bad(at, "a leaf holds one key twice".into()));
+        }
+        let (least, most) = (keys[0], keys[keys.len() - 1]);
+        if let Some((_, prev_most, _)) = w.leaves.last() {
+            if least <= &prev_most[..] {
+                return Err(bad(
+                    at,
+                    "a leaf's keys do not all follow the previous leaf's".into(),
+                ));
+            }
+        }
+        w.keys += keys.len() as u64;
+        w.leaves.push((least.into(), most.into(), at));
+        pred = at + leaf::NEXT;
+        at = h.next;
+    }
+    if repaired {
+        pool.fence();
+    }
+    Ok(w)
+}
+
+/// If leaf `l` (first line `h`) and the next one are the two halves of a
+/// torn split, the next leaf's bitmap; `None` if they share no record.
+fn torn_split(pool: &Pool, heap: &Chunks, l: u64, h: &Header, size: u64) -> Result<Option<u64>> {
+    let n = h.next;
+    if !heap.block_size(n).is_ok_and(|s| s >= size) {
+        return Ok(None); // The walk reports it when it gets there.
+    }
+    let next_bits = pool.load_u64(n + leaf::BITMAP)?;
+    let mut shared = 0u64;
+    let mut b = h.bitmap & next_bits;
+    while b != 0 {
+        let j = b.trailing_zeros();
+        b &= b - 1;
+        if pool.load_u64(leaf::slot(l, j))? == pool.load_u64(leaf::slot(n, j))? {
+            shared |= 1 << j;
+        }
+    }
+    if shared == 0 {
+        return Ok(None);
+    }
+    if shared != next_bits {
+        return Err(Error::corrupt(
+            l,
+            "fptree: a leaf shares records with the next one, but not as a split leaves them",
+        ));
+    }
+    Ok(Some(next_bits))
+}
+
+/// Recovery (see the module doc).
+pub(super) fn open(pool: Arc<Pool>, want: Option<u32>) -> Result<FpTree> {
+    let (sb, slots) = superblock::open(&pool, want.unwrap_or(leaf::DEFAULT_SLOTS))?;
+    if let Some(w) = want.filter(|&w| w != slots) {
+        return Err(Error::InvalidArgument(format!(
+            "fptree.leaf_slots={w}, but this pool was created with {slots}; it is fixed at creation"
+        )));
+    }
+    let mut heap = Chunks::load(&pool, sb + superblock::CHUNKS, true)?;
+    let walked = walk(&pool, &mut heap, sb, slots, true)?;
+    heap.settle(&pool)?;
+    let mut leaves = Inner::default();
+    for (i, (least, _, l)) in walked.leaves.into_iter().enumerate() {
+        let bound = if i == 0 { Box::default() } else { least };
+        leaves.insert(bound, l);
+    }
+    Ok(FpTree {
+        pool,
+        sb,
+        slots,
+        heap,
+        leaves,
+        count: walked.keys,
+    })
+}
+
+impl FpTree {
+    /// The structural check: the walk without repairs, then the DRAM map
+    /// against it (the same leaves in the same order, each bound at or
+    /// below its leaf's least key and above the previous leaf's keys), the
+    /// key count, and the heap's blocks in use against the blocks reached.
+    pub(super) fn check_impl(&self) -> Result<CheckReport> {
+        let mut fresh = self.heap.unmarked();
+        let w = walk(&self.pool, &mut fresh, self.sb, self.slots, false)?;
+        let fail = |what: String| Err(Error::CheckFailed(format!("fptree: {what}")));
+        if w.leaves.len() != self.leaves.len() {
+            return fail(format!(
+                "{} leaves in the list, {} in the DRAM map",
+                w.leaves.len(),
+                self.leaves.len()
+            ));
+        }
+        for (i, ((least, _, l), (bound, m))) in w.leaves.iter().zip(self.leaves.iter()).enumerate()
+        {
+            if *l != m {
+                return fail(format!(
+                    "leaf {i} is {l:#x} in the list, {m:#x} in the DRAM map"
+                ));
+            }
+            let above_prev = i == 0 || &w.leaves[i - 1].1[..] < bound;
+            if (i == 0) != bound.is_empty() || !above_prev || bound > &least[..] {
+                return fail(format!(
+                    "leaf {i}'s bound in the DRAM map does not fit its keys"
+                ));
+            }
+        }
+        if self.leaves.is_empty() != (self.count == 0) {
+            return fail(format!(
+                "{} keys counted in {} leaves",
+                self.count,
+                self.leaves.len()
+            ));
+        }
+        if w.keys != self.count {
+            return fail(format!(
+                "{} keys in the leaves, {} counted",
+                w.keys, self.count
+            ));
+        }
+        for ((o, have), (_, reached)) in
+            self.heap.used_blocks().into_iter().zip(fresh.used_blocks())
+        {
+            if have != reached {
+                let leak = have.iter().zip(&reached).any(|(a, b)| a & !b != 0);
+                return fail(format!(
+                    "chunk {o:#x}: {}",
+                    if leak {
+                        "a block in use is not reached by the leaf list (leak)"
+                    } else {
+                        "a block the leaf list reaches is free in the DRAM map"
+                    }
+                ));
+            }
+        }
+        let mut blocks = vec![self.sb];
+        blocks.extend(self.heap.offsets());
+        Ok(CheckReport {
+            keys: w.keys,
+            referenced_blocks: blocks,
+        })
+    }
+}

@@ -1,0 +1,273 @@
+//! Unit tests of the fptree engine: splits and unlinks with small leaves,
+//! recovery's two repairs on crafted images, damage refused.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::*;
+use crate::pm::cases::{count, Case};
+
+fn pool() -> Arc<Pool> {
+    Arc::new(Pool::create_anonymous(16 << 20, "fptree", &Default::default()).unwrap())
+}
+
+fn key(i: u32) -> Vec<u8> {
+    // Keys of mixed lengths, not in insertion order.
+    let x = i.wrapping_mul(2_654_435_761);
+    format!("k{:x}{}", x, "z".repeat((i % 5) as usize)).into_bytes()
+}
+
+fn contents(t: &FpTree) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    t.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    out
+}
+
+/// A tree of `n` keys in leaves of `slots` slots, with the model.
+fn filled(slots: u32, n: u32) -> (Arc<Pool>, FpTree, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let pool = pool();
+    let mut t = FpTree::create(Arc::clone(&pool), slots).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..n {
+        let v = format!("value {i}").into_bytes();
+        assert_eq!(
+            t.put(&key(i), &v, PutMode::Upsert).unwrap(),
+            PutOutcome::Inserted
+        );
+        model.insert(key(i), v);
+    }
+    (pool, t, model)
+}
+
+fn same(t: &FpTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    t.check().unwrap();
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(contents(t), want);
+    assert_eq!(t.len(), model.len() as u64);
+    for (k, v) in model {
+        let mut got = None;
+        assert!(t.get_with(k, &mut |x| got = Some(x.to_vec())).unwrap());
+        assert_eq!(got.as_deref(), Some(&v[..]));
+    }
+}
+
+#[test]
+fn small_leaves_split_and_unlink_and_recover() {
+    let (pool, mut t, mut model) = filled(4, 600);
+    assert!(t.leaves.len() > 150, "{} leaves", t.leaves.len());
+    same(&t, &model);
+    // Updates in full leaves need no split.
+    for i in (0..600).step_by(3) {
+        let v = vec![i as u8; (i % 300) as usize];
+        assert_eq!(
+            t.put(&key(i), &v, PutMode::Upsert).unwrap(),
+            PutOutcome::Replaced
+        );
+        model.insert(key(i), v);
+    }
+    // Deletes empty and unlink leaves, the first one among them.
+    let first = model.keys().next().unwrap().clone();
+    for i in 0..600 {
+        if i % 4 != 1 {
+            assert!(t.delete(&key(i)).unwrap());
+            model.remove(&key(i));
+        }
+    }
+    assert!(!t.delete(&first).unwrap() || !model.contains_key(&first));
+    same(&t, &model);
+    drop(t);
+    let t = FpTree::open(Arc::clone(&pool), None).unwrap();
+    same(&t, &model);
+    // Everything deleted: the list is empty, and the blocks are free.
+    let mut t = t;
+    for k in model.keys() {
+        assert!(t.delete(k).unwrap());
+    }
+    assert!(t.leaves.is_empty());
+    assert_eq!(pool.load_u64(t.sb + superblock::HEAD).unwrap(), 0);
+    t.check().unwrap();
+    assert_eq!(
+        t.put(b"again", b"1", PutMode::Insert).unwrap(),
+        PutOutcome::Inserted
+    );
+    t.check().unwrap();
+}
+
+#[test]
+fn put_modes_and_scan_bounds() {
+    let (_pool, mut t, model) = filled(5, 100);
+    assert_eq!(
+        t.put(&key(3), b"x", PutMode::Insert).unwrap(),
+        PutOutcome::Unchanged
+    );
+    assert_eq!(
+        t.put(b"absent", b"x", PutMode::Update).unwrap(),
+        PutOutcome::Unchanged
+    );
+    same(&t, &model);
+    let keys: Vec<&Vec<u8>> = model.keys().collect();
+    let (lo, hi) = (keys[10].as_slice(), keys[60].as_slice());
+    for (lb, hb) in [
+        (Bound::Included(lo), Bound::Excluded(hi)),
+        (Bound::Excluded(lo), Bound::Included(hi)),
+        (Bound::Included(hi), Bound::Excluded(lo)),
+        (Bound::Unbounded, Bound::Excluded(lo)),
+    ] {
+        let mut got = Vec::new();
+        t.scan(lb, hb, &mut |k, _| {
+            got.push(k.to_vec());
+            true
+        })
+        .unwrap();
+        let inside = |k: &[u8]| {
+            (match lb {
+                Bound::Included(l) => k >= l,
+                Bound::Excluded(l) => k > l,
+                Bound::Unbounded => true,
+            }) && match hb {
+                Bound::Included(h) => k <= h,
+                Bound::Excluded(h) => k < h,
+                Bound::Unbounded => true,
+            }
+        };
+        let want: Vec<Vec<u8>> = model.keys().filter(|k| inside(k)).cloned().collect();
+        assert_eq!(got, want, "{lb:?}..{hb:?}");
+    }
+}
+
+/// A crash inside a split after `L.next = N` and before `L`'s new bitmap
+/// leaves both leaves listing the upper half: recovery finishes the split.
+#[test]
+fn a_torn_split_is_finished_at_open() {
+    let (pool, mut t, model) = filled(4, 4);
+    let l = t.leaves.iter().next().unwrap().1;
+    let full = pool.load_u64(l + leaf::BITMAP).unwrap();
+    assert_eq!(full, 0b1111);
+    t.split(l, b"zzz").unwrap();
+    let n = pool.load_u64(l + leaf::NEXT).unwrap();
+    assert_eq!(
+        pool.load_u64(n + leaf::BITMAP).unwrap() & pool.load_u64(l + leaf::BITMAP).unwrap(),
+        0
+    );
+    drop(t);
+    // The torn state: `next` reached PM, the lower-half bitmap did not.
+    pool.store_u64(l + leaf::BITMAP, full).unwrap();
+    let before = count(Case::FptreeSplitFinished);
+    let t = FpTree::open(Arc::clone(&pool), None).unwrap();
+    assert!(count(Case::FptreeSplitFinished) > before);
+    assert_eq!(t.leaves.len(), 2);
+    same(&t, &model);
+    // The check reports the torn state instead of repairing it.
+    pool.store_u64(l + leaf::BITMAP, full).unwrap();
+    let e = t.check().expect_err("reported");
+    assert!(e.to_string().contains("torn split"), "{e}");
+}
+
+/// A crash between a delete's commit and the unlinking of the leaf it
+/// emptied leaves an empty leaf in the list: recovery unlinks it.
+#[test]
+fn an_empty_leaf_is_unlinked_at_open() {
+    let (pool, t, mut model) = filled(4, 40);
+    let (_, second) = t.leaves.iter().nth(1).unwrap();
+    let first = t.leaves.iter().next().unwrap().1;
+    let mut lost = Vec::new();
+    let h = Header::read(&pool, second, 4).unwrap();
+    for j in h.live() {
+        let rec = pool.load_u64(leaf::slot(second, j)).unwrap();
+        let (k, _) = record::read_lens(&pool, rec, 1 << 20).unwrap();
+        // SAFETY: the tree is dropped below before anything writes the pool.
+        lost.push(unsafe { record::key(&pool, rec, k) }.unwrap().to_vec());
+    }
+    drop(t);
+    pool.store_u64(second + leaf::BITMAP, 0).unwrap();
+    for k in &lost {
+        model.remove(k);
+    }
+    let before = count(Case::FptreeEmptyLeafUnlinked);
+    let t = FpTree::open(Arc::clone(&pool), None).unwrap();
+    assert!(count(Case::FptreeEmptyLeafUnlinked) > before);
+    assert_eq!(pool.load_u64(first + leaf::NEXT).unwrap(), h.next);
+    same(&t, &model);
+    // The first leaf emptied the same way: `head` moves on.
+    drop(t);
+    pool.store_u64(first + leaf::BITMAP, 0).unwrap();
+    let t = FpTree::open(Arc::clone(&pool), None).unwrap();
+    assert_eq!(pool.load_u64(t.sb + superblock::HEAD).unwrap(), h.next);
+    t.check().unwrap();
+}
+
+#[test]
+fn damage_is_refused_not_followed() {
+    // A cycle in the leaf list.
+    let (pool, t, _) = filled(4, 30);
+    let last = t.leaves.iter().last().unwrap().1;
+    let first = t.leaves.iter().next().unwrap().1;
+    drop(t);
+    pool.store_u64(last + leaf::NEXT, first).unwrap();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("cycle"), "{e}");
+
+    // A fingerprint that does not match its key.
+    let (pool, t, _) = filled(4, 30);
+    let first = t.leaves.iter().next().unwrap().1;
+    drop(t);
+    let fp = pool.load_u64(first + leaf::FPS).unwrap();
+    pool.store_u64(first + leaf::FPS, fp ^ 0xFF).unwrap();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("fingerprint"), "{e}");
+
+    // Two leaves in the wrong order.
+    let (pool, t, _) = filled(4, 30);
+    let ls: Vec<u64> = t.leaves.iter().map(|(_, l)| l).collect();
+    drop(t);
+    let (a, b, c) = (ls[0], ls[1], ls[2]);
+    pool.store_u64(a + leaf::NEXT, c).unwrap();
+    pool.store_u64(c + leaf::NEXT, b).unwrap();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(
+        e.to_string().contains("follow") || e.to_string().contains("cycle"),
+        "{e}"
+    );
+
+    // A bitmap with bits past the slots.
+    let (pool, t, _) = filled(4, 30);
+    let first = t.leaves.iter().next().unwrap().1;
+    drop(t);
+    let b = pool.load_u64(first + leaf::BITMAP).unwrap();
+    pool.store_u64(first + leaf::BITMAP, b | 1 << 20).unwrap();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("past its"), "{e}");
+}
+
+#[test]
+fn leaf_slots_are_fixed_at_creation() {
+    let (pool, t, model) = filled(6, 50);
+    drop(t);
+    let e = FpTree::open(Arc::clone(&pool), Some(8))
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("fixed at creation"), "{e}");
+    let t = FpTree::open(Arc::clone(&pool), Some(6)).unwrap();
+    same(&t, &model);
+    assert_eq!(t.settings()["fptree.leaf_slots"], "6");
+    for bad in ["1", "41", "x", "-3"] {
+        let cfg = EngineConfig::from([("fptree.leaf_slots".to_string(), bad.to_string())]);
+        let e = leaf_slots(&cfg).expect_err("refused");
+        assert!(e.to_string().contains("expected 2 to 40"), "{e}");
+    }
+    let cfg = EngineConfig::from([("fptree.slots".to_string(), "4".to_string())]);
+    assert!(leaf_slots(&cfg).is_err());
+}
