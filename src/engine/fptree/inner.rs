@@ -21,24 +21,43 @@ fn head(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// The bounds of one head, in order: the first inline, so that a descent
-/// that ends at a head below its key reads the leaf without another miss.
+/// The bounds of one head: the least inline, so that a descent that ends
+/// at a head below its key reads the leaf without another miss, and the
+/// rest (rare unless keys share their first 8 bytes) in order.
 struct Group {
     bound: Box<[u8]>,
     leaf: u64,
-    more: Vec<(Box<[u8]>, u64)>,
+    more: BTreeMap<Box<[u8]>, u64>,
 }
 
 impl Group {
-    fn entries(&self) -> impl DoubleEndedIterator<Item = (&[u8], u64)> + '_ {
+    fn entries(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
         std::iter::once((&self.bound[..], self.leaf))
             .chain(self.more.iter().map(|(b, l)| (&b[..], *l)))
     }
 
     fn last(&self) -> (&[u8], u64) {
         self.more
-            .last()
+            .last_key_value()
             .map_or((&self.bound[..], self.leaf), |(b, l)| (&b[..], *l))
+    }
+
+    /// The last entry at or below `key` (`inclusive`) or below it.
+    fn last_before(&self, key: &[u8], inclusive: bool) -> Option<(&[u8], u64)> {
+        let hi = if inclusive {
+            Bound::Included(key)
+        } else {
+            Bound::Excluded(key)
+        };
+        if let Some((b, l)) = self
+            .more
+            .range::<[u8], _>((Bound::Unbounded, hi))
+            .next_back()
+        {
+            return Some((&b[..], *l));
+        }
+        let first = &self.bound[..];
+        (if inclusive { first <= key } else { first < key }).then_some((first, self.leaf))
     }
 }
 
@@ -55,12 +74,11 @@ impl Inner {
     /// below it (`Excluded`).
     fn last_before(&self, key: &[u8], inclusive: bool) -> Option<(&[u8], u64)> {
         let h = head(key);
-        let fits = |b: &[u8]| if inclusive { b <= key } else { b < key };
         for (&gh, g) in self.map.range(..=h).rev() {
             if gh < h {
                 return Some(g.last());
             }
-            if let Some(e) = g.entries().rev().find(|&(b, _)| fits(b)) {
+            if let Some(e) = g.last_before(key, inclusive) {
                 return Some(e);
             }
         }
@@ -88,7 +106,7 @@ impl Inner {
                 Group {
                     bound,
                     leaf,
-                    more: Vec::new(),
+                    more: BTreeMap::new(),
                 },
             );
             self.len += 1;
@@ -102,15 +120,9 @@ impl Inner {
         if bound < g.bound {
             let old = std::mem::replace(&mut g.bound, bound);
             let old_leaf = std::mem::replace(&mut g.leaf, leaf);
-            g.more.insert(0, (old, old_leaf));
-        } else {
-            match g.more.binary_search_by(|(b, _)| b.cmp(&bound)) {
-                Ok(i) => {
-                    g.more[i].1 = leaf;
-                    return;
-                }
-                Err(i) => g.more.insert(i, (bound, leaf)),
-            }
+            g.more.insert(old, old_leaf);
+        } else if g.more.insert(bound, leaf).is_some() {
+            return;
         }
         self.len += 1;
         self.bytes += len;
@@ -122,17 +134,18 @@ impl Inner {
         let g = self.map.get_mut(&h)?;
         let leaf = if &g.bound[..] == bound {
             let leaf = g.leaf;
-            if g.more.is_empty() {
-                self.map.remove(&h);
-            } else {
-                let (b, l) = g.more.remove(0);
-                g.bound = b;
-                g.leaf = l;
+            match g.more.pop_first() {
+                Some((b, l)) => {
+                    g.bound = b;
+                    g.leaf = l;
+                }
+                None => {
+                    self.map.remove(&h);
+                }
             }
             leaf
         } else {
-            let i = g.more.iter().position(|(b, _)| &b[..] == bound)?;
-            g.more.remove(i).1
+            g.more.remove(bound)?
         };
         self.len -= 1;
         self.bytes -= bound.len() as u64;

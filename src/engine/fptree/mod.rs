@@ -40,12 +40,13 @@
 //!   free slot and swaps both bits in one bitmap store, because its pairs
 //!   are in the leaf; a pointer swap is the same single atomic store.)
 //! - **Delete** (slot `j`): store `bitmap & !(1 << j)` (the commit point),
-//!   flush, **fence**; the record goes back to the heap. If the leaf is now
-//!   empty, unlink it: store its `next` in its predecessor's `next` (or in
-//!   the superblock's `head`), flush, **fence**, and the leaf goes back to
-//!   the heap. A crash between the two fences leaves an empty leaf in the
-//!   list, which recovery unlinks the same way. 1 fence, 2 when a leaf
-//!   goes.
+//!   flush, **fence**. If the leaf is now empty, unlink it: store its
+//!   `next` in its predecessor's `next` (or in the superblock's `head`),
+//!   flush, **fence**, and the leaf goes back to the heap. Then the record
+//!   goes back to the heap. A crash between the two fences leaves an empty
+//!   leaf in the list whose slot still points to the deleted record, which
+//!   recovery takes as the sign of such a crash and unlinks the leaf the
+//!   same way. 1 fence, 2 when a leaf goes.
 //! - **Split** of a full leaf `L` (FPTree's `SplitLeaf`): reserve a leaf
 //!   `N`; write into it `L`'s line and slots with the bitmap of the upper
 //!   half of `L`'s keys and `next = L.next`; flush `N`; **fence**. Then,
@@ -267,12 +268,25 @@ impl FpTree {
         self.heap.release(&self.pool, off)
     }
 
+    /// `r`, after giving back the reserved, unpublished `blocks` if it is
+    /// an error (a store into a block of the pool fails only on a bug, but
+    /// a failed step must not keep a block reserved for good).
+    fn or_release<T>(&mut self, r: Result<T>, blocks: &[u64]) -> Result<T> {
+        if r.is_err() {
+            for &b in blocks {
+                self.release(b)?;
+            }
+        }
+        r
+    }
+
     /// Update: see the module doc, "Persist order".
     fn update(&mut self, f: Found, key: &[u8], value: &[u8]) -> Result<()> {
         let rec = self.write_record(key, value)?;
         self.pool.fence();
         let slot = leaf::slot(f.leaf, f.j);
-        self.pool.store_u64(slot, rec)?;
+        let stored = self.pool.store_u64(slot, rec);
+        self.or_release(stored, &[rec])?;
         self.pool.flush(slot, 8);
         self.pool.fence();
         self.release(f.rec)
@@ -286,19 +300,20 @@ impl FpTree {
             .expect("a full leaf is split before an insert");
         let rec = self.write_record(key, value)?;
         let slot = leaf::slot(leaf, j);
-        self.pool.store_u64(slot, rec)?;
+        let stored = self.pool.store_u64(slot, rec);
+        self.or_release(stored, &[rec])?;
         self.pool.flush(slot, 8);
         if !self.pool.fault(Fault::FptreeInsertSkipFence) {
             self.pool.fence();
         }
         // SAFETY: `fp[j]` belongs to a free slot; writers hold the tree
         // exclusively, and readers do not read a free slot's fingerprint.
-        unsafe {
+        let stored = unsafe {
             self.pool
-                .write_bytes(leaf + leaf::FPS + u64::from(j), &[fingerprint(key)])?
-        };
-        self.pool
-            .store_u64(leaf + leaf::BITMAP, h.bitmap | 1 << j)?;
+                .write_bytes(leaf + leaf::FPS + u64::from(j), &[fingerprint(key)])
+        }
+        .and_then(|()| self.pool.store_u64(leaf + leaf::BITMAP, h.bitmap | 1 << j));
+        self.or_release(stored, &[rec])?;
         self.pool.flush(leaf, 64);
         self.pool.fence();
         self.count += 1;
@@ -321,10 +336,12 @@ impl FpTree {
         img[leaf::FPS as usize] = fingerprint(key);
         img[leaf::SLOT0 as usize..][..8].copy_from_slice(&rec.to_le_bytes());
         // SAFETY: reserved by us and unreachable.
-        unsafe { self.pool.write_bytes(l, &img)? };
+        let written = unsafe { self.pool.write_bytes(l, &img) };
+        self.or_release(written, &[rec, l])?;
         self.pool.flush(l, self.leaf_size());
         self.pool.fence();
-        self.pool.store_u64(self.sb + superblock::HEAD, l)?;
+        let stored = self.pool.store_u64(self.sb + superblock::HEAD, l);
+        self.or_release(stored, &[rec, l])?;
         self.pool.flush(self.sb + superblock::HEAD, 8);
         self.pool.fence();
         self.leaves.insert(Box::default(), l);
@@ -365,7 +382,8 @@ impl FpTree {
         let b = self.heap.reserve(&self.pool, self.leaf_size())?;
         let n = b.offset();
         // SAFETY: reserved by us and unreachable.
-        unsafe { self.pool.write_bytes(n, &img)? };
+        let written = unsafe { self.pool.write_bytes(n, &img) };
+        self.or_release(written, &[n])?;
         self.pool.flush(n, self.leaf_size());
         self.pool.fence();
         let lower = h.bitmap & !bits;
@@ -395,7 +413,8 @@ impl FpTree {
         self.pool.store_u64(at, next)?;
         self.pool.flush(at, 8);
         self.pool.fence();
-        self.release(l)?;
+        // The DRAM map first, then the heap: the map must never route a
+        // key to a leaf the list no longer holds.
         self.leaves.remove(bound);
         if pred.is_none() {
             // The next leaf is first now: its bound becomes the empty key.
@@ -403,7 +422,7 @@ impl FpTree {
                 self.leaves.insert(Box::default(), n);
             }
         }
-        Ok(())
+        self.release(l)
     }
 }
 
@@ -475,10 +494,14 @@ impl SerialEngine for FpTree {
         self.pool.flush(l, 64);
         self.pool.fence();
         self.count -= 1;
-        self.release(f.rec)?;
+        // The unlink before the record's release: the leaf's list and the
+        // DRAM map agree whatever fails after the commit, and the record
+        // is still there, as the trace recovery looks for, until the
+        // unlink is durable (`recovery::deleted_key_left`).
         if left == 0 {
             self.unlink(&bound, l)?;
         }
+        self.release(f.rec)?;
         Ok(true)
     }
 

@@ -271,3 +271,95 @@ fn leaf_slots_are_fixed_at_creation() {
     let cfg = EngineConfig::from([("fptree.slots".to_string(), "4".to_string())]);
     assert!(leaf_slots(&cfg).is_err());
 }
+
+/// Damage: a leaf whose `next` names itself, or a cycle through an empty
+/// leaf, is refused with nothing written. Before (found in review), the
+/// leaf "shared" its records with itself, looked like a torn split, and
+/// recovery zeroed its bitmap in PM before it saw the cycle: undoing the
+/// damage then left its keys lost.
+#[test]
+fn a_cycle_is_refused_with_nothing_written() {
+    let (pool, t, model) = filled(4, 30);
+    let ls: Vec<u64> = t.leaves.iter().map(|(_, l)| l).collect();
+    drop(t);
+    let last = *ls.last().unwrap();
+    pool.store_u64(last + leaf::NEXT, last).unwrap();
+    let before = pool.image();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("cycle"), "{e}");
+    assert!(pool.image() == before, "a refused open wrote to the pool");
+    pool.store_u64(last + leaf::NEXT, 0).unwrap();
+    same(&FpTree::open(Arc::clone(&pool), None).unwrap(), &model);
+
+    // L -> E -> L, E a leaf a crash left empty.
+    let (a, e_leaf) = (ls[0], ls[1]);
+    let next_of_e = pool.load_u64(e_leaf + leaf::NEXT).unwrap();
+    let bits = pool.load_u64(e_leaf + leaf::BITMAP).unwrap();
+    pool.store_u64(e_leaf + leaf::BITMAP, 0).unwrap();
+    pool.store_u64(e_leaf + leaf::NEXT, a).unwrap();
+    let before = pool.image();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("cycle"), "{e}");
+    assert!(pool.image() == before, "a refused open wrote to the pool");
+    pool.store_u64(e_leaf + leaf::NEXT, next_of_e).unwrap();
+    pool.store_u64(e_leaf + leaf::BITMAP, bits).unwrap();
+    same(&FpTree::open(Arc::clone(&pool), None).unwrap(), &model);
+}
+
+/// Damage: a `next` that names a zeroed block the size of a leaf is
+/// refused. Before (found in review), the block passed for a leaf a crash
+/// had left empty, was "unlinked", and the list ended there: the open
+/// succeeded, `check` passed, and every later leaf and key was freed.
+#[test]
+fn a_next_into_a_zero_block_is_refused() {
+    let (pool, t, model) = filled(4, 60);
+    let ls: Vec<u64> = t.leaves.iter().map(|(_, l)| l).collect();
+    let zero = (1..400u64)
+        .map(|i| ls[0] + i * 64)
+        .find(|&b| {
+            t.heap.block_size(b).is_ok_and(|s| s >= leaf::size(4))
+                && t.heap.in_use_at(b).is_err()
+                && (0..leaf::size(4))
+                    .step_by(8)
+                    .all(|o| pool.load_u64(b + o).unwrap() == 0)
+        })
+        .expect("a free zero block");
+    drop(t);
+    let next = pool.load_u64(ls[1] + leaf::NEXT).unwrap();
+    pool.store_u64(ls[1] + leaf::NEXT, zero).unwrap();
+    let before = pool.image();
+    let e = FpTree::open(Arc::clone(&pool), None)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("no trace of a deleted key"), "{e}");
+    assert!(pool.image() == before, "a refused open wrote to the pool");
+    pool.store_u64(ls[1] + leaf::NEXT, next).unwrap();
+    same(&FpTree::open(Arc::clone(&pool), None).unwrap(), &model);
+}
+
+/// Keys that all share their first 8 bytes (memcached-style
+/// `user:session:...`) put every bound under one head of the DRAM index;
+/// the tree still works, and its bounds stay in order.
+#[test]
+fn keys_sharing_their_first_bytes() {
+    let pool = pool();
+    let mut t = FpTree::create(Arc::clone(&pool), 3).unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..3000u32 {
+        let k = format!("user:session:{:08x}", i.wrapping_mul(2_654_435_761)).into_bytes();
+        t.put(&k, b"v", PutMode::Upsert).unwrap();
+        model.insert(k, b"v".to_vec());
+    }
+    same(&t, &model);
+    for k in model.keys().step_by(2).cloned().collect::<Vec<_>>() {
+        assert!(t.delete(&k).unwrap());
+        model.remove(&k);
+    }
+    same(&t, &model);
+    drop(t);
+    same(&FpTree::open(pool, None).unwrap(), &model);
+}
