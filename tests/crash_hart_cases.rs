@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use pmindex::pm::cases::{self, Case};
+use pmindex::pm::cases::Case;
 use pmindex::sim::workload::Op;
 use pmindex::sim::{states_from_env, CrashConfig};
 
@@ -93,24 +93,17 @@ fn every_recovery_case_is_reached_and_survived() {
         Case::HartChunkRecycledAtOpen,
         Case::HartDuplicateLeaf,
     ];
-    let before: Vec<u64> = wanted.iter().map(|&c| cases::count(c)).collect();
     let mut cfg = CrashConfig::new("hart");
     // One pass over this workload has about 900 crash points: a large budget
     // samples more images at each.
     cfg.per_point = cfg.per_point.max(states / 600);
-    let t = common::crash_budget(&mut cfg, states, |v| workload(v as usize));
-    println!(
-        "hart recovery cases: {} images, {} crash points, {} variants, {:.1} s",
-        t.images, t.points, t.rounds, t.seconds
-    );
-    let mut missing = Vec::new();
-    for (&c, b) in wanted.iter().zip(before) {
-        let n = cases::count(c) - b;
-        println!("  {c:?}: {n}");
-        if n == 0 {
-            missing.push(c);
-        }
-    }
+    let missing = common::cases_missed(&wanted, || {
+        let t = common::crash_budget(&mut cfg, states, |v| workload(v as usize));
+        println!(
+            "hart recovery cases: {} images, {} crash points, {} variants, {:.1} s",
+            t.images, t.points, t.rounds, t.seconds
+        );
+    });
     assert!(
         missing.is_empty(),
         "recovery cases never reached: {missing:?}"

@@ -19,9 +19,11 @@
 
 use std::sync::Arc;
 
-use pmindex::pm::cases::{self, Case};
+use pmindex::pm::cases::Case;
 use pmindex::sim::workload::Op;
 use pmindex::sim::{run_ops, states_from_env, CrashConfig};
+
+mod common;
 
 fn val(tag: usize) -> Arc<[u8]> {
     vec![tag as u8; 8].into()
@@ -76,35 +78,27 @@ fn workload() -> Vec<Op> {
 }
 
 fn run(engine: &str, states: usize, wanted: &[Case]) -> Vec<Case> {
-    let before: Vec<u64> = wanted.iter().map(|&c| cases::count(c)).collect();
     let mut cfg = CrashConfig::new(engine);
     cfg.states = states;
     // One fixed trace: more images per crash point, and points between
     // fences, so that the budget is reached on it.
     cfg.per_point = 60;
     cfg.between = 3;
-    let r = run_ops(&cfg, workload()).expect("crash test runs");
-    println!(
-        "{engine} recovery cases: {} images ({} during recovery), {} crash points, {:.1} s",
-        r.images, r.recovery_images, r.crash_points, r.seconds
-    );
-    assert!(
-        r.failures.is_empty(),
-        "{engine}: {} failures; first: {:?}",
-        r.failures.len(),
-        r.failures[0]
-    );
-    // Distinct images of one trace are finite (de-duplicated per epoch).
-    assert!(r.images >= states.min(300), "only {} images", r.images);
-    let mut missing = Vec::new();
-    for (&c, b) in wanted.iter().zip(before) {
-        let n = cases::count(c) - b;
-        println!("  {c:?}: {n}");
-        if n == 0 {
-            missing.push(c);
-        }
-    }
-    missing
+    common::cases_missed(wanted, || {
+        let r = run_ops(&cfg, workload()).expect("crash test runs");
+        println!(
+            "{engine} recovery cases: {} images ({} during recovery), {} crash points, {:.1} s",
+            r.images, r.recovery_images, r.crash_points, r.seconds
+        );
+        assert!(
+            r.failures.is_empty(),
+            "{engine}: {} failures; first: {:?}",
+            r.failures.len(),
+            r.failures[0]
+        );
+        // Distinct images of one trace are finite (de-duplicated per epoch).
+        assert!(r.images >= states.min(300), "only {} images", r.images);
+    })
 }
 
 #[test]

@@ -326,3 +326,25 @@ pub fn crash_budget(
     }
     t
 }
+
+/// Runs `run` (crash-simulator runs) and returns the recovery cases of
+/// `wanted` that it never reached, after printing how often it reached
+/// each ([`pmindex::pm::cases`] counts, read before and after: they are
+/// process-wide, so the calling binary runs one test at a time).
+pub fn cases_missed(
+    wanted: &[pmindex::pm::cases::Case],
+    run: impl FnOnce(),
+) -> Vec<pmindex::pm::cases::Case> {
+    use pmindex::pm::cases;
+    let before: Vec<u64> = wanted.iter().map(|&c| cases::count(c)).collect();
+    run();
+    let mut missing = Vec::new();
+    for (&c, b) in wanted.iter().zip(before) {
+        let n = cases::count(c) - b;
+        println!("  {c:?}: {n}");
+        if n == 0 {
+            missing.push(c);
+        }
+    }
+    missing
+}
