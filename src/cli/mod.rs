@@ -392,7 +392,8 @@ struct EngineOpts {
     /// the engine's prefix. Fixed at create (at open, a value other than
     /// the pool's is refused): hart.hash_key_len=3 (1 to 8), wort.format=3
     /// or 2 (a radix pool older builds read; 4, the default, tags leaf
-    /// pointers and maps WORT slots; also woart, art-cow). For this
+    /// pointers and maps WORT slots; also woart, art-cow),
+    /// fptree.leaf_slots=N (2 to 40, default 40). For this
     /// command only: hart.persist_order=paper, hart.stripes=hash_key,
     /// hart.leaf_first=off, wort.reads=locked, wort.writers=locked; at open,
     /// hart.recovery_threads=N. An unknown key
