@@ -310,6 +310,8 @@ pub fn crash_budget(
         cfg.states = states - t.images;
         cfg.seed = t.rounds + 1;
         let r = pmindex::sim::run_ops(cfg, workload(t.rounds)).expect("crash test runs");
+        // A round that checks nothing would loop here for good.
+        assert!(r.images > 0, "{}: a round checked no image", cfg.engine);
         assert!(
             r.failures.is_empty(),
             "{}, seed {}: {} failures; first: {:?}\nreproduce: {}",

@@ -159,20 +159,24 @@ impl Inner {
         Some((bound, leaf))
     }
 
-    /// The entries whose bound is at or above `start` (`Included`), or all
-    /// (`Unbounded`), in order.
+    /// The entries whose bound is at or above `start` (`Included`), above
+    /// it (`Excluded`), or all (`Unbounded`), in order.
     pub fn iter_from<'a>(
         &'a self,
         start: Bound<&'a [u8]>,
     ) -> impl Iterator<Item = (&'a [u8], u64)> + 'a {
-        let (from, lo) = match start {
-            Bound::Included(s) => (head(s), Some(s)),
-            _ => (0, None),
+        let from = match start {
+            Bound::Included(s) | Bound::Excluded(s) => head(s),
+            Bound::Unbounded => 0,
         };
         self.map
             .range(from..)
             .flat_map(|(_, g)| g.entries())
-            .filter(move |&(b, _)| lo.is_none_or(|s| b >= s))
+            .filter(move |&(b, _)| match start {
+                Bound::Included(s) => b >= s,
+                Bound::Excluded(s) => b > s,
+                Bound::Unbounded => true,
+            })
     }
 
     /// Every entry, in order.
@@ -242,12 +246,14 @@ mod tests {
                         .next_back()
                         .map(|(_, &l)| l);
                     assert_eq!(inner.pred(&k), want);
-                    let got: Vec<_> = inner.iter_from(Bound::Included(&k)).collect();
-                    let want: Vec<_> = model
-                        .range::<[u8], _>((Bound::Included(&k[..]), Bound::Unbounded))
-                        .map(|(b, &l)| (&b[..], l))
-                        .collect();
-                    assert_eq!(got, want);
+                    for lo in [Bound::Included(&k[..]), Bound::Excluded(&k[..])] {
+                        let got: Vec<_> = inner.iter_from(lo).collect();
+                        let want: Vec<_> = model
+                            .range::<[u8], _>((lo, Bound::Unbounded))
+                            .map(|(b, &l)| (&b[..], l))
+                            .collect();
+                        assert_eq!(got, want);
+                    }
                 }
             }
             assert_eq!(inner.len(), model.len());

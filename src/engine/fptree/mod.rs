@@ -270,11 +270,13 @@ impl FpTree {
 
     /// `r`, after giving back the reserved, unpublished `blocks` if it is
     /// an error (a store into a block of the pool fails only on a bug, but
-    /// a failed step must not keep a block reserved for good).
+    /// a failed step must not keep a block reserved for good). The error
+    /// returned is `r`'s; a block whose release fails too stays reserved
+    /// until the pool is opened again.
     fn or_release<T>(&mut self, r: Result<T>, blocks: &[u64]) -> Result<T> {
         if r.is_err() {
             for &b in blocks {
-                self.release(b)?;
+                let _ = self.release(b);
             }
         }
         r
@@ -391,7 +393,10 @@ impl FpTree {
             self.pool.store_u64(l + leaf::BITMAP, lower)?;
             self.pool.store_u64(l + leaf::NEXT, n)?;
         } else {
-            self.pool.store_u64(l + leaf::NEXT, n)?;
+            let linked = self.pool.store_u64(l + leaf::NEXT, n);
+            self.or_release(linked, &[n])?;
+            // (Once linked, `n` is reachable: on an error here it stays
+            // reserved, and the next open finishes the split.)
             self.pool.store_u64(l + leaf::BITMAP, lower)?;
         }
         self.pool.flush(l, 64);
@@ -401,8 +406,9 @@ impl FpTree {
         Ok(if to_new { n } else { l })
     }
 
-    /// Unlinks the empty leaf `l` whose bound is `bound`: see the module
-    /// doc, "Delete".
+    /// Unlinks the empty leaf `l` whose bound is `bound` from the list and
+    /// the DRAM map (see the module doc, "Delete"); the caller gives the
+    /// leaf back to the heap.
     fn unlink(&mut self, bound: &[u8], l: u64) -> Result<()> {
         let next = self.pool.load_u64(l + leaf::NEXT)?;
         let pred = self.leaves.pred(bound);
@@ -413,8 +419,8 @@ impl FpTree {
         self.pool.store_u64(at, next)?;
         self.pool.flush(at, 8);
         self.pool.fence();
-        // The DRAM map first, then the heap: the map must never route a
-        // key to a leaf the list no longer holds.
+        // The DRAM map before the heap: the map must never route a key to
+        // a leaf the list no longer holds.
         self.leaves.remove(bound);
         if pred.is_none() {
             // The next leaf is first now: its bound becomes the empty key.
@@ -422,7 +428,7 @@ impl FpTree {
                 self.leaves.insert(Box::default(), n);
             }
         }
-        self.release(l)
+        Ok(())
     }
 }
 
@@ -502,6 +508,9 @@ impl SerialEngine for FpTree {
             self.unlink(&bound, l)?;
         }
         self.release(f.rec)?;
+        if left == 0 {
+            self.release(l)?;
+        }
         Ok(true)
     }
 

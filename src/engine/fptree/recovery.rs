@@ -88,11 +88,11 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
                 ),
             ));
         }
-        if h.next == at || visited.contains(&h.next) {
+        if visited.contains(&h.next) {
             return Err(bad(at, "the leaf list has a cycle".into()));
         }
         if h.next != 0 {
-            if let Some(next_bits) = torn_split(pool, heap, at, &h, size, &bad)? {
+            if let Some(next_bits) = torn_split(pool, heap, at, &h, slots, &bad)? {
                 if !fix {
                     return Err(bad(
                         at,
@@ -178,11 +178,11 @@ fn torn_split(
     heap: &Chunks,
     l: u64,
     h: &Header,
-    size: u64,
+    slots: u32,
     bad: &dyn Fn(u64, String) -> Error,
 ) -> Result<Option<u64>> {
     let n = h.next;
-    if !heap.block_size(n).is_ok_and(|s| s >= size) {
+    if !heap.block_size(n).is_ok_and(|s| s >= leaf::size(slots)) {
         return Ok(None); // The walk reports it when it gets there.
     }
     let next_bits = pool.load_u64(n + leaf::BITMAP)?;
@@ -198,7 +198,13 @@ fn torn_split(
     if shared == 0 {
         return Ok(None);
     }
-    if shared != next_bits {
+    // A split runs on a full leaf and moves `slots - slots / 2` keys: in
+    // its torn state the old leaf is still full and the new one holds
+    // exactly those, all shared. Anything else (a stale copy of a leaf
+    // written over its successor, say) is damage, and would otherwise
+    // empty the leaf and drop the successor's own keys.
+    let full = (1u64 << slots) - 1;
+    if shared != next_bits || h.bitmap != full || next_bits.count_ones() != slots - slots / 2 {
         return Err(bad(
             l,
             "a leaf shares records with the next one, but not as a split leaves them".into(),
@@ -211,7 +217,8 @@ fn torn_split(
 /// delete that emptied it: a slot that still points to a record whose
 /// key matches the slot's fingerprint. A delete clears its bit, unlinks
 /// the leaf, and only then gives the record back to the heap, so when a
-/// crash leaves the leaf in the list the record is still there as it was. A block that never was a leaf, such as a zero block a damaged
+/// crash leaves the leaf in the list the record is still there as it
+/// was. A block that never was a leaf, such as a zero block a damaged
 /// `next` points to, has none, and is refused instead of ending the list
 /// there. (A leaf unlinked and freed before keeps its old slots: a
 /// damaged `next` that names one is not told apart, docs/design.md §13.)
