@@ -56,6 +56,17 @@ fn same(t: &FpTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
     }
 }
 
+/// Opens `pool`, which must be refused with an error that says `what`,
+/// with nothing written to it.
+fn refused(pool: &Arc<Pool>, what: &str) {
+    let before = pool.image();
+    let e = FpTree::open(Arc::clone(pool), None)
+        .err()
+        .expect("a damaged pool is refused");
+    assert!(e.to_string().contains(what), "{e}");
+    assert!(pool.image() == before, "a refused open wrote to the pool");
+}
+
 #[test]
 fn small_leaves_split_and_unlink_and_recover() {
     let (pool, mut t, mut model) = filled(4, 600);
@@ -209,10 +220,7 @@ fn damage_is_refused_not_followed() {
     let first = t.leaves.iter().next().unwrap().1;
     drop(t);
     pool.store_u64(last + leaf::NEXT, first).unwrap();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("cycle"), "{e}");
+    refused(&pool, "cycle");
 
     // A fingerprint that does not match its key.
     let (pool, t, _) = filled(4, 30);
@@ -220,25 +228,18 @@ fn damage_is_refused_not_followed() {
     drop(t);
     let fp = pool.load_u64(first + leaf::FPS).unwrap();
     pool.store_u64(first + leaf::FPS, fp ^ 0xFF).unwrap();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("fingerprint"), "{e}");
+    refused(&pool, "fingerprint");
 
     // Two leaves in the wrong order.
     let (pool, t, _) = filled(4, 30);
     let ls: Vec<u64> = t.leaves.iter().map(|(_, l)| l).collect();
     drop(t);
-    let (a, b, c) = (ls[0], ls[1], ls[2]);
+    // a -> c -> b -> d: every leaf once, b's keys below c's.
+    let (a, b, c, d) = (ls[0], ls[1], ls[2], ls[3]);
     pool.store_u64(a + leaf::NEXT, c).unwrap();
     pool.store_u64(c + leaf::NEXT, b).unwrap();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(
-        e.to_string().contains("follow") || e.to_string().contains("cycle"),
-        "{e}"
-    );
+    pool.store_u64(b + leaf::NEXT, d).unwrap();
+    refused(&pool, "do not all follow the previous leaf's");
 
     // A bitmap with bits past the slots.
     let (pool, t, _) = filled(4, 30);
@@ -246,10 +247,7 @@ fn damage_is_refused_not_followed() {
     drop(t);
     let b = pool.load_u64(first + leaf::BITMAP).unwrap();
     pool.store_u64(first + leaf::BITMAP, b | 1 << 20).unwrap();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("past its"), "{e}");
+    refused(&pool, "past its");
 }
 
 #[test]
@@ -284,12 +282,7 @@ fn a_cycle_is_refused_with_nothing_written() {
     drop(t);
     let last = *ls.last().unwrap();
     pool.store_u64(last + leaf::NEXT, last).unwrap();
-    let before = pool.image();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("cycle"), "{e}");
-    assert!(pool.image() == before, "a refused open wrote to the pool");
+    refused(&pool, "cycle");
     pool.store_u64(last + leaf::NEXT, 0).unwrap();
     same(&FpTree::open(Arc::clone(&pool), None).unwrap(), &model);
 
@@ -299,12 +292,7 @@ fn a_cycle_is_refused_with_nothing_written() {
     let bits = pool.load_u64(e_leaf + leaf::BITMAP).unwrap();
     pool.store_u64(e_leaf + leaf::BITMAP, 0).unwrap();
     pool.store_u64(e_leaf + leaf::NEXT, a).unwrap();
-    let before = pool.image();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("cycle"), "{e}");
-    assert!(pool.image() == before, "a refused open wrote to the pool");
+    refused(&pool, "cycle");
     pool.store_u64(e_leaf + leaf::NEXT, next_of_e).unwrap();
     pool.store_u64(e_leaf + leaf::BITMAP, bits).unwrap();
     same(&FpTree::open(Arc::clone(&pool), None).unwrap(), &model);
@@ -331,12 +319,7 @@ fn a_next_into_a_zero_block_is_refused() {
     drop(t);
     let next = pool.load_u64(ls[1] + leaf::NEXT).unwrap();
     pool.store_u64(ls[1] + leaf::NEXT, zero).unwrap();
-    let before = pool.image();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("no trace of a deleted key"), "{e}");
-    assert!(pool.image() == before, "a refused open wrote to the pool");
+    refused(&pool, "no trace of a deleted key");
     pool.store_u64(ls[1] + leaf::NEXT, next).unwrap();
     same(&FpTree::open(Arc::clone(&pool), None).unwrap(), &model);
 }
@@ -385,12 +368,7 @@ fn a_leaf_copied_over_its_successor_is_refused() {
                 .unwrap();
         }
     }
-    let before = pool.image();
-    let e = FpTree::open(Arc::clone(&pool), None)
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("not as a split leaves them"), "{e}");
-    assert!(pool.image() == before, "a refused open wrote to the pool");
+    refused(&pool, "not as a split leaves them");
     for (w, v) in saved.into_iter().enumerate() {
         pool.store_u64(n + 8 * w as u64, v).unwrap();
     }
