@@ -9,11 +9,11 @@
 //!   leaf: the leaf list, from which recovery rebuilds everything else.
 //! - **Inner nodes in DRAM** ([`inner`]): FPTree keeps a volatile B+-tree
 //!   of inner nodes. Here it is Rust's B-tree keyed by the first 8 bytes
-//!   of each leaf's lower bound (integers compared in the node, as FPTree's
-//!   fixed-size keys are), mapping bounds to leaves: the first leaf's bound is the empty key, every
-//!   other leaf's is the key that its split moved first into it (its least
-//!   key at recovery). A key belongs to the last leaf whose bound is at or
-//!   below it.
+//!   of each leaf's lower bound (integers compared in the node, as
+//!   FPTree's fixed-size keys are), mapping bounds to leaves: the first
+//!   leaf's bound is the empty key, every other leaf's is the key that its
+//!   split moved first into it (its least key at recovery). A key belongs
+//!   to the last leaf whose bound is at or below it.
 //! - **Records** ([`record`]): FPTree's variable-size keys live out of the
 //!   leaf, behind a pointer (§4.2); the value sits beside its key.
 //! - **Blocks** come from the radix trees' heap ([`super::radix::chunks`]):
@@ -56,9 +56,9 @@
 //!   recovery), or `L` and `N` both holding the upper half, or the split
 //!   done. The middle case, which FPTree's split micro-log covers, is
 //!   recognised by recovery without a log: two live slots never hold one
-//!   record except there, and `N`'s live slots are then exactly `L`'s
-//!   same slots; recovery finishes the split (stores `L`'s lower-half
-//!   bitmap, flush, fence). The other order (bitmap first) would lose the
+//!   record except there, `L` is then still full, and `N`'s live slots
+//!   are exactly the `S - S/2` it shares with `L`; recovery finishes the
+//!   split (stores `L`'s lower-half bitmap, flush, fence). The other order (bitmap first) would lose the
 //!   upper half in a crash between; `Fault::FptreeSplitBitmapFirst`
 //!   makes it, and the crash simulator catches it.
 //! - **First leaf**: write the record and a leaf holding it (bitmap `1`),
