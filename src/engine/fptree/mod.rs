@@ -487,10 +487,9 @@ impl SerialEngine for FpTree {
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
-        let Some((bound, l)) = self.leaf_for(key) else {
+        let Some((_, l)) = self.leaf_for(key) else {
             return Ok(false);
         };
-        let bound: Box<[u8]> = bound.into();
         let h = Header::read(&self.pool, l, self.slots)?;
         let Some(f) = self.find_in(l, &h, key, fingerprint(key))? else {
             return Ok(false);
@@ -505,6 +504,8 @@ impl SerialEngine for FpTree {
         // is still there, as the trace recovery looks for, until the
         // unlink is durable (`recovery::deleted_key_left`).
         if left == 0 {
+            // The bound is copied only here, not on every delete.
+            let bound: Box<[u8]> = self.leaf_for(key).map_or(Box::default(), |(b, _)| b.into());
             self.unlink(&bound, l)?;
         }
         self.release(f.rec)?;
