@@ -22,6 +22,8 @@
 //! (`A` and `B`, five each): an A/B comparison in one process and one
 //! stretch of time, as this machine's timings drift by ±30% between runs.
 //! `SEARCHES=K` runs K search rounds instead of three (0: insert only).
+//! `REOPENS=R` (not with `ANON`) reopens the pool R times after loading
+//! it, instead of once, and prints each recovery's time.
 //! `FLUSH=KIND` makes lines persistent with `KIND` (auto, clwb,
 //! clflushopt, clflush, or eadr: fences only) instead of the best the CPU
 //! has (auto).
@@ -233,20 +235,27 @@ fn main() {
         db
     } else {
         // Reopen: the engine's recovery rebuilds its DRAM state.
-        drop(db);
-        let t = Instant::now();
+        let reopens: usize = std::env::var("REOPENS")
+            .map(|r| r.parse().expect("REOPENS is a number"))
+            .unwrap_or(1)
+            .max(1);
         let reopen = Options {
             engine_config: opts.engine_config.clone(),
             ..Options::default()
         };
-        let db = Db::open(dir.path().join("probe.pool"), &reopen).expect("reopen");
-        let rec = t.elapsed();
-        println!(
-            "{engine}: recovery {:.0} ms, build {:.0} ms: {:.2}x",
-            rec.as_secs_f64() * 1e3,
-            build.as_secs_f64() * 1e3,
-            build.as_secs_f64() / rec.as_secs_f64()
-        );
+        let mut db = db;
+        for _ in 0..reopens {
+            drop(db);
+            let t = Instant::now();
+            db = Db::open(dir.path().join("probe.pool"), &reopen).expect("reopen");
+            let rec = t.elapsed();
+            println!(
+                "{engine}: recovery {:.0} ms, build {:.0} ms: {:.2}x",
+                rec.as_secs_f64() * 1e3,
+                build.as_secs_f64() * 1e3,
+                build.as_secs_f64() / rec.as_secs_f64()
+            );
+        }
         db
     };
     let db_b = std::env::var_os("AB").map(|_| {

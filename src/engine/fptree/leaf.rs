@@ -137,6 +137,21 @@ impl Header {
         Ok(Header { bitmap, next, fps })
     }
 
+    /// Starts loading the first line of the record of every live slot of
+    /// `leaf` (whose first line this is), so that a walk over all of them
+    /// (a scan, recovery) waits for their misses side by side instead of
+    /// one after the other. A slot word it cannot read is skipped: the
+    /// caller's own read of it reports the error. Counts no PM line: the
+    /// caller's reads do.
+    pub fn prefetch_records(&self, pool: &Pool, leaf: u64) {
+        let words = pool.words();
+        for j in self.live() {
+            if let Ok(rec) = words.load(slot(leaf, j)) {
+                words.prefetch(rec);
+            }
+        }
+    }
+
     /// The live slots, lowest first.
     pub fn live(&self) -> impl Iterator<Item = u32> {
         let mut b = self.bitmap;

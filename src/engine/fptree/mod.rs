@@ -533,6 +533,9 @@ impl SerialEngine for FpTree {
         let mut pairs: Vec<(&[u8], u64, usize)> = Vec::with_capacity(self.slots as usize);
         for (_, l) in self.leaves.iter_from(Bound::Included(start)) {
             let h = Header::read(&self.pool, l, self.slots)?;
+            // The next leaf's first line and this leaf's records at once.
+            self.pool.words().prefetch(h.next);
+            h.prefetch_records(&self.pool, l);
             pairs.clear();
             for j in h.live() {
                 let rec = self.pool.load_u64(leaf::slot(l, j))?;

@@ -122,6 +122,11 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
             continue;
         }
         heap.mark(at).map_err(|e| bad(at, e.to_string()))?;
+        // The next leaf's first line and this leaf's records, all at once:
+        // the walk then waits for one miss per leaf and per batch of
+        // records, not one per record (docs/design.md §13, "Recovery").
+        pool.words().prefetch(h.next);
+        h.prefetch_records(pool, at);
         let mut keys: Vec<&[u8]> = Vec::with_capacity(slots as usize);
         for j in h.live() {
             let rec = pool.load_u64(leaf::slot(at, j))?;

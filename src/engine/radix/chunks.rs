@@ -99,6 +99,11 @@ pub const LARGE: u8 = u8::MAX;
 /// Largest small block: larger leaves get a chunk each.
 pub const MAX_SMALL: u64 = SIZES[CLASSES - 1];
 const CLASSES: usize = SIZES.len();
+/// [`Chunks`]' positional map covers chunks within the first this many
+/// `CHUNK_SIZE` pieces of the pool (1 TiB; at most 64 MiB of DRAM, and
+/// only as far as the last chunk); chunks beyond are found through the
+/// ordered map alone.
+const BY_PIECE_MAX: u64 = 1 << 24;
 
 const _: () = assert!(NEXT + 8 <= FIRST);
 const _: () = {
@@ -305,6 +310,15 @@ pub struct Chunks {
     head_slot: u64,
     /// Chunk offset → its index in `slab`.
     index: BTreeMap<u64, usize>,
+    /// The same map by position, for [`Chunks::locate`]: entry `p` is 1 +
+    /// the slab index of the chunk covering offset `p * CHUNK_SIZE`, or 0.
+    /// Chunks are substrate blocks of whole `CHUNK_SIZE` pieces, which
+    /// start on `CHUNK_SIZE` boundaries, so a block's chunk is one load
+    /// here instead of a walk of `index`, which dominated recovery walks
+    /// (three lookups per leaf or record; docs/design.md §13, "Recovery").
+    /// `index` stays the source of truth: where an entry is 0 (a gap, or a
+    /// chunk past [`BY_PIECE_MAX`] pieces) `locate` asks it.
+    by_piece: Vec<u32>,
     /// The chunks; `None` where a chunk was unlinked (reused first).
     slab: Vec<Option<Chunk>>,
     /// Indices of the `None`s in `slab`.
@@ -338,6 +352,7 @@ impl Chunks {
         Chunks {
             head_slot,
             index: BTreeMap::new(),
+            by_piece: Vec::new(),
             slab: Vec::new(),
             vacant: Vec::new(),
             partial: Default::default(),
@@ -396,7 +411,28 @@ impl Chunks {
             }
         };
         self.index.insert(start, i);
+        self.cover(i, i as u32 + 1);
         i
+    }
+
+    /// Sets the [`Self::by_piece`] entries of the pieces slab chunk `i`
+    /// covers to `v`, where it starts on a piece's boundary and ends
+    /// within [`BY_PIECE_MAX`] pieces.
+    fn cover(&mut self, i: usize, v: u32) {
+        let (start, len) = {
+            let ch = self.chunk(i);
+            (ch.start, ch.len)
+        };
+        let first = start / CHUNK_SIZE;
+        let end = (start + len).div_ceil(CHUNK_SIZE);
+        if !start.is_multiple_of(CHUNK_SIZE) || end > BY_PIECE_MAX {
+            return;
+        }
+        let (first, end) = (first as usize, end as usize);
+        if self.by_piece.len() < end {
+            self.by_piece.resize(end, 0);
+        }
+        self.by_piece[first..end].fill(v);
     }
 
     fn chunk(&self, i: usize) -> &Chunk {
@@ -419,7 +455,10 @@ impl Chunks {
     /// The slab index of the chunk holding `off` and the block index of
     /// `off` in it, if `off` is the start of a block.
     fn locate(&self, off: u64) -> Option<(usize, u32)> {
-        let (_, &c) = self.index.range(..=off).next_back()?;
+        let c = match self.by_piece.get((off / CHUNK_SIZE) as usize) {
+            Some(&v) if v != 0 => v as usize - 1,
+            _ => *self.index.range(..=off).next_back()?.1,
+        };
         let ch = self.chunk(c);
         let rel = off.checked_sub(ch.start + FIRST)?;
         if ch.class == LARGE {
@@ -760,6 +799,7 @@ impl Chunks {
         }
         super::count_step();
         pool.free_and_store(slot, next)?;
+        self.cover(c, 0);
         self.index.remove(&start);
         if let Some(ch) = self.slab[c].take() {
             self.vacant.push(c);
@@ -809,6 +849,7 @@ impl Chunks {
             .map(|ch| per_chunk + 8 * ch.used.len() as u64)
             .sum::<u64>()
             + 16 * self.refilled.lock().capacity() as u64
+            + 4 * self.by_piece.capacity() as u64
             + self
                 .partial
                 .iter()
@@ -1055,9 +1096,45 @@ mod tests {
         assert!(c.offsets().count() >= 2, "the run spans several chunks");
     }
 
+    /// The positional map names exactly the chunks of the ordered map, at
+    /// every piece each covers, and `locate` finds the same block through
+    /// either.
+    fn check_by_piece(c: &Chunks, ctx: &str) {
+        let mut covered = 0;
+        for (&o, &i) in &c.index {
+            let len = c.chunk(i).len;
+            for p in o / CHUNK_SIZE..(o + len).div_ceil(CHUNK_SIZE) {
+                assert_eq!(
+                    c.by_piece.get(p as usize).copied(),
+                    Some(i as u32 + 1),
+                    "{ctx}: piece {p} of chunk {o:#x}"
+                );
+                covered += 1;
+            }
+            for off in [o, o + FIRST, o + FIRST + 64, o + len - 64, o + len] {
+                let slow = c.index.range(..=off).next_back().and_then(|(_, &k)| {
+                    let ch = c.chunk(k);
+                    let rel = off.checked_sub(ch.start + FIRST)?;
+                    if ch.class == LARGE {
+                        return (rel == 0).then_some((k, 0));
+                    }
+                    let b = rel / ch.size();
+                    (rel % ch.size() == 0 && b < u64::from(ch.capacity())).then_some((k, b as u32))
+                });
+                assert_eq!(c.locate(off), slow, "{ctx}: locate({off:#x})");
+            }
+        }
+        let nonzero = c.by_piece.iter().filter(|&&v| v != 0).count();
+        assert_eq!(
+            nonzero, covered,
+            "{ctx}: stale pieces in the positional map"
+        );
+    }
+
     /// Every small chunk is in `partial` exactly while it has a free
     /// block, with its free count right.
     fn check_partial(c: &Chunks, ctx: &str) {
+        check_by_piece(c, ctx);
         for (&o, &i) in &c.index {
             let ch = c.chunk(i);
             if ch.class == LARGE {
