@@ -22,6 +22,11 @@
 //! (`A` and `B`, five each): an A/B comparison in one process and one
 //! stretch of time, as this machine's timings drift by ±30% between runs.
 //! `SEARCHES=K` runs K search rounds instead of three (0: insert only).
+//! `SMALL_PAGES=1` maps the pool with base pages only (by default it is
+//! advised for transparent huge pages, `Options::small_pages`); the probe
+//! prints how much of the pool the kernel put on huge pages.
+//! `DELETES=1` deletes every key at the end, in the shuffled order, and
+//! prints ns per delete.
 //! `REOPENS=R` (not with `ANON`) reopens the pool R times after loading
 //! it, instead of once, and prints each recovery's time.
 //! `FLUSH=KIND` makes lines persistent with `KIND` (auto, clwb,
@@ -157,6 +162,7 @@ fn main() {
         ..Options::default()
     };
     add_settings("OPT", &mut opts);
+    opts.small_pages = std::env::var_os("SMALL_PAGES").is_some();
     if let Ok(kind) = std::env::var("FLUSH") {
         let kind = kind
             .parse()
@@ -231,6 +237,9 @@ fn main() {
         }
     );
     let build = t.elapsed();
+    if let Some(b) = db.info().huge_page_bytes {
+        println!("{engine}: pool on huge pages: {} MiB", b >> 20);
+    }
     let db = if std::env::var_os("ANON").is_some() {
         db
     } else {
@@ -401,5 +410,19 @@ fn main() {
                 ns / returned as f64
             );
         }
+    }
+    // DELETES=1: then deletes every key, in the shuffled order.
+    if std::env::var_os("DELETES").is_some() {
+        let t = Instant::now();
+        for &i in order {
+            assert!(
+                db.delete(keys.get(i)).expect("delete"),
+                "every key is there"
+            );
+        }
+        println!(
+            "{engine}: delete {:.0} ns/op",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
     }
 }

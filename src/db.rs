@@ -55,6 +55,9 @@ pub struct Options {
     pub fault: Option<Fault>,
     /// Engine settings such as `hart.persist_order = paper`.
     pub engine_config: EngineConfig,
+    /// Map the pool with base pages only ([`PoolConfig::small_pages`]);
+    /// by default a pool not on DAX is advised for transparent huge pages.
+    pub small_pages: bool,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             observer: None,
             fault: None,
             engine_config: EngineConfig::new(),
+            small_pages: false,
         }
     }
 }
@@ -103,6 +107,7 @@ impl Options {
             persist: self.persist,
             observer: self.observer.clone(),
             fault: self.fault,
+            small_pages: self.small_pages,
         }
     }
 }
@@ -143,6 +148,9 @@ pub struct PoolInfo {
     pub created_unix_ns: u64,
     /// How the pool is mapped.
     pub mapping: MappingMode,
+    /// Bytes of the mapping on huge pages now, if the system says
+    /// ([`crate::pm::Pool::huge_page_bytes`]).
+    pub huge_page_bytes: Option<u64>,
     /// Flush instruction.
     pub flush: pm::FlushKind,
     /// Heap chunks and their size.
@@ -554,6 +562,7 @@ impl Db {
             uuid: h.uuid_string(),
             created_unix_ns: h.created_unix_ns,
             mapping: pool.mapping_mode(),
+            huge_page_bytes: pool.huge_page_bytes(),
             flush: pool.persist_config().flush_kind(),
             chunk_count: h.chunk_count,
             heap_offset: h.heap_offset,

@@ -21,6 +21,7 @@ fn a_durable_record_without_durable_contents_does_not_publish_the_block() {
         persist: PersistConfig::new(FlushKind::Eadr, None).unwrap(),
         observer: Some(Arc::clone(&rec) as Arc<dyn PmObserver>),
         fault: None,
+        small_pages: false,
     };
     let size = 2 << 20;
     let pool = Pool::create_anonymous(size, "alloc", &cfg).unwrap();

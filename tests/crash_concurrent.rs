@@ -166,6 +166,7 @@ fn recorded_pool() -> (Arc<Recorder>, Pool) {
         persist: PersistConfig::new(FlushKind::Eadr, None).unwrap(),
         observer: Some(Arc::clone(&rec) as Arc<dyn PmObserver>),
         fault: None,
+        small_pages: false,
     };
     let pool = Pool::create_anonymous(POOL, "alloc", &cfg).unwrap();
     (rec, pool)

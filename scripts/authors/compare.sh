@@ -7,7 +7,7 @@
 #
 #   scripts/authors/compare.sh [--src DIR] [--engines hart,wort,woart]
 #       [--keys sparse,rand-string,dictionary] [--records N] [--rounds R]
-#       [--flush clwb|published] [--work DIR] [--words FILE]
+#       [--flush clwb|published] [--pages small|huge] [--work DIR] [--words FILE]
 #       [--build-only] [--static] [--prebuilt DIR]
 #
 # --src DIR   a directory holding the authors' checkouts: DIR/hart
@@ -27,6 +27,13 @@
 #             `mfence`s `sfence`, as ours are; published: as published
 #             (HART: `clflush` + `sfence`; WORT, WOART: `clflush` between
 #             `mfence`s).
+# --pages     small (default): both sides on base pages, our pool mapped with
+#             SMALL_PAGES=1 and their heap as malloc gives it. huge: both
+#             sides asked for transparent huge pages, our pool by its default
+#             MADV_HUGEPAGE (Options::small_pages) and both processes' malloc
+#             heaps by GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (their nodes and
+#             values, our DRAM index); the kernel grants them only where
+#             transparent_hugepage/enabled is madvise or always.
 # --work DIR  where builds, key files and results go (default target/authors).
 # --build-only  build theirs into WORK/build-FLUSH/bin and stop.
 # --static    build theirs static, for x86-64-v3 rather than this CPU (for
@@ -60,7 +67,7 @@ shopt -s inherit_errexit
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/scripts/authors"
 
-src="" engines="hart,wort,woart" keys="" records=1000000 rounds=3 flush=clwb
+src="" engines="hart,wort,woart" keys="" records=1000000 rounds=3 flush=clwb pages=small
 build_only="" static="" prebuilt=""
 work="$root/target/authors" words=/usr/share/dict/words
 wort_commit=d3ab0e43b801c170212b50ee45b6ac217afd0b0b
@@ -68,7 +75,7 @@ wort_commit=d3ab0e43b801c170212b50ee45b6ac217afd0b0b
 die() { echo "compare.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --src|--engines|--keys|--records|--rounds|--flush|--work|--words|--prebuilt)
+    --src|--engines|--keys|--records|--rounds|--flush|--pages|--work|--words|--prebuilt)
       [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
   esac
   case "$1" in
@@ -78,6 +85,7 @@ while [ $# -gt 0 ]; do
     --records) records="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --flush) flush="$2"; shift 2 ;;
+    --pages) pages="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --words) words="$2"; shift 2 ;;
     --prebuilt) prebuilt="$2"; shift 2 ;;
@@ -88,6 +96,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$flush" in clwb|published) ;; *) die "--flush is clwb or published" ;; esac
+case "$pages" in small|huge) ;; *) die "--pages is small or huge" ;; esac
 [[ "$records" =~ ^[1-9][0-9]*$ ]] || die "--records is a positive number"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds is a positive number"
 for e in ${engines//,/ }; do
@@ -207,10 +216,16 @@ ins() { awk '/insert/ { print $(NF - 1) }'; }
 one() { # who engine keyset file round
   local o
   local rc=0
-  if [ "$1" = ours ]; then
-    o=$(ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
+  if [ "$pages" = small ]; then
+    if [ "$1" = ours ]; then
+      o=$(SMALL_PAGES=1 ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
+    else
+      o=$(SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
+    fi
+  elif [ "$1" = ours ]; then
+    o=$(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
   else
-    o=$(SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
+    o=$(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
   fi
   [ "$rc" = 0 ] || die "$1 $2 on $3 keys, round $5, failed (exit $rc); the rounds before are in $out"
   echo "$2 $3 $5 $1 $(echo "$o" | ins) $(echo "$o" | best)" | tee -a "$out"
@@ -239,7 +254,7 @@ done
 
 # --- table of medians -----------------------------------------------------------
 echo
-echo "medians over $rounds rounds, ns/op; x = our throughput / theirs ($flush build)"
+echo "medians over $rounds rounds, ns/op; x = our throughput / theirs ($flush build, $pages pages)"
 printf '%-6s %-12s %9s %9s %6s %9s %9s %6s\n' engine keys "ins:them" "ins:ours" x "srch:them" "srch:ours" x
 awk '!/^#/ { k = $1 " " $2; ins[k, $4] = ins[k, $4] " " $5; srch[k, $4] = srch[k, $4] " " $6; seen[k] = 1; if (!(k in order)) { order[k] = ++n; keys[n] = k } }
   function median(s,   a, m, i, j, t) {

@@ -94,6 +94,14 @@ pub struct PoolConfig {
     pub observer: Option<Arc<dyn PmObserver>>,
     /// A persist to drop on purpose (the crash harness's self-test only).
     pub fault: Option<Fault>,
+    /// Map with base pages only. By default a writable pool that is not on
+    /// DAX (anonymous memory, or a file in the page cache) is advised to
+    /// the kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`), as
+    /// a DAX pool is mapped with 2 MiB pages where the file allows
+    /// (docs/design.md §3, "Huge pages"). A read-only open's private
+    /// mapping is never advised: its pages are copied only where recovery
+    /// stores, and those copies should stay small.
+    pub small_pages: bool,
 }
 
 impl std::fmt::Debug for PoolConfig {
@@ -102,6 +110,7 @@ impl std::fmt::Debug for PoolConfig {
             .field("persist", &self.persist)
             .field("observer", &self.observer.is_some())
             .field("fault", &self.fault)
+            .field("small_pages", &self.small_pages)
             .finish()
     }
 }
@@ -226,8 +235,59 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
 
+/// The huge-page bytes of the mapping that starts at `base`, from the text
+/// of `/proc/PID/smaps`: the sum of its `AnonHugePages`, `ShmemPmdMapped`
+/// and `FilePmdMapped` lines (in kB). `None` if no entry starts there.
+fn huge_bytes_in_smaps(smaps: &str, base: usize) -> Option<u64> {
+    let mut inside = false;
+    let mut found = false;
+    let mut kb = 0u64;
+    for line in smaps.lines() {
+        // An entry's first line: `START-END PERMS ...`, hexadecimal.
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((start, end)) = range.split_once('-') {
+                if let (Ok(s), Ok(_)) = (
+                    usize::from_str_radix(start, 16),
+                    usize::from_str_radix(end, 16),
+                ) {
+                    if found && inside {
+                        break;
+                    }
+                    inside = s == base;
+                    found |= inside;
+                    continue;
+                }
+            }
+        }
+        if !inside {
+            continue;
+        }
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        if matches!(name, "AnonHugePages" | "ShmemPmdMapped" | "FilePmdMapped") {
+            let n = rest.trim().trim_end_matches("kB").trim();
+            kb += n.parse::<u64>().unwrap_or(0);
+        }
+    }
+    found.then_some(kb * 1024)
+}
+
+/// Advises the kernel to back `len` bytes at `p`, a fresh mapping that is
+/// not on DAX, with transparent huge pages (`MADV_HUGEPAGE`): fewer TLB
+/// misses for structures that live in the pool, as a DAX pool mapped with
+/// 2 MiB pages has (docs/design.md §3, "Huge pages"). Advice only: where
+/// the kernel has them off (`transparent_hugepage/enabled` = never, or for
+/// a tmpfs file `shmem_enabled` = never) or refuses, the pool keeps base
+/// pages, and nothing else changes.
+fn advise_huge(p: *mut libc::c_void, len: usize) {
+    // SAFETY: `p..p + len` is a mapping this module just made; madvise
+    // with MADV_HUGEPAGE changes no contents and its failure is harmless.
+    let _ = unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+}
+
 impl Mapping {
-    fn map_file(file: &File, len: usize) -> Result<Mapping> {
+    fn map_file(file: &File, len: usize, huge: bool) -> Result<Mapping> {
         use std::os::fd::AsRawFd;
         let fd = file.as_raw_fd();
         let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -255,6 +315,9 @@ impl Mapping {
         let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
         if p == libc::MAP_FAILED {
             return Err(Error::io("mmap", std::io::Error::last_os_error()));
+        }
+        if huge {
+            advise_huge(p, len);
         }
         Ok(Mapping {
             base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
@@ -324,7 +387,7 @@ impl Mapping {
         true
     }
 
-    fn map_anonymous(len: usize) -> Result<Mapping> {
+    fn map_anonymous(len: usize, huge: bool) -> Result<Mapping> {
         // SAFETY: anonymous private mapping with a null hint; checked below.
         let p = unsafe {
             libc::mmap(
@@ -338,6 +401,9 @@ impl Mapping {
         };
         if p == libc::MAP_FAILED {
             return Err(Error::io("mmap anonymous", std::io::Error::last_os_error()));
+        }
+        if huge {
+            advise_huge(p, len);
         }
         Ok(Mapping {
             base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
@@ -593,7 +659,7 @@ impl Pool {
                 e,
             ));
         }
-        let map = Mapping::map_file(&file, size as usize)?;
+        let map = Mapping::map_file(&file, size as usize, !cfg.small_pages)?;
         let pool = Self::format(map, Some(file), Some(path), geometry, engine_id, size, cfg)?;
         pool.map.msync()?;
         Ok(pool)
@@ -603,7 +669,7 @@ impl Pool {
     pub fn create_anonymous(size: u64, engine: &str, cfg: &PoolConfig) -> Result<Pool> {
         let geometry = Geometry::for_size(size)?;
         let engine_id = header::encode_engine_id(engine)?;
-        let map = Mapping::map_anonymous(size as usize)?;
+        let map = Mapping::map_anonymous(size as usize, !cfg.small_pages)?;
         Self::format(map, None, None, geometry, engine_id, size, cfg)
     }
 
@@ -673,7 +739,7 @@ impl Pool {
             .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
         lock_file(&file, path)?;
         let h = read_header(&file, path, expected_engine)?;
-        let map = Mapping::map_file(&file, h.pool_size as usize)?;
+        let map = Mapping::map_file(&file, h.pool_size as usize, !cfg.small_pages)?;
         Self::recovered(map, Some(file), Some(path), h, cfg)
     }
 
@@ -759,7 +825,7 @@ impl Pool {
         let mut first = [0u8; HEADER_BYTES];
         first.copy_from_slice(&image[..HEADER_BYTES]);
         let h = validate_header(fake, &first, image.len() as u64, expected_engine)?;
-        let map = Mapping::map_anonymous(h.pool_size as usize)?;
+        let map = Mapping::map_anonymous(h.pool_size as usize, !cfg.small_pages)?;
         // SAFETY: the mapping is fresh, `pool_size` bytes long, and equal to
         // `image.len()` (checked by `validate_header`).
         unsafe {
@@ -799,6 +865,16 @@ impl Pool {
     /// How the pool is mapped.
     pub fn mapping_mode(&self) -> MappingMode {
         self.map.mode
+    }
+
+    /// Bytes of the pool's mapping the kernel backs with huge pages now
+    /// (`AnonHugePages`, `ShmemPmdMapped` and `FilePmdMapped` of its entry
+    /// in `/proc/self/smaps`), or `None` where that cannot be read (not
+    /// Linux, or no entry). Says whether the advice of
+    /// [`PoolConfig::small_pages`] took effect.
+    pub fn huge_page_bytes(&self) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        huge_bytes_in_smaps(&smaps, self.map.base.as_ptr() as usize)
     }
     /// The file, if any.
     pub fn path(&self) -> Option<&Path> {
@@ -1325,6 +1401,16 @@ mod tests {
         v & 1 == 1
     }
 
+    /// A pool on base pages: the residency tests look at single 4 KiB
+    /// pages, and a huge page makes its whole 2 MiB resident at the first
+    /// store (formatting writes the metadata near the start of the pool).
+    fn base_pages() -> PoolConfig {
+        PoolConfig {
+            small_pages: true,
+            ..PoolConfig::default()
+        }
+    }
+
     /// Whether this kernel has `MADV_POPULATE_WRITE` (Linux 5.14).
     fn populate_supported() -> bool {
         // SAFETY: a private anonymous page of our own, unmapped below.
@@ -1351,7 +1437,7 @@ mod tests {
             return;
         }
         let size: u64 = 16 << 20;
-        let pool = Pool::create_anonymous(size, "test", &PoolConfig::default()).unwrap();
+        let pool = Pool::create_anonymous(size, "test", &base_pages()).unwrap();
         let heap = pool.header.heap_offset;
         let probes = [heap + (1 << 20), heap + (8 << 20) + 4096, size - 4096];
         for &off in &probes {
@@ -1370,13 +1456,56 @@ mod tests {
         pool.prefault_all().unwrap();
     }
 
+    /// The smaps reader takes the huge-page lines of the entry that starts
+    /// at the pool's base only, whatever the entries around it hold.
+    #[test]
+    fn huge_page_bytes_come_from_the_pool_entry_of_smaps() {
+        let smaps = "\
+55ad8aa00000-55ad8d800000 rw-p 00000000 00:00 0                          [heap]
+Size:              47104 kB
+AnonHugePages:     47104 kB
+7f9b15200000-7f9b25000000 rw-p 00000000 00:00 0 
+Size:             262144 kB
+Rss:               49152 kB
+AnonHugePages:     45056 kB
+ShmemPmdMapped:     2048 kB
+FilePmdMapped:      2048 kB
+VmFlags: rd wr mr mw me ac sd hg 
+7f9b25000000-7f9b25200000 rw-p 00000000 00:00 0 
+AnonHugePages:      2048 kB
+";
+        assert_eq!(
+            huge_bytes_in_smaps(smaps, 0x7f9b_1520_0000),
+            Some(49152 * 1024)
+        );
+        assert_eq!(
+            huge_bytes_in_smaps(smaps, 0x55ad_8aa0_0000),
+            Some(47104 * 1024)
+        );
+        assert_eq!(huge_bytes_in_smaps(smaps, 0x7f9b_1520_1000), None);
+        assert_eq!(huge_bytes_in_smaps("", 0x1000), None);
+        // A live pool's entry is found (on Linux, where smaps exists), with
+        // either page policy: the advice may or may not be granted.
+        if std::path::Path::new("/proc/self/smaps").exists() {
+            for small_pages in [false, true] {
+                let cfg = PoolConfig {
+                    small_pages,
+                    ..PoolConfig::default()
+                };
+                let pool = Pool::create_anonymous(8 << 20, "test", &cfg).unwrap();
+                let b = pool.huge_page_bytes().expect("the pool's smaps entry");
+                assert!(b <= pool.size(), "{b} bytes of huge pages in the pool");
+            }
+        }
+    }
+
     #[test]
     fn fresh_heap_is_mapped_when_the_frontier_opens_it_not_at_first_store() {
         if !populate_supported() {
             eprintln!("skipped: this kernel has no MADV_POPULATE_WRITE");
             return;
         }
-        let pool = Pool::create_anonymous(64 << 20, "test", &PoolConfig::default()).unwrap();
+        let pool = Pool::create_anonymous(64 << 20, "test", &base_pages()).unwrap();
         let heap = pool.header.heap_offset;
         // 4 MiB into the heap: far from the metadata that formatting wrote.
         let probe = heap + (4 << 20);

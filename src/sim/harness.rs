@@ -999,6 +999,7 @@ impl AllocSubject {
             persist: sim_persist(),
             observer: observer.map(|r| r as Arc<dyn crate::pm::PmObserver>),
             fault: self.fault,
+            small_pages: false,
         }
     }
 

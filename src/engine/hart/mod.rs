@@ -973,12 +973,13 @@ impl Engine for Hart {
             return Ok(false);
         }
         let keys = self.keys();
-        let Some(leaf) = t.art.get(ak, &keys) else {
+        // Out of the ART first: the ART compares keys through the leaf,
+        // which reads as keyless once its commit word is cleared. One
+        // descent finds and removes it (a search first, then the removal,
+        // took two descents and two reads of the leaf's key).
+        let Some(leaf) = t.art.remove(ak, &keys) else {
             return Ok(false);
         };
-        // Out of the ART first: the ART compares keys through the leaf,
-        // which reads as keyless once its commit word is cleared.
-        t.art.remove(ak, &keys);
         // A failure after the commit word was cleared leaves the key deleted
         // in PM: the DRAM state follows, and the error is returned after.
         let mut group_due = false;
