@@ -146,6 +146,12 @@ fn a_tiny_run_reports_every_engine_and_leaves_no_pool() {
     assert_eq!(x0["experiment"]["phases"][0]["phase"], "load");
     assert!(x0["engines"][0]["phases"][0]["ns_per_op"].as_f64().unwrap() > 0.0);
     assert!(x0["runs"][0]["phases"][0]["latency"]["p99_ns"].is_number());
+    // How much of the pool the kernel put on huge pages after the load: a
+    // byte count wherever /proc/self/smaps exists, at most the pool.
+    if std::path::Path::new("/proc/self/smaps").exists() {
+        let huge = x0["runs"][0]["huge_page_bytes"].as_u64().unwrap();
+        assert!(huge <= x0["runs"][0]["pool_size"].as_u64().unwrap());
+    }
 
     // Charts: a throughput chart per experiment, a scaling chart per workload.
     let plots = dir.join("plots");

@@ -188,6 +188,9 @@ pub struct EngineRun {
     pub pool_size: u64,
     /// How that pool was mapped (page cache or DAX).
     pub mapping: crate::pm::MappingMode,
+    /// Bytes of the pool on huge pages right after the load
+    /// ([`crate::pm::Pool::huge_page_bytes`]), where the system says.
+    pub huge_page_bytes: Option<u64>,
     /// Every page of the pool was mapped before the timed phases, after
     /// create and after each reopen (`--prefault`): read from the pool,
     /// not from the settings.

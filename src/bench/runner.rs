@@ -272,6 +272,7 @@ pub fn run_engine(
     let mut deleted = false; // some key may have been deleted
     let mut phases: Vec<PhaseResult> = Vec::new();
     let mut memory = None;
+    let mut huge_page_bytes = None;
     let mut recovery = None;
     for (pi, spec) in exp.phases.iter().enumerate() {
         let context = || {
@@ -318,6 +319,7 @@ pub fn run_engine(
                 let r = run(Work::Load, 0, deleted, progress)?;
                 count = exp.records;
                 let stats = pool.db().stats();
+                huge_page_bytes = pool.db().pool().huge_page_bytes();
                 memory = Some(MemoryReport {
                     records: exp.records,
                     dram_bytes: dram_in_use()
@@ -441,6 +443,7 @@ pub fn run_engine(
         recovery,
         pool_size: prep.pool_size,
         mapping,
+        huge_page_bytes,
         prefaulted,
         secs: started.elapsed().as_secs_f64(),
     })

@@ -238,6 +238,17 @@ impl ExperimentReport {
                 if runs.iter().all(|r| r.prefaulted) {
                     m.push_str(", every page mapped before timing");
                 }
+                let huge: Vec<u64> = runs.iter().filter_map(|r| r.huge_page_bytes).collect();
+                if let (Some(lo), Some(hi)) = (huge.iter().min(), huge.iter().max()) {
+                    // Whether the kernel took the pools' huge-page advice
+                    // (docs/design.md §3, "Huge pages").
+                    let range = if lo == hi {
+                        fmt_bytes(*lo)
+                    } else {
+                        format!("{} to {}", fmt_bytes(*lo), fmt_bytes(*hi))
+                    };
+                    m.push_str(&format!(", {range} on huge pages after the load"));
+                }
                 m
             }),
             experiment,
