@@ -250,6 +250,7 @@ fn main() {
             .max(1);
         let reopen = Options {
             engine_config: opts.engine_config.clone(),
+            small_pages: opts.small_pages,
             ..Options::default()
         };
         let mut db = db;

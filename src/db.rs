@@ -148,8 +148,8 @@ pub struct PoolInfo {
     pub created_unix_ns: u64,
     /// How the pool is mapped.
     pub mapping: MappingMode,
-    /// Bytes of the mapping on huge pages now, if the system says
-    /// ([`crate::pm::Pool::huge_page_bytes`]).
+    /// Bytes of the mapping on huge pages now, for a writable mapping not
+    /// on DAX, if the system says ([`crate::pm::Pool::huge_page_bytes`]).
     pub huge_page_bytes: Option<u64>,
     /// Flush instruction.
     pub flush: pm::FlushKind,

@@ -32,8 +32,12 @@
 #             sides asked for transparent huge pages, our pool by its default
 #             MADV_HUGEPAGE (Options::small_pages) and both processes' malloc
 #             heaps by GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (their nodes and
-#             values, our DRAM index); the kernel grants them only where
-#             transparent_hugepage/enabled is madvise or always.
+#             values, our DRAM index; glibc 2.35 or later, older ones ignore
+#             it); the kernel grants them only where
+#             transparent_hugepage/enabled is madvise or always. Where it
+#             is always, small keeps our pool on base pages
+#             (MADV_NOHUGEPAGE) but both heaps get huge pages anyway: run
+#             the comparison with the kernel at madvise.
 # --work DIR  where builds, key files and results go (default target/authors).
 # --build-only  build theirs into WORK/build-FLUSH/bin and stop.
 # --static    build theirs static, for x86-64-v3 rather than this CPU (for
@@ -222,10 +226,13 @@ one() { # who engine keyset file round
     else
       o=$(SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
     fi
-  elif [ "$1" = ours ]; then
-    o=$(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
   else
-    o=$(GLIBC_TUNABLES=glibc.malloc.hugetlb=1 SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
+    local tun="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
+    if [ "$1" = ours ]; then
+      o=$(GLIBC_TUNABLES="$tun" ANON=1 SEARCHES=3 "$probe" "$records" "$2" "$4") || rc=$?
+    else
+      o=$(GLIBC_TUNABLES="$tun" SEARCHES=3 "$theirs/$2" "$4" "$records") || rc=$?
+    fi
   fi
   [ "$rc" = 0 ] || die "$1 $2 on $3 keys, round $5, failed (exit $rc); the rounds before are in $out"
   echo "$2 $3 $5 $1 $(echo "$o" | ins) $(echo "$o" | best)" | tee -a "$out"

@@ -310,7 +310,12 @@ pub fn run(cfg: &StoreApiConfig) -> BenchResult<StoreApiReport> {
         let what = what.to_string();
         move |e: crate::Error| BenchError::failed(what, e)
     };
-    let pool = Pool::create_anonymous(pool_size, "pmlog", &PoolConfig::default())
+    // Base pages, as the raw buffer has: the difference is the API alone.
+    let base_pages = PoolConfig {
+        small_pages: true,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::create_anonymous(pool_size, "pmlog", &base_pages)
         .map_err(failed("create the anonymous pool"))?;
     let reservation = pool.reserve(region).map_err(failed("reserve the region"))?;
     let base = reservation.offset();

@@ -381,13 +381,7 @@ pub fn info(out: Output, how: &How, path: &Path) -> Result<(), CliError> {
         "size",
         format!("{} ({} bytes)", fmt_bytes(info.pool_size), info.pool_size),
     );
-    line(
-        "mapping",
-        match info.huge_page_bytes {
-            Some(b) => format!("{}, {} on huge pages now", info.mapping, fmt_bytes(b)),
-            None => info.mapping.to_string(),
-        },
-    );
+    line("mapping", info.mapping.to_string());
     line("flush", info.flush.to_string());
     line("keys", info.keys.to_string());
     line("index DRAM", fmt_bytes(dram_bytes));

@@ -94,13 +94,15 @@ pub struct PoolConfig {
     pub observer: Option<Arc<dyn PmObserver>>,
     /// A persist to drop on purpose (the crash harness's self-test only).
     pub fault: Option<Fault>,
-    /// Map with base pages only. By default a writable pool that is not on
-    /// DAX (anonymous memory, or a file in the page cache) is advised to
-    /// the kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`), as
-    /// a DAX pool is mapped with 2 MiB pages where the file allows
-    /// (docs/design.md §3, "Huge pages"). A read-only open's private
-    /// mapping is never advised: its pages are copied only where recovery
-    /// stores, and those copies should stay small.
+    /// Map with base pages only (`madvise(MADV_NOHUGEPAGE)`, which holds
+    /// even where the kernel's `transparent_hugepage` is `always`). By
+    /// default a writable pool that is not on DAX (anonymous memory, or a
+    /// file in the page cache) is advised to the kernel for transparent
+    /// huge pages (`madvise(MADV_HUGEPAGE)`), as a DAX pool is mapped with
+    /// 2 MiB pages where the file allows (docs/design.md §3, "Huge pages").
+    /// A read-only open's private mapping is advised neither way: its pages
+    /// are copied only where recovery stores, and those copies should stay
+    /// small.
     pub small_pages: bool,
 }
 
@@ -235,25 +237,28 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
 
-/// The huge-page bytes of the mapping that starts at `base`, from the text
-/// of `/proc/PID/smaps`: the sum of its `AnonHugePages`, `ShmemPmdMapped`
-/// and `FilePmdMapped` lines (in kB). `None` if no entry starts there.
-fn huge_bytes_in_smaps(smaps: &str, base: usize) -> Option<u64> {
+/// The huge-page bytes of the mapping `base..base + len`, from the text of
+/// `/proc/PID/smaps`: the sum of the `AnonHugePages`, `ShmemPmdMapped` and
+/// `FilePmdMapped` lines (in kB) of the entries inside it (the kernel may
+/// split a mapping into several). `None` if no entry lies inside it, or if
+/// an entry reaches across either end: the kernel merged the mapping with
+/// a neighbour of the same flags (another anonymous pool, say), and its
+/// figure is not the pool's alone.
+fn huge_bytes_in_smaps(smaps: &str, base: usize, len: usize) -> Option<u64> {
+    let end = base.checked_add(len)?;
     let mut inside = false;
     let mut found = false;
     let mut kb = 0u64;
     for line in smaps.lines() {
         // An entry's first line: `START-END PERMS ...`, hexadecimal.
         if let Some((range, _)) = line.split_once(' ') {
-            if let Some((start, end)) = range.split_once('-') {
-                if let (Ok(s), Ok(_)) = (
-                    usize::from_str_radix(start, 16),
-                    usize::from_str_radix(end, 16),
-                ) {
-                    if found && inside {
-                        break;
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = base <= a && b <= end;
+                    if !inside && a < end && base < b {
+                        return None; // Reaches across an end of the mapping.
                     }
-                    inside = s == base;
                     found |= inside;
                     continue;
                 }
@@ -274,16 +279,22 @@ fn huge_bytes_in_smaps(smaps: &str, base: usize) -> Option<u64> {
 }
 
 /// Advises the kernel to back `len` bytes at `p`, a fresh mapping that is
-/// not on DAX, with transparent huge pages (`MADV_HUGEPAGE`): fewer TLB
-/// misses for structures that live in the pool, as a DAX pool mapped with
-/// 2 MiB pages has (docs/design.md §3, "Huge pages"). Advice only: where
-/// the kernel has them off (`transparent_hugepage/enabled` = never, or for
-/// a tmpfs file `shmem_enabled` = never) or refuses, the pool keeps base
-/// pages, and nothing else changes.
-fn advise_huge(p: *mut libc::c_void, len: usize) {
+/// not on DAX, with transparent huge pages if `huge` (`MADV_HUGEPAGE`):
+/// fewer TLB misses for structures that live in the pool, as a DAX pool
+/// mapped with 2 MiB pages has (docs/design.md §3, "Huge pages"); or never
+/// with them (`MADV_NOHUGEPAGE`, [`PoolConfig::small_pages`]). Advice
+/// only: where the kernel has them off (`transparent_hugepage/enabled` =
+/// never, or for a tmpfs file `shmem_enabled` = never) or refuses, the
+/// pool keeps base pages, and nothing else changes.
+fn advise_huge(p: *mut libc::c_void, len: usize, huge: bool) {
+    let advice = if huge {
+        libc::MADV_HUGEPAGE
+    } else {
+        libc::MADV_NOHUGEPAGE
+    };
     // SAFETY: `p..p + len` is a mapping this module just made; madvise
-    // with MADV_HUGEPAGE changes no contents and its failure is harmless.
-    let _ = unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+    // with either advice changes no contents and its failure is harmless.
+    let _ = unsafe { libc::madvise(p, len, advice) };
 }
 
 impl Mapping {
@@ -316,9 +327,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(Error::io("mmap", std::io::Error::last_os_error()));
         }
-        if huge {
-            advise_huge(p, len);
-        }
+        advise_huge(p, len, huge);
         Ok(Mapping {
             base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
@@ -402,9 +411,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(Error::io("mmap anonymous", std::io::Error::last_os_error()));
         }
-        if huge {
-            advise_huge(p, len);
-        }
+        advise_huge(p, len, huge);
         Ok(Mapping {
             base: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
@@ -868,13 +875,20 @@ impl Pool {
     }
 
     /// Bytes of the pool's mapping the kernel backs with huge pages now
-    /// (`AnonHugePages`, `ShmemPmdMapped` and `FilePmdMapped` of its entry
-    /// in `/proc/self/smaps`), or `None` where that cannot be read (not
-    /// Linux, or no entry). Says whether the advice of
+    /// (`AnonHugePages`, `ShmemPmdMapped` and `FilePmdMapped` of its entries
+    /// in `/proc/self/smaps`), for a writable mapping that is not on DAX;
+    /// `None` for the others, or where that cannot be read (not Linux, or
+    /// the mapping merged with a neighbour). Says whether the advice of
     /// [`PoolConfig::small_pages`] took effect.
     pub fn huge_page_bytes(&self) -> Option<u64> {
+        // A DAX mapping's 2 MiB pages are device memory, which smaps does not
+        // count; a private mapping is a read-only open's, never advised, and
+        // says nothing of the writers' pages.
+        if self.map.mode != MappingMode::Anonymous && self.map.mode != MappingMode::Shared {
+            return None;
+        }
         let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        huge_bytes_in_smaps(&smaps, self.map.base.as_ptr() as usize)
+        huge_bytes_in_smaps(&smaps, self.map.base.as_ptr() as usize, self.map.len)
     }
     /// The file, if any.
     pub fn path(&self) -> Option<&Path> {
@@ -1456,10 +1470,10 @@ mod tests {
         pool.prefault_all().unwrap();
     }
 
-    /// The smaps reader takes the huge-page lines of the entry that starts
-    /// at the pool's base only, whatever the entries around it hold.
+    /// The smaps reader sums the huge-page lines of the entries inside the
+    /// pool's range, and gives up on one that reaches across its ends.
     #[test]
-    fn huge_page_bytes_come_from_the_pool_entry_of_smaps() {
+    fn huge_page_bytes_come_from_the_pool_entries_of_smaps() {
         let smaps = "\
 55ad8aa00000-55ad8d800000 rw-p 00000000 00:00 0                          [heap]
 Size:              47104 kB
@@ -1469,23 +1483,34 @@ Size:             262144 kB
 Rss:               49152 kB
 AnonHugePages:     45056 kB
 ShmemPmdMapped:     2048 kB
-FilePmdMapped:      2048 kB
 VmFlags: rd wr mr mw me ac sd hg 
-7f9b25000000-7f9b25200000 rw-p 00000000 00:00 0 
+7f9b25000000-7f9b25200000 rw-p 00000000 fe:00 1234   /tmp/a-b c.pool
+FilePmdMapped:      2048 kB
+7f9b25200000-7f9b25400000 rw-p 00000000 00:00 0 
 AnonHugePages:      2048 kB
 ";
+        let mb = 1 << 20;
+        // One entry, or two (a mapping the kernel split).
         assert_eq!(
-            huge_bytes_in_smaps(smaps, 0x7f9b_1520_0000),
+            huge_bytes_in_smaps(smaps, 0x7f9b_1520_0000, 254 * mb),
+            Some(47104 * 1024)
+        );
+        assert_eq!(
+            huge_bytes_in_smaps(smaps, 0x7f9b_1520_0000, 256 * mb),
             Some(49152 * 1024)
         );
         assert_eq!(
-            huge_bytes_in_smaps(smaps, 0x55ad_8aa0_0000),
+            huge_bytes_in_smaps(smaps, 0x55ad_8aa0_0000, 46 * mb),
             Some(47104 * 1024)
         );
-        assert_eq!(huge_bytes_in_smaps(smaps, 0x7f9b_1520_1000), None);
-        assert_eq!(huge_bytes_in_smaps("", 0x1000), None);
-        // A live pool's entry is found (on Linux, where smaps exists), with
-        // either page policy: the advice may or may not be granted.
+        // An entry reaching past either end: merged with a neighbour.
+        assert_eq!(huge_bytes_in_smaps(smaps, 0x7f9b_1520_0000, 8 * mb), None);
+        assert_eq!(huge_bytes_in_smaps(smaps, 0x7f9b_1540_0000, 300 * mb), None);
+        // No entry inside.
+        assert_eq!(huge_bytes_in_smaps(smaps, 0x1000, 4096), None);
+        assert_eq!(huge_bytes_in_smaps("", 0x1000, 4096), None);
+        // A live anonymous pool, with either page policy: its entries (if
+        // it did not merge with another test's pool) hold at most the pool.
         if std::path::Path::new("/proc/self/smaps").exists() {
             for small_pages in [false, true] {
                 let cfg = PoolConfig {
@@ -1493,8 +1518,12 @@ AnonHugePages:      2048 kB
                     ..PoolConfig::default()
                 };
                 let pool = Pool::create_anonymous(8 << 20, "test", &cfg).unwrap();
-                let b = pool.huge_page_bytes().expect("the pool's smaps entry");
-                assert!(b <= pool.size(), "{b} bytes of huge pages in the pool");
+                if let Some(b) = pool.huge_page_bytes() {
+                    assert!(b <= pool.size(), "{b} bytes of huge pages in the pool");
+                    if small_pages {
+                        assert_eq!(b, 0, "huge pages in a pool mapped with base pages");
+                    }
+                }
             }
         }
     }
