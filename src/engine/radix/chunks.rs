@@ -455,10 +455,22 @@ impl Chunks {
     /// The slab index of the chunk holding `off` and the block index of
     /// `off` in it, if `off` is the start of a block.
     fn locate(&self, off: u64) -> Option<(usize, u32)> {
-        let c = match self.by_piece.get((off / CHUNK_SIZE) as usize) {
-            Some(&v) if v != 0 => v as usize - 1,
-            _ => *self.index.range(..=off).next_back()?.1,
-        };
+        match self.by_piece.get((off / CHUNK_SIZE) as usize) {
+            Some(&v) if v != 0 => self.block_in(v as usize - 1, off),
+            _ => self.locate_in_map(off),
+        }
+    }
+
+    /// [`Self::locate`] through the ordered map alone: the chunk with the
+    /// greatest start at or below `off`.
+    fn locate_in_map(&self, off: u64) -> Option<(usize, u32)> {
+        let (_, &c) = self.index.range(..=off).next_back()?;
+        self.block_in(c, off)
+    }
+
+    /// The block index of `off` in slab chunk `c`, if `off` is the start
+    /// of one of its blocks.
+    fn block_in(&self, c: usize, off: u64) -> Option<(usize, u32)> {
         let ch = self.chunk(c);
         let rel = off.checked_sub(ch.start + FIRST)?;
         if ch.class == LARGE {
@@ -1112,16 +1124,11 @@ mod tests {
                 covered += 1;
             }
             for off in [o, o + FIRST, o + FIRST + 64, o + len - 64, o + len] {
-                let slow = c.index.range(..=off).next_back().and_then(|(_, &k)| {
-                    let ch = c.chunk(k);
-                    let rel = off.checked_sub(ch.start + FIRST)?;
-                    if ch.class == LARGE {
-                        return (rel == 0).then_some((k, 0));
-                    }
-                    let b = rel / ch.size();
-                    (rel % ch.size() == 0 && b < u64::from(ch.capacity())).then_some((k, b as u32))
-                });
-                assert_eq!(c.locate(off), slow, "{ctx}: locate({off:#x})");
+                assert_eq!(
+                    c.locate(off),
+                    c.locate_in_map(off),
+                    "{ctx}: locate({off:#x})"
+                );
             }
         }
         let nonzero = c.by_piece.iter().filter(|&&v| v != 0).count();
