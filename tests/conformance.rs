@@ -11,6 +11,8 @@ conformance_suite!(hart, "hart");
 conformance_suite!(hart_hashed, "hart:hash_key_len=3");
 // Hash keys of 1 byte, and the paper's persist order.
 conformance_suite!(hart_k1_paper, "hart:hash_key_len=1,persist_order=paper");
+// Without the point index: searches, updates and inserts descend the ARTs.
+conformance_suite!(hart_no_points, "hart:point_index=off");
 // Writers of different root children at once (the default), and the
 // tree-wide lock.
 conformance_suite!(wort, "wort");

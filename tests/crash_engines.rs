@@ -82,6 +82,14 @@ fn hart_paper_order() {
     crash_test_with("hart", false, &[("hart.persist_order", "paper")]);
 }
 
+/// HART without the point index (`hart.point_index=off`): upserts guess
+/// whether they insert and write their leaf first only then, inserts by
+/// `insert` descend before they write.
+#[test]
+fn hart_without_point_index() {
+    crash_test_with("hart", false, &[("hart.point_index", "off")]);
+}
+
 /// HART with each new leaf from the next stripe in turn
 /// (`hart.stripes=round_robin`): the leaves of one hash key spread over
 /// every stripe, as when many threads insert into it (the simulator runs

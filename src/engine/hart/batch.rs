@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
-use super::art::{Art, ProbeCursor};
+use super::art::{Art, LeafKeys, ProbeCursor};
 use super::leaf;
+use super::points::{self, Points};
 use super::superblock::value_class;
 use super::trees::{HashKey, Tree, TreeRef};
 use super::{Hart, LeafRef, OldValue};
@@ -80,6 +81,9 @@ impl Hart {
         batch: &[&[u8]],
         f: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<()> {
+        if self.point_index {
+            return self.get_batch_indexed(base, batch, f);
+        }
         let n = batch.len();
         debug_assert!(n <= BATCH);
         crate::hint::prefetch_keys(batch.iter().copied());
@@ -115,6 +119,75 @@ impl Hart {
             }
         }
         Ok(())
+    }
+
+    /// [`Self::get_batch`] through the point indexes: the first entry of
+    /// each key's probe starts loading before the ARTs are locked, then
+    /// each key's leaf (the first entry with its tag), and then the keys
+    /// are answered in order, each from lines already on their way.
+    fn get_batch_indexed(
+        &self,
+        base: usize,
+        batch: &[&[u8]],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        let n = batch.len();
+        debug_assert!(n <= BATCH);
+        crate::hint::prefetch_keys(batch.iter().copied());
+        let mut h = [0u64; BATCH];
+        let refs: [Option<TreeRef<'_>>; BATCH] = std::array::from_fn(|i| {
+            let (hk, ak) = self.split(batch.get(i)?);
+            h[i] = points::hash(ak);
+            let (t, hint) = self.trees.find_bytes_point_hinted(hk);
+            let t = t?;
+            crate::hint::prefetch(&*t);
+            points::prefetch_hinted(hint, h[i]);
+            Some(t)
+        });
+        let tree: [Option<&RwLock<Tree>>; BATCH] = std::array::from_fn(|i| refs[i].as_deref());
+        let (guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::read);
+        let points_of = |i: usize| {
+            guard_of[i]
+                .and_then(|g| guards[g].as_ref())
+                .map(|t| &t.points)
+        };
+        self.prefetch_candidates(n, &h, points_of);
+        for (i, key) in batch.iter().enumerate() {
+            let hit = match points_of(i) {
+                Some(p) => p
+                    .find(h[i], |l| {
+                        self.answer::<true>(l.off(), key, &mut |v| f(base + i, Some(v)))
+                            .map(|hit| hit.then_some(()))
+                    })?
+                    .is_some(),
+                None => false,
+            };
+            if !hit {
+                f(base + i, None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts loading the leaf of the first entry with key `i`'s tag in
+    /// its point index `points_of(i)` (hash `h[i]`), for the first `n` keys
+    /// of a batch: the leaves' misses overlap, as the probes' did.
+    #[inline(always)]
+    fn prefetch_candidates<'p>(
+        &self,
+        n: usize,
+        h: &[u64; BATCH],
+        points_of: impl Fn(usize) -> Option<&'p Points>,
+    ) {
+        let pm = self.pool.words();
+        for (i, &h) in h.iter().enumerate().take(n) {
+            if let Some(p) = points_of(i) {
+                let first = p.find(h, |l| Ok::<_, ()>(Some(l)));
+                if let Ok(Some(l)) = first {
+                    pm.prefetch(l.off());
+                }
+            }
+        }
     }
 
     /// [`Art::probe`] of key `i` in its ART, `art_of(i)` (`None`: no ART,
@@ -168,7 +241,7 @@ impl Hart {
 
     /// Whether the leaf a probe of `key` ended at holds `key` (the caller
     /// holds the read or write lock of the ART that holds the leaf).
-    fn holds_key(&self, leaf: u64, key: &[u8]) -> Result<bool> {
+    pub(super) fn holds_key(&self, leaf: u64, key: &[u8]) -> Result<bool> {
         let c = self.live_commit(leaf)?;
         // SAFETY: as in `answer`: an indexed leaf's key is not written while
         // it is reachable, and the caller holds its ART's lock.
@@ -226,6 +299,9 @@ impl Hart {
                 let t = self.trees.for_insert(&hk_key, r);
                 crate::hint::prefetch(&*t);
                 self.prefetch_root(hk, ak);
+                if self.point_index {
+                    points::prefetch_hinted(self.trees.point_hint(hk), points::hash(ak));
+                }
                 Some(t)
             });
             #[cfg(test)]
@@ -265,24 +341,48 @@ impl Hart {
         guard_of: &[Option<usize>; BATCH],
     ) -> Result<()> {
         let n = batch.len();
-        // The searches, side by side: `found[i]` is the leaf that holds
-        // key `i`, if it is present (the probe's leaf, if it holds the key;
-        // then its stripe is where the new value object comes from).
-        let mut found_ref = [None; BATCH];
-        self.probe_side_by_side(
-            n,
-            |i| {
-                let t = guards[guard_of[i]?].as_deref()?;
-                Some((&t.art, self.split(batch[i].0).1))
-            },
-            &mut found_ref,
-        );
-        let mut found: [Option<u64>; BATCH] = [None; BATCH];
+        let mut h = [0u64; BATCH];
         for (i, (key, _)) in batch.iter().enumerate() {
-            if let Some(l) = found_ref[i] {
-                if self.holds_key(l.off(), key)? {
+            h[i] = points::hash(self.split(key).1);
+        }
+        // The searches, side by side: `found[i]` is the leaf that holds
+        // key `i`, if it is present (then its stripe is where the new value
+        // object comes from): from the point indexes, or from the ARTs'
+        // probes (the probe's leaf, if it holds the key).
+        let mut found: [Option<u64>; BATCH] = [None; BATCH];
+        if self.point_index {
+            let points_of = |i: usize| {
+                guard_of[i]
+                    .and_then(|g| guards[g].as_deref())
+                    .map(|t| &t.points)
+            };
+            self.prefetch_candidates(n, &h, points_of);
+            for (i, (key, _)) in batch.iter().enumerate() {
+                if let Some(l) = points_of(i)
+                    .map(|p| self.find_leaf(p, h[i], key))
+                    .transpose()?
+                    .flatten()
+                {
                     found[i] = Some(l.off());
                     stripe[i] = l.stripe();
+                }
+            }
+        } else {
+            let mut found_ref = [None; BATCH];
+            self.probe_side_by_side(
+                n,
+                |i| {
+                    let t = guards[guard_of[i]?].as_deref()?;
+                    Some((&t.art, self.split(batch[i].0).1))
+                },
+                &mut found_ref,
+            );
+            for (i, (key, _)) in batch.iter().enumerate() {
+                if let Some(l) = found_ref[i] {
+                    if self.holds_key(l.off(), key)? {
+                        found[i] = Some(l.off());
+                        stripe[i] = l.stripe();
+                    }
                 }
             }
         }
@@ -374,15 +474,17 @@ impl Hart {
             };
             let was_empty = t.art.is_empty();
             let (hk, ak) = self.split(key);
-            let present = t
-                .art
-                .insert(ak, LeafRef::new(l, stripe[i]), &keys)
-                .is_some();
+            let leaf = LeafRef::new(l, stripe[i]);
+            let present = t.art.insert(ak, leaf, &keys).is_some();
             self.trees.note_root(hk, &t.art);
             if present {
                 // The search found the key absent under this write lock.
                 first_err.get_or_insert(leaf::corrupt(l, "batched put: key present twice"));
                 continue;
+            }
+            if self.point_index {
+                t.points.insert(h[i], leaf, |x| keys.key(x));
+                self.trees.note_points(hk, &t.points);
             }
             if was_empty {
                 self.trees.filled(&HashKey::new(hk));

@@ -72,7 +72,9 @@ pub mod art;
 mod batch;
 mod chunk;
 mod frees;
+mod indexed;
 mod leaf;
+mod points;
 mod recovery;
 mod scan;
 mod superblock;
@@ -129,11 +131,13 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         order,
         stripes,
         leaf_first,
+        point_index,
         ..
     } = parse_config(config)?;
     let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
     h.set_order(order);
     h.leaf_first = leaf_first;
+    h.point_index = point_index;
     h.set_stripes(stripes)?;
     Ok(h)
 }
@@ -145,8 +149,9 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         recovery_threads,
         stripes,
         leaf_first,
+        point_index,
     } = parse_config(config)?;
-    let mut h = recovery::open(pool, recovery_threads, k_h)?;
+    let mut h = recovery::open(pool, recovery_threads, k_h, point_index)?;
     h.leaf_first = leaf_first;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
@@ -221,6 +226,9 @@ struct Settings {
     /// `hart.leaf_first` (default on): whether an upsert may write its leaf
     /// before its descent ([`Hart::leaf_first`]; `tight` order only).
     leaf_first: bool,
+    /// `hart.point_index` (default on): whether each ART has a point index
+    /// ([`points`]).
+    point_index: bool,
 }
 
 fn parse_config(config: &EngineConfig) -> Result<Settings> {
@@ -229,6 +237,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut recovery_threads = None;
     let mut stripes = None;
     let mut leaf_first = true;
+    let mut point_index = true;
     for (k, v) in super::settings(
         config,
         INFO.name,
@@ -238,9 +247,21 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "recovery_threads",
             "stripes",
             "leaf_first",
+            "point_index",
         ],
     )? {
         match k {
+            "point_index" => {
+                point_index = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "hart.point_index `{v}`: expected on or off"
+                        )))
+                    }
+                }
+            }
             "leaf_first" => {
                 leaf_first = match v {
                     "on" => true,
@@ -296,6 +317,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         recovery_threads,
         stripes,
         leaf_first,
+        point_index,
     })
 }
 
@@ -304,7 +326,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
 /// from the list the leaf is found on). Leaves start on a cache line, so the
 /// stripe fits in the offset's low bits; a value object of the leaf comes
 /// from the same stripe ([`superblock`], "Stripes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct LeafRef(u64);
 
 const STRIPE_BITS: u64 = 63;
@@ -401,6 +423,11 @@ pub struct Hart {
     /// `hart.leaf_first`: whether upserts may write their leaf before the
     /// descent ([`Self::leaf_first`]).
     leaf_first: bool,
+    /// `hart.point_index`: whether every ART keeps a point index
+    /// ([`points`]) that searches, updates and inserts use instead of a
+    /// descent ([`indexed`]). Fixed once the index is built (at create or
+    /// recovery).
+    point_index: bool,
     /// The slots' checksum (by the superblock's format).
     checksum: Checksum,
     /// Whether a leaf may be in any stripe (format 5) rather than only its
@@ -500,6 +527,7 @@ impl Hart {
             stripes,
             order: PersistOrder::Tight,
             leaf_first: true,
+            point_index: true,
             checksum: Checksum::Crc32c,
             any_stripe: true,
             stripe_choice: StripeChoice::Thread,
@@ -762,7 +790,7 @@ impl Hart {
 
     /// Recovers a HART from its pool (Algorithm 7) on every core.
     pub fn open(pool: Arc<Pool>) -> Result<Hart> {
-        recovery::open(pool, None, None)
+        recovery::open(pool, None, None, true)
     }
 }
 
@@ -783,6 +811,10 @@ impl Engine for Hart {
             (
                 "hart.leaf_first",
                 if self.leaf_first { "on" } else { "off" }.to_string(),
+            ),
+            (
+                "hart.point_index",
+                if self.point_index { "on" } else { "off" }.to_string(),
             ),
         ]
         .into_iter()
@@ -807,6 +839,9 @@ impl Engine for Hart {
     /// leaf is in the ART only while it is committed, which the DRAM state
     /// guarantees under the ART lock.
     fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        if self.point_index {
+            return self.get_indexed(key, f);
+        }
         let (hk, ak) = self.split(key);
         let (tree, hint) = self.trees.find_bytes_hinted(hk);
         if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(hint, ak) {
@@ -834,6 +869,9 @@ impl Engine for Hart {
 
     /// Algorithm 1 (insert) and Algorithm 3 (update).
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        if self.point_index {
+            return self.put_indexed(key, value, mode);
+        }
         let (hk_bytes, ak) = self.split(key);
         self.prefetch_root(hk_bytes, ak);
         let hk = HashKey::new(hk_bytes);
@@ -963,6 +1001,10 @@ impl Engine for Hart {
     fn delete(&self, key: &[u8]) -> Result<bool> {
         let (hk_bytes, ak) = self.split(key);
         self.prefetch_root(hk_bytes, ak);
+        let h = points::hash(ak);
+        if self.point_index {
+            points::prefetch_hinted(self.trees.point_hint(hk_bytes), h);
+        }
         let hk = HashKey::new(hk_bytes);
         let r = hk.route();
         let Some(tree) = self.trees.find(&hk) else {
@@ -999,6 +1041,11 @@ impl Engine for Hart {
             Err(DeleteError::Deleted(e)) => Err(e),
         };
         self.trees.note_root(hk_bytes, &t.art);
+        if self.point_index {
+            let removed = t.points.remove(h, leaf, |l| keys.key(l));
+            debug_assert!(removed, "the point index holds the ART's leaves");
+            self.trees.note_points(hk_bytes, &t.points);
+        }
         self.stripes[leaf.stripe()]
             .len
             .fetch_sub(1, Ordering::Relaxed);
@@ -1065,6 +1112,15 @@ impl Engine for Hart {
                     hk.as_slice()
                 )));
             }
+            let indexed = if self.point_index { t.art.len() } else { 0 };
+            if t.points.len() != indexed {
+                return Err(Error::CheckFailed(format!(
+                    "the point index of hash key {:?} holds {} leaves, its ART {}",
+                    hk.as_slice(),
+                    t.points.len(),
+                    t.art.len()
+                )));
+            }
             let mut err = None;
             t.art
                 .range(Bound::Unbounded, Bound::Unbounded, &keys, |ak, at| {
@@ -1106,6 +1162,11 @@ impl Engine for Hart {
                         }
                         if v.meta.large {
                             blocks.push(v.p);
+                        }
+                        if self.point_index && !t.points.contains(points::hash(ak), at) {
+                            return Err(Error::CheckFailed(format!(
+                                "leaf {leaf:#x} is in the ART but not in its point index"
+                            )));
                         }
                         Ok(())
                     })();

@@ -47,6 +47,7 @@ use parking_lot::Mutex;
 use super::art::Art;
 use super::chunk::ChunkList;
 use super::leaf::{self, Checksum, Commit, LEAF_SIZES, MAX_OBJECT};
+use super::points::{self, Points};
 use super::superblock::{self, value_class, Format, STRIPES, VALUE_SIZES};
 use super::trees::WordHasher;
 use super::{read_slot, Hart, HashKey, LeafRef, Stripe, ValueRef, DEFAULT_HASH_KEY_LEN};
@@ -311,8 +312,13 @@ fn parallel<T: Send + Default>(
 }
 
 /// What one stripe rebuilt in phase 4.
+/// Each hash key's rebuilt ART, and the hashes of its ART keys with their
+/// leaves for its point index (empty with `hart.point_index=off`).
+type RebuiltTrees =
+    HashMap<HashKey, (Art<LeafRef>, Vec<(u64, LeafRef)>), BuildHasherDefault<WordHasher>>;
+
 struct Rebuilt {
-    trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>>,
+    trees: RebuiltTrees,
     len: u64,
     /// Leaves killed as the second live leaf of a key, with their leaf
     /// list and live value, to give back once every worker is done.
@@ -323,7 +329,12 @@ struct Rebuilt {
 /// core). `k_h` is the hash key length the caller asked for, if any: it
 /// only matters if creation crashed before the superblock was published,
 /// and the engine is then created again with it.
-pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) -> Result<Hart> {
+pub(super) fn open(
+    pool: Arc<Pool>,
+    threads: Option<usize>,
+    k_h: Option<usize>,
+    point_index: bool,
+) -> Result<Hart> {
     let root = pool.root_slot(0)?;
     let sb = pool.load_u64(root)?;
     if sb == 0 {
@@ -332,7 +343,9 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         // and an open that named another one then failed), unless blocks
         // say the superblock was lost instead.
         pool.check_unpublished_root(root, "hart")?;
-        return Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN));
+        let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
+        h.point_index = point_index;
+        return Ok(h);
     }
     let magic = if pool.block_size(sb).ok() == Some(superblock::SIZE) {
         pool.load_u64(sb)?
@@ -487,8 +500,7 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         |s, out: &mut Vec<(usize, Rebuilt)>| {
             let mut w = work[s].lock();
             let (lists, found) = &mut *w;
-            let mut trees: HashMap<HashKey, Art<LeafRef>, BuildHasherDefault<WordHasher>> =
-                HashMap::default();
+            let mut trees = RebuiltTrees::default();
             let mut len = 0;
             let mut values = Vec::new();
             let mut killed = Vec::new();
@@ -501,7 +513,10 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
                 for l in &f.live {
                     let key = &f.keys[l.key_at..l.key_at + l.key_len];
                     let (hk, ak) = key.split_at(k_h.min(key.len()));
-                    let art = trees.entry(HashKey::new(hk)).or_default();
+                    let (art, entries) = trees.entry(HashKey::new(hk)).or_default();
+                    if point_index {
+                        entries.push((points::hash(ak), l.leaf));
+                    }
                     if let Some(other) = art.insert(ak, l.leaf, &keys) {
                         // Two live leaves of one key: an early leaf of an
                         // upsert in flight (module doc). Kill the one the
@@ -562,6 +577,9 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
         all_trees.push(r.trees);
         killed.extend(r.killed);
     }
+    // The ARTs no longer hold the killed leaves; their point indexes must
+    // not either.
+    let killed_refs: Vec<LeafRef> = killed.iter().map(|(l, _, _)| *l).collect();
     // The killed leaves were counted, and marked used with their values, by
     // their own stripes' workers: undone here, after every worker's fence.
     for (l, lc, v) in killed {
@@ -583,9 +601,14 @@ pub(super) fn open(pool: Arc<Pool>, threads: Option<usize>, k_h: Option<usize>) 
     h.checksum = format.checksum;
     h.any_stripe = format.any_stripe;
     h.set_stripes(None)?;
+    h.point_index = point_index;
+    let killed_leaves: HashSet<LeafRef> = killed_refs.into_iter().collect();
     for trees in all_trees {
-        for (hk, art) in trees {
-            h.trees.install(hk, art);
+        for (hk, (art, mut entries)) in trees {
+            if !killed_leaves.is_empty() {
+                entries.retain(|(_, l)| !killed_leaves.contains(l));
+            }
+            h.trees.install(hk, art, Points::with_entries(&entries));
         }
     }
     Ok(h)

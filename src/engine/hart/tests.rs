@@ -62,8 +62,17 @@ fn lines_of_get(h: &Hart, key: &[u8]) -> (bool, u64) {
 
 #[test]
 fn a_search_reads_the_leaf_line_and_the_value_lines() {
+    for point_index in [true, false] {
+        searches_read_lines(point_index);
+    }
+}
+
+/// [`a_search_reads_the_leaf_line_and_the_value_lines`] with the point
+/// index or without it.
+fn searches_read_lines(point_index: bool) {
     let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
-    let h = Hart::create(pool, 2).unwrap();
+    let mut h = Hart::create(pool, 2).unwrap();
+    h.point_index = point_index;
     h.put(b"ab-inline", b"8 bytes!", PutMode::Upsert).unwrap();
     h.put(b"ab-object", &[7; 100], PutMode::Upsert).unwrap();
     h.put(b"ab-long", &[9; 5000], PutMode::Upsert).unwrap();
@@ -83,13 +92,15 @@ fn a_search_reads_the_leaf_line_and_the_value_lines() {
     // from a line-aligned leaf: 4 lines).
     assert_eq!(lines_of_get(&h, &long_key), (true, 4));
     // The ART's one candidate for an absent key: its key line is read
-    // and compared, and nothing is found.
-    assert_eq!(lines_of_get(&h, b"ab-inlinf"), (false, 1));
+    // and compared, and nothing is found. The point index has no entry
+    // with the key's tag (one in 2^18 would): nothing read.
+    let candidate = u64::from(!point_index);
+    assert_eq!(lines_of_get(&h, b"ab-inlinf"), (false, candidate));
     // An absent short key whose candidate is the 200-byte key's leaf: the
     // lengths differ, so only the leaf's first line (the commit word) is
     // read, and counted (four lines, the stored key's, before
     // 2026-11-27).
-    assert_eq!(lines_of_get(&h, b"xxx"), (false, 1));
+    assert_eq!(lines_of_get(&h, b"xxx"), (false, candidate));
     // No ART for the hash key: nothing read in PM.
     assert_eq!(lines_of_get(&h, b"zz"), (false, 0));
     // Values are what was stored.
@@ -318,7 +329,7 @@ fn a_small_slot_longer_than_any_object_is_damage_not_a_panic() {
     meta.value_len = leaf::MAX_OBJECT + 904;
     pool.store_u64(meta_at, meta.encode()).unwrap();
     drop(h);
-    let h = recovery::open(pool, Some(1), None).unwrap();
+    let h = recovery::open(pool, Some(1), None, true).unwrap();
     assert!(!h.get_with(b"ab-object", &mut |_| {}).unwrap());
     let mut got = Vec::new();
     assert!(h.get_with(b"ab-other", &mut |v| got = v.to_vec()).unwrap());
@@ -964,7 +975,10 @@ fn recovery_keeps_one_of_two_live_leaves_of_a_key() {
         ..Default::default()
     };
     let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &cfg).unwrap());
-    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    // Without the point index: with it, an upsert knows the key is present
+    // before it writes a leaf, and writes none.
+    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    h.point_index = false;
     for (k, len) in [(&b"dup-a"[..], 40), (b"dup-b", 8)] {
         h.put(k, &vec![1; len], PutMode::Upsert).unwrap();
         h.put(k, &vec![2; len], PutMode::Upsert).unwrap();

@@ -26,6 +26,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 
 use super::art::Art;
+use super::points::Points;
 use super::superblock::STRIPES;
 use super::LeafRef;
 
@@ -129,6 +130,9 @@ pub(super) struct Route {
 #[derive(Default)]
 pub(super) struct Tree {
     pub(super) art: Art<LeafRef>,
+    /// The point index of the ART's leaves (empty with
+    /// `hart.point_index=off`).
+    pub(super) points: Points,
     pub(super) dead: bool,
 }
 
@@ -155,6 +159,11 @@ impl Deref for TreeRef<'_> {
 #[repr(align(64))]
 #[derive(Default)]
 struct Slot(RwLock<Tree>);
+
+const _: () = assert!(
+    std::mem::size_of::<Slot>() == 64,
+    "a slot is one cache line"
+);
 
 /// Slots per page of the direct form.
 const PAGE: usize = 256;
@@ -187,6 +196,10 @@ struct Page {
     /// and the root's overlap instead of following one another
     /// (docs/design.md §7, "Root hints").
     hints: Box<[AtomicU64; PAGE]>,
+    /// `point_hints[j]`: slot `j`'s [`Points::hint`], kept as the root
+    /// hints are ([`Trees::note_points`]): a search prefetches its first
+    /// entry of the point index before it locks the slot.
+    point_hints: Box<[AtomicU64; PAGE]>,
 }
 
 /// Hash keys of 3..=8 bytes.
@@ -269,6 +282,7 @@ impl Direct {
         let page = self.pages[i / PAGE].get_or_init(|| Page {
             slots: Box::new(std::array::from_fn(|_| Slot::default())),
             hints: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            point_hints: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
         });
         &page.slots[i % PAGE].0
     }
@@ -368,6 +382,57 @@ impl Trees {
                 }
             }
             Trees::Hashed(_) => (self.find(&HashKey::new(hk)), 0),
+        }
+    }
+
+    /// [`Self::find_bytes_hinted`] with the point index's hint
+    /// ([`Points::hint`]) instead of the root's.
+    #[inline(always)]
+    pub(super) fn find_bytes_point_hinted(&self, hk: &[u8]) -> (Option<TreeRef<'_>>, u64) {
+        match self {
+            Trees::Direct(d) => {
+                let i = d.index_of(hk);
+                match d.page(i) {
+                    Some(p) => (
+                        Some(TreeRef::Slot(&p.slots[i % PAGE].0)),
+                        p.point_hints[i % PAGE].load(Ordering::Relaxed),
+                    ),
+                    None => (None, 0),
+                }
+            }
+            Trees::Hashed(_) => (self.find(&HashKey::new(hk)), 0),
+        }
+    }
+
+    /// The point index hint of hash key bytes `hk` ([`Points::hint`], which
+    /// may be stale); 0 on the hashed index.
+    #[inline(always)]
+    pub(super) fn point_hint(&self, hk: &[u8]) -> u64 {
+        match self {
+            Trees::Direct(d) => {
+                let i = d.index_of(hk);
+                d.page(i)
+                    .map_or(0, |p| p.point_hints[i % PAGE].load(Ordering::Relaxed))
+            }
+            Trees::Hashed(_) => 0,
+        }
+    }
+
+    /// Keeps the point index hint of `hk` current after a change of
+    /// `points`; the caller holds the ART's write lock. Stores only when
+    /// the table moved (it grew, shrank or went).
+    #[inline]
+    pub(super) fn note_points(&self, hk: &[u8], points: &Points) {
+        if let Trees::Direct(d) = self {
+            let i = d.index_of(hk);
+            // The page exists: the caller holds a lock that lives in it.
+            if let Some(p) = d.page(i) {
+                let cell = &p.point_hints[i % PAGE];
+                let hint = points.hint();
+                if cell.load(Ordering::Relaxed) != hint {
+                    cell.store(hint, Ordering::Relaxed);
+                }
+            }
         }
     }
 
@@ -486,21 +551,32 @@ impl Trees {
         }
     }
 
-    /// Puts a rebuilt ART into the index (recovery; `art` is not empty).
-    pub(super) fn install(&mut self, hk: HashKey, art: Art<LeafRef>) {
+    /// Puts a rebuilt ART and its point index into the index (recovery;
+    /// `art` is not empty).
+    pub(super) fn install(&mut self, hk: HashKey, art: Art<LeafRef>, points: Points) {
         match self {
             Trees::Direct(d) => {
                 let i = d.index(&hk);
                 let hint = art.root_hint();
-                d.slot_for_insert(i).write().art = art;
-                if let Some(h) = d.hint(i) {
-                    h.store(hint, Ordering::Relaxed);
+                let point_hint = points.hint();
+                {
+                    let mut t = d.slot_for_insert(i).write();
+                    t.art = art;
+                    t.points = points;
+                }
+                if let Some(p) = d.page(i) {
+                    p.hints[i % PAGE].store(hint, Ordering::Relaxed);
+                    p.point_hints[i % PAGE].store(point_hint, Ordering::Relaxed);
                 }
                 d.set_used(i, true);
             }
             Trees::Hashed(h) => {
                 h.prefixes.get_mut().insert(hk);
-                let tree = Arc::new(RwLock::new(Tree { art, dead: false }));
+                let tree = Arc::new(RwLock::new(Tree {
+                    art,
+                    points,
+                    dead: false,
+                }));
                 h.shards[hk.route().shard].get_mut().insert(hk, tree);
             }
         }
@@ -568,9 +644,12 @@ impl Trees {
             Trees::Direct(d) => {
                 let mut b = std::mem::size_of_val(&*d.pages) + std::mem::size_of_val(&*d.used);
                 for page in d.pages.iter().filter_map(OnceLock::get) {
-                    b += std::mem::size_of_val(&*page.slots) + std::mem::size_of_val(&*page.hints);
+                    b += std::mem::size_of_val(&*page.slots)
+                        + std::mem::size_of_val(&*page.hints)
+                        + std::mem::size_of_val(&*page.point_hints);
                     for s in page.slots.iter() {
-                        b += s.0.read().art.dram_bytes();
+                        let t = s.0.read();
+                        b += t.art.dram_bytes() + t.points.dram_bytes();
                     }
                 }
                 b as u64
@@ -585,7 +664,8 @@ impl Trees {
                     let cell = 16 + std::mem::size_of::<RwLock<Tree>>();
                     b += capacity * entry;
                     for (_, t) in &trees {
-                        b += cell + t.read().art.dram_bytes();
+                        let t = t.read();
+                        b += cell + t.art.dram_bytes() + t.points.dram_bytes();
                     }
                 }
                 // The ordered set: the key plus about half a node's overhead.
