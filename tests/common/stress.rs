@@ -135,6 +135,23 @@ fn batch_reader(db: &Db, key: Keys, stop: &AtomicBool, writers: usize, keys: usi
     batches
 }
 
+/// One-key gets of random keys of every writer while they write (the
+/// engines' reads without the lock among them): every value found is one
+/// its writer wrote for that key, whole.
+fn point_reader(db: &Db, key: Keys, stop: &AtomicBool, writers: usize, keys: usize) -> usize {
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut reads = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let k = key(rng.gen_range(0..writers), rng.gen_range(0..keys));
+        if let Some(v) = db.get(&k).unwrap() {
+            let (w, j, _) = parse(&v);
+            assert_eq!(k, key(w, j), "a value under another key");
+        }
+        reads += 1;
+    }
+    reads
+}
+
 fn verify(db: &Db, want: &BTreeMap<Vec<u8>, Vec<u8>>) {
     let got = db.scan(Bound::Unbounded, Bound::Unbounded, None).unwrap();
     assert_eq!(got.len(), want.len());
@@ -161,14 +178,14 @@ impl Drop for Stop<'_> {
 
 /// The stress test on `engine` (an engine spec, settings included) with
 /// `ops` operations per writer and the keys of `key`: writer threads
-/// (`PMINDEX_STRESS_THREADS`, 2 by default), half as many scanners and as
-/// many batch readers.
+/// (`PMINDEX_STRESS_THREADS`, 2 by default), half as many scanners, as
+/// many batch readers and as many one-key readers.
 pub fn stress(engine: &str, key: Keys, ops: usize) {
     stress_with_threads(engine, key, ops, env("PMINDEX_STRESS_THREADS", 2));
 }
 
-/// [`stress`] with `threads` writers (and half as many scanners and batch
-/// readers), whatever `PMINDEX_STRESS_THREADS` says.
+/// [`stress`] with `threads` writers (and half as many scanners, batch
+/// readers and one-key readers), whatever `PMINDEX_STRESS_THREADS` says.
 pub fn stress_with_threads(engine: &str, key: Keys, ops: usize, threads: usize) {
     let threads = threads.max(1);
     let keys = KEYS;
@@ -184,6 +201,9 @@ pub fn stress_with_threads(engine: &str, key: Keys, ops: usize, threads: usize) 
                 .collect();
             let batch_readers: Vec<_> = (0..threads.div_ceil(2))
                 .map(|_| s.spawn(|| batch_reader(&db, key, &stop, threads, keys)))
+                .collect();
+            let point_readers: Vec<_> = (0..threads.div_ceil(2))
+                .map(|_| s.spawn(|| point_reader(&db, key, &stop, threads, keys)))
                 .collect();
             let writers: Vec<_> = (0..threads)
                 .map(|w| {
@@ -202,6 +222,9 @@ pub fn stress_with_threads(engine: &str, key: Keys, ops: usize, threads: usize) 
             }
             for h in batch_readers {
                 assert!(h.join().expect("batch reader") > 0);
+            }
+            for h in point_readers {
+                assert!(h.join().expect("one-key reader") > 0);
             }
             want
         });

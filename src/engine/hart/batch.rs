@@ -13,6 +13,7 @@ use super::points::{self, Points};
 use super::superblock::value_class;
 use super::trees::{HashKey, Tree, TreeRef};
 use super::{Hart, LeafRef, OldValue};
+use crate::engine::locked::Writing;
 use crate::engine::BATCH;
 use crate::error::{Error, Result};
 use crate::keycmp;
@@ -138,10 +139,12 @@ impl Hart {
         let refs: [Option<TreeRef<'_>>; BATCH] = std::array::from_fn(|i| {
             let (hk, ak) = self.split(batch.get(i)?);
             h[i] = points::hash(ak);
-            let (t, hint) = self.trees.find_bytes_point_hinted(hk);
+            let (t, cell) = self.trees.find_bytes_with_cell(hk);
             let t = t?;
             crate::hint::prefetch(&*t);
-            points::prefetch_hinted(hint, h[i]);
+            if let Some(c) = cell {
+                points::prefetch_published(c.table.load(Ordering::Relaxed), h[i]);
+            }
             Some(t)
         });
         let tree: [Option<&RwLock<Tree>>; BATCH] = std::array::from_fn(|i| refs[i].as_deref());
@@ -300,7 +303,7 @@ impl Hart {
                 crate::hint::prefetch(&*t);
                 self.prefetch_root(hk, ak);
                 if self.point_index {
-                    points::prefetch_hinted(self.trees.point_hint(hk), points::hash(ak));
+                    points::prefetch_published(self.trees.point_word(hk), points::hash(ak));
                 }
                 Some(t)
             });
@@ -314,6 +317,14 @@ impl Hart {
                 break (guards, guard_of);
             }
         };
+        // For readers without the lock, each ART of the batch changes as
+        // one: its `seq` is odd until the batch is done.
+        let mut writing: [Option<Writing<'_>>; BATCH] = std::array::from_fn(|_| None);
+        for (i, (key, _)) in batch.iter().enumerate() {
+            if let Some(g) = guard_of[i].filter(|&g| writing[g].is_none()) {
+                writing[g] = self.writing(self.split(key).0);
+            }
+        }
         let result = self.put_locked(batch, &mut stripe, &mut guards, &guard_of);
         // On the hashed index, an ART made for this batch stays empty if
         // its items were not applied (a full pool): it leaves the index, as
@@ -326,6 +337,7 @@ impl Hart {
                 }
             }
         }
+        drop(writing);
         result
     }
 
@@ -350,39 +362,23 @@ impl Hart {
         // object comes from): from the point indexes, or from the ARTs'
         // probes (the probe's leaf, if it holds the key).
         let mut found: [Option<u64>; BATCH] = [None; BATCH];
-        if self.point_index {
-            let points_of = |i: usize| {
-                guard_of[i]
-                    .and_then(|g| guards[g].as_deref())
-                    .map(|t| &t.points)
-            };
-            self.prefetch_candidates(n, &h, points_of);
-            for (i, (key, _)) in batch.iter().enumerate() {
-                if let Some(l) = points_of(i)
-                    .map(|p| self.find_leaf(p, h[i], key))
-                    .transpose()?
-                    .flatten()
-                {
+        // The ARTs' probes, also with the point index: they find a present
+        // key as cheaply as the point index would, and leave the paths
+        // that the new leaves' links take in cache.
+        let mut found_ref = [None; BATCH];
+        self.probe_side_by_side(
+            n,
+            |i| {
+                let t = guards[guard_of[i]?].as_deref()?;
+                Some((&t.art, self.split(batch[i].0).1))
+            },
+            &mut found_ref,
+        );
+        for (i, (key, _)) in batch.iter().enumerate() {
+            if let Some(l) = found_ref[i] {
+                if self.holds_key(l.off(), key)? {
                     found[i] = Some(l.off());
                     stripe[i] = l.stripe();
-                }
-            }
-        } else {
-            let mut found_ref = [None; BATCH];
-            self.probe_side_by_side(
-                n,
-                |i| {
-                    let t = guards[guard_of[i]?].as_deref()?;
-                    Some((&t.art, self.split(batch[i].0).1))
-                },
-                &mut found_ref,
-            );
-            for (i, (key, _)) in batch.iter().enumerate() {
-                if let Some(l) = found_ref[i] {
-                    if self.holds_key(l.off(), key)? {
-                        found[i] = Some(l.off());
-                        stripe[i] = l.stripe();
-                    }
                 }
             }
         }
@@ -483,7 +479,8 @@ impl Hart {
                 continue;
             }
             if self.point_index {
-                t.points.insert(h[i], leaf, |x| keys.key(x));
+                t.points
+                    .insert(h[i], leaf, |x| keys.key(x), self.trees.tables());
                 self.trees.note_points(hk, &t.points);
             }
             if was_empty {

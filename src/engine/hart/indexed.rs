@@ -9,31 +9,80 @@
 //! The PM writes, and their persist orders, are those of [`mod@super::write`],
 //! unchanged: the point index is DRAM only, changed under the ART's write
 //! lock together with the ART, and rebuilt with it at recovery.
+//!
+//! # Searches without the lock
+//! On the direct index of ARTs (`k_h` ≤ 2), a search probes the point
+//! index without the ART's lock first (`hart.reads=optimistic`, the
+//! default), as a sequence lock reader (the protocol of
+//! [`crate::engine::Locked`]): it loads the cell's `seq`
+//! ([`super::trees::PointCell`]), probes the published table, reads and
+//! compares the leaf's key and copies its value into a buffer, all through
+//! atomic word loads, and trusts what it found only if `seq` was even and
+//! is unchanged; else it tries again, and then takes the read lock. A read
+//! lock is two locked instructions on the ART's slot line, each a full
+//! barrier on x86, so the misses of successive searches cannot overlap
+//! across it (docs/design.md §7, "Searches without the lock").
+//!
+//! Every writer that changes what such a reader reads holds the ART's
+//! write lock and makes `seq` odd around the change ([`Hart::writing`]):
+//! the point index's entries and table; an update's slot and commit word
+//! and the old value it frees; a delete's commit word and the leaf and
+//! value it frees. A freed leaf or value may be written again, later, by
+//! a writer of another ART; a reader that reached it through this ART
+//! started before the free's `seq` change and fails its check. A table
+//! that a reader may still hold is never deallocated
+//! ([`super::points::Tables`]).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use super::art::LeafKeys;
+use super::leaf::{Commit, Meta};
 use super::points::{self, Points};
-use super::trees::HashKey;
-use super::{leaf, Hart, LeafRef, PersistOrder};
-use crate::engine::{PutMode, PutOutcome};
+use super::trees::{PointCell, Tree};
+use super::{leaf, Hart, LeafRef};
+use crate::engine::locked::{self, Writing};
+use crate::engine::{Probe, PutMode, PutOutcome, ValueBuf, OPTIMISTIC_TRIES, VALUE_BUF};
 use crate::error::Result;
 
 impl Hart {
-    /// Algorithm 4 through the point index: the probe's first entry was
-    /// prefetched before the ART's lock was taken, from the slot's hint
-    /// ([`points::prefetch_hinted`]); a found entry's leaf is checked and
-    /// answered by [`Self::answer`] (a tag that matched another key's leaf
-    /// goes on to the next entry).
+    /// Makes the `seq` of the point index of `hk` odd until the returned
+    /// guard drops: around every change that a reader without the lock
+    /// could see ([`mod@self`], "Searches without the lock"). The caller
+    /// holds the ART's write lock. `None` where no reader goes without the
+    /// lock (no point index, or the hashed index).
+    #[inline(always)]
+    pub(super) fn writing(&self, hk: &[u8]) -> Option<Writing<'_>> {
+        if !self.point_index {
+            return None;
+        }
+        self.trees.point_cell(hk).map(|c| Writing::begin(&c.seq))
+    }
+
+    /// Algorithm 4 through the point index: without the ART's lock where
+    /// [`Self::get_unlocked`] can answer, else under its read lock, where a
+    /// found entry's leaf is checked and answered by [`Self::answer`] (a
+    /// tag that matched another key's leaf goes on to the next entry).
     #[inline]
     pub(super) fn get_indexed(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
         let h = points::hash(ak);
-        let (tree, hint) = self.trees.find_bytes_point_hinted(hk);
-        points::prefetch_hinted(hint, h);
+        let (tree, cell) = self.trees.find_bytes_with_cell(hk);
         let Some(tree) = tree else {
             return Ok(false);
         };
+        if let Some(cell) = cell {
+            if self.optimistic {
+                let mut buf = ValueBuf::new();
+                if let Some(found) = self.get_unlocked(cell, h, key, &mut buf) {
+                    if let Some(value) = found {
+                        f(value);
+                    }
+                    return Ok(found.is_some());
+                }
+            } else {
+                points::prefetch_published(cell.table.load(Ordering::Relaxed), h);
+            }
+        }
         let t = tree.read();
         let found = t.points.find(h, |l| {
             self.answer::<false>(l.off(), key, &mut *f)
@@ -42,134 +91,205 @@ impl Hart {
         Ok(found.is_some())
     }
 
+    /// A search of `key` (hash `h` of its ART key) in the point index of
+    /// `cell` without its ART's lock: `Some(None)` for an absent key,
+    /// `Some(Some(value))` for a present one (its value in `buf`), each
+    /// found between two writes of the ART; `None` when the lock must
+    /// decide (a writer inside at every try, a value longer than the
+    /// buffer, or an error).
+    #[inline(always)]
+    fn get_unlocked<'b>(
+        &self,
+        cell: &PointCell,
+        h: u64,
+        key: &[u8],
+        buf: &'b mut ValueBuf,
+    ) -> Option<Option<&'b [u8]>> {
+        for _ in 0..OPTIMISTIC_TRIES {
+            let v = cell.seq.load(Ordering::Acquire);
+            if v & 1 != 0 {
+                return None;
+            }
+            buf.clear();
+            let probe = match self.trees.tables().view(cell.table.load(Ordering::Relaxed)) {
+                Some(table) => {
+                    points::probe_view(table, h, |l| self.read_leaf_unlocked(l.off(), key, buf))
+                        .map(|found| found.unwrap_or(Probe::Absent))
+                }
+                None => Ok(Probe::Absent),
+            };
+            fence(Ordering::Acquire);
+            if cell.seq.load(Ordering::Relaxed) == v {
+                return locked::answer(&probe, buf);
+            }
+        }
+        None
+    }
+
+    /// Whether the leaf at `leaf` holds `key`, read without its ART's lock
+    /// through atomic word loads: `Some` with the value copied into `buf`
+    /// if it does, `None` if not. What it reads may be torn: a torn read
+    /// may answer anything, or fail, but reads only inside the pool and
+    /// returns (the caller discards it). The PM lines it reads are counted
+    /// (and their emulated latency charged) as it reads them, inside the
+    /// caller's window between its two loads of `seq`.
+    #[inline(always)]
+    fn read_leaf_unlocked(
+        &self,
+        leaf: u64,
+        key: &[u8],
+        buf: &mut ValueBuf,
+    ) -> Result<Option<Probe>> {
+        let pm = self.pool.words();
+        if key.len() <= leaf::LINE_KEY_MAX {
+            if let Some(l) = pm.block::<{ crate::pm::CACHE_LINE }>(leaf) {
+                return self.read_line_unlocked(l, leaf, key, buf);
+            }
+        }
+        let w = pm.load(leaf)?;
+        self.pool.touch_lines(1);
+        let Some(c) = Commit::decode(w) else {
+            return Err(leaf::corrupt(leaf, "indexed leaf is not committed"));
+        };
+        if c.key_len != key.len() {
+            return Ok(None);
+        }
+        // The key, a word at a time (8-byte aligned from `HEADER`), the
+        // last word's bytes past the key masked off.
+        let at = leaf + leaf::HEADER;
+        for (j, chunk) in key.chunks(8).enumerate() {
+            let mut mine = [0u8; 8];
+            mine[..chunk.len()].copy_from_slice(chunk);
+            let mask = u64::MAX >> (64 - 8 * chunk.len() as u32);
+            if (pm.load(at + 8 * j as u64)? ^ u64::from_le_bytes(mine)) & mask != 0 {
+                return Ok(None);
+            }
+        }
+        self.pool
+            .touch_lines(crate::pm::lines_spanned(leaf, leaf::HEADER + key.len() as u64) - 1);
+        let so = leaf::slot_off(leaf, c.active);
+        let meta = pm.load(so + 8)?;
+        if let Some(len) = Meta::in_slot_len(meta) {
+            let p = pm.load(so)?;
+            buf.set_words(1, |_| p);
+            return Ok(Some(Probe::Found(0..len as usize)));
+        }
+        let len = Meta::value_len_of(meta);
+        if meta & leaf::LARGE != 0 || len > VALUE_BUF as u64 {
+            return Ok(Some(Probe::TooLong));
+        }
+        let p = pm.load(so)?;
+        for i in 0..len.div_ceil(8) {
+            buf.push(pm.load(p + 8 * i)?);
+        }
+        self.pool.touch_lines(crate::pm::lines_spanned(p, len));
+        Ok(Some(Probe::Found(0..len as usize)))
+    }
+
+    /// [`Self::read_leaf_unlocked`] for a key of at most
+    /// [`leaf::LINE_KEY_MAX`] bytes, from the leaf's first line `l`
+    /// (checked once): the commit word, the key and the slot are in it.
+    #[inline(always)]
+    fn read_line_unlocked(
+        &self,
+        l: crate::pm::WordBlock<'_, { crate::pm::CACHE_LINE }>,
+        leaf: u64,
+        key: &[u8],
+        buf: &mut ValueBuf,
+    ) -> Result<Option<Probe>> {
+        let w = l.load(0);
+        self.pool.touch_lines(1);
+        if !Commit::tagged(w) {
+            return Err(leaf::corrupt(leaf, "indexed leaf is not committed"));
+        }
+        if (w >> 8) & 0xFF != key.len() as u64 {
+            // Another key's leaf, unless its length is one no leaf has.
+            return match Commit::decode(w) {
+                Some(_) => Ok(None),
+                None => Err(leaf::corrupt(leaf, "indexed leaf is not committed")),
+            };
+        }
+        // The key's words from `HEADER` (bytes 40..64 of the line), the
+        // last one's bytes past the key masked off.
+        for (j, chunk) in key.chunks(8).enumerate() {
+            let mut mine = [0u8; 8];
+            mine[..chunk.len()].copy_from_slice(chunk);
+            let mask = u64::MAX >> (64 - 8 * chunk.len() as u32);
+            let at = (leaf::HEADER + 8 * j as u64) & (crate::pm::CACHE_LINE - 8);
+            if (l.load(at) ^ u64::from_le_bytes(mine)) & mask != 0 {
+                return Ok(None);
+            }
+        }
+        let so = 8 + 16 * (w & 1);
+        let meta = l.load(so + 8);
+        if let Some(len) = Meta::in_slot_len(meta) {
+            let p = l.load(so);
+            buf.set_words(1, |_| p);
+            return Ok(Some(Probe::Found(0..len as usize)));
+        }
+        let len = Meta::value_len_of(meta);
+        if meta & leaf::LARGE != 0 || len > VALUE_BUF as u64 {
+            return Ok(Some(Probe::TooLong));
+        }
+        let p = l.load(so);
+        let pm = self.pool.words();
+        for i in 0..len.div_ceil(8) {
+            buf.push(pm.load(p + 8 * i)?);
+        }
+        self.pool.touch_lines(crate::pm::lines_spanned(p, len));
+        Ok(Some(Probe::Found(0..len as usize)))
+    }
+
     /// The leaf of `key` (hash `h` of its ART key) in `points`, if the key
     /// is present; the caller holds the lock of the ART they index.
     pub(super) fn find_leaf(&self, points: &Points, h: u64, key: &[u8]) -> Result<Option<LeafRef>> {
         points.find(h, |l| Ok(self.holds_key(l.off(), key)?.then_some(l)))
     }
 
-    /// Algorithm 1 (insert) and Algorithm 3 (update) through the point
-    /// index. Under the ART's write lock:
-    ///
-    /// - the point index says whether the key is present;
-    /// - present: an update in place ([`Self::update_leaf`]: one fence), no
-    ///   descent; or nothing, for [`PutMode::Insert`];
-    /// - absent: the new leaf is written and flushed first (in the tight
-    ///   order, for a value that takes no large block: "leaf first" without
-    ///   its guess, since the key is known absent), then the ART is
-    ///   descended, the leaf fenced (durable) and linked into the ART and
-    ///   the point index. The paper order, and a large value, write the
-    ///   leaf at the link ([`Self::insert_leaf`]).
-    pub(super) fn put_indexed(
+    /// Algorithm 3 through the point index, for a put whose key is likely
+    /// present (an update, or an upsert after one of its stripe that
+    /// updated): the caller holds the ART's write lock `t`. A key found is
+    /// updated in place ([`Self::update_leaf`]: one fence), without a
+    /// descent, and the outcome returned; an absent one returns
+    /// `PutOutcome::Unchanged` for an update, or `None`: the caller inserts.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the put's key, value and mode, and what the caller found of them"
+    )]
+    pub(super) fn update_indexed(
         &self,
+        t: &Tree,
+        h: u64,
+        hk: &[u8],
+        st: usize,
         key: &[u8],
         value: &[u8],
         mode: PutMode,
-    ) -> Result<PutOutcome> {
-        let (hk_bytes, ak) = self.split(key);
-        let h = points::hash(ak);
-        points::prefetch_hinted(self.trees.point_hint(hk_bytes), h);
-        let hk = HashKey::new(hk_bytes);
-        let r = hk.route();
-        let st = self.insert_stripe(r);
-        if mode != PutMode::Update {
-            self.prefetch_root(hk_bytes, ak);
-            if let Some(lc) = leaf::leaf_class(key.len()) {
-                // The new leaf's line, if the key is absent: its fetch
-                // overlaps the lock and the probe.
-                self.pool
-                    .prefetch_write(self.stripes[st].next_leaf[lc].load(Ordering::Relaxed));
-            }
-        }
-        loop {
-            let tree = if mode == PutMode::Update {
-                match self.trees.find(&hk) {
-                    Some(t) => t,
-                    None => return Ok(PutOutcome::Unchanged),
-                }
-            } else {
-                self.trees.for_insert(&hk, r)
-            };
-            let mut t = tree.write();
-            if t.dead {
-                continue; // Emptied and retired meanwhile: look again.
-            }
-            if let Some(l) = self.find_leaf(&t.points, h, key)? {
-                if mode == PutMode::Insert {
-                    return Ok(PutOutcome::Unchanged);
-                }
+    ) -> Result<Option<PutOutcome>> {
+        match self.find_leaf(&t.points, h, key)? {
+            Some(l) if mode != PutMode::Insert => {
+                // The slot, the commit word and the old value's free, as one
+                // change for readers without the lock.
+                let _w = self.writing(hk);
                 self.update_leaf(l.stripe(), l.off(), key, value)?;
-                return Ok(PutOutcome::Replaced);
+                if mode == PutMode::Upsert {
+                    self.note_upsert(st, false);
+                }
+                Ok(Some(PutOutcome::Replaced))
             }
-            if mode == PutMode::Update {
-                return Ok(PutOutcome::Unchanged);
-            }
-            // Persist order (leaf first): value, slots, key, commit word
-            // last, flushed (`new_leaf`); the descent; the fence (in the
-            // closure), and only then the links.
-            let early = if self.order == PersistOrder::Tight && value.len() <= leaf::MAX_OBJECT {
-                match self.new_leaf(st, key, value) {
-                    Ok(l) => Some(l),
-                    Err(e) => {
-                        if t.art.is_empty() {
-                            self.trees.retire(&hk, r, &mut t);
-                        }
-                        return Err(e);
-                    }
-                }
-            } else {
-                None
-            };
-            let was_empty = t.art.is_empty();
-            let keys = self.keys();
-            let mut made = None;
-            let linked = t.art.insert_with(ak, &keys, || {
-                let l = match early {
-                    Some(e) => {
-                        self.pool.fence();
-                        Ok(LeafRef::new(e, st))
-                    }
-                    None => self.insert_leaf(st, key, value),
-                };
-                made = l.as_ref().ok().copied();
-                l
-            });
-            self.trees.note_root(hk_bytes, &t.art);
-            return match (linked, made) {
-                (Ok(None), Some(l)) => {
-                    t.points.insert(h, l, |x| keys.key(x));
-                    self.trees.note_points(hk_bytes, &t.points);
-                    if was_empty {
-                        self.trees.filled(&hk);
-                    }
-                    self.stripes[st].len.fetch_add(1, Ordering::Relaxed);
-                    Ok(PutOutcome::Inserted)
-                }
-                (Ok(found), _) => {
-                    // The ART holds a key that its point index does not
-                    // (`found`): DRAM state out of step, which no path
-                    // leaves. The early leaf was not linked.
-                    if let Some(e) = early {
-                        self.abandon_early(st, e, key.len())?;
-                    }
-                    let at = found.map_or(0, LeafRef::off);
-                    Err(leaf::corrupt(
-                        at,
-                        "the ART holds a key its point index does not",
-                    ))
-                }
-                (Err(e), _) => {
-                    if t.art.is_empty() {
-                        self.trees.retire(&hk, r, &mut t);
-                    }
-                    if let Some(l) = early {
-                        // Never linked (the closure, which cannot fail with
-                        // an early leaf, was not what failed).
-                        self.abandon_early(st, l, key.len())?;
-                    }
-                    Err(e)
-                }
-            };
+            Some(_) => Ok(Some(PutOutcome::Unchanged)),
+            None if mode == PutMode::Update => Ok(Some(PutOutcome::Unchanged)),
+            None => Ok(None),
         }
+    }
+
+    /// Adds `leaf`, just linked into the ART of `t` (hash key `hk`), to its
+    /// point index (hash `h` of its ART key), and publishes the table.
+    pub(super) fn link_point(&self, t: &mut Tree, h: u64, hk: &[u8], leaf: LeafRef) {
+        let keys = self.keys();
+        let _w = self.writing(hk);
+        t.points
+            .insert(h, leaf, |x| keys.key(x), self.trees.tables());
+        self.trees.note_points(hk, &t.points);
     }
 }

@@ -132,12 +132,14 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         stripes,
         leaf_first,
         point_index,
+        optimistic,
         ..
     } = parse_config(config)?;
     let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
     h.set_order(order);
     h.leaf_first = leaf_first;
     h.point_index = point_index;
+    h.optimistic = optimistic;
     h.set_stripes(stripes)?;
     Ok(h)
 }
@@ -150,9 +152,11 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         stripes,
         leaf_first,
         point_index,
+        optimistic,
     } = parse_config(config)?;
     let mut h = recovery::open(pool, recovery_threads, k_h, point_index)?;
     h.leaf_first = leaf_first;
+    h.optimistic = optimistic;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
@@ -229,6 +233,9 @@ struct Settings {
     /// `hart.point_index` (default on): whether each ART has a point index
     /// ([`points`]).
     point_index: bool,
+    /// `hart.reads` (default optimistic): whether searches probe the point
+    /// index without the ART's lock first ([`indexed`]).
+    optimistic: bool,
 }
 
 fn parse_config(config: &EngineConfig) -> Result<Settings> {
@@ -238,6 +245,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut stripes = None;
     let mut leaf_first = true;
     let mut point_index = true;
+    let mut optimistic = true;
     for (k, v) in super::settings(
         config,
         INFO.name,
@@ -248,9 +256,13 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "stripes",
             "leaf_first",
             "point_index",
+            "reads",
         ],
     )? {
         match k {
+            "reads" => {
+                optimistic = super::Reads::parse("hart.reads", v)? == super::Reads::Optimistic;
+            }
             "point_index" => {
                 point_index = match v {
                     "on" => true,
@@ -318,6 +330,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         stripes,
         leaf_first,
         point_index,
+        optimistic,
     })
 }
 
@@ -428,6 +441,9 @@ pub struct Hart {
     /// descent ([`indexed`]). Fixed once the index is built (at create or
     /// recovery).
     point_index: bool,
+    /// `hart.reads`: whether searches go without the ART's lock first,
+    /// where they can ([`indexed`], "Searches without the lock").
+    optimistic: bool,
     /// The slots' checksum (by the superblock's format).
     checksum: Checksum,
     /// Whether a leaf may be in any stripe (format 5) rather than only its
@@ -528,6 +544,7 @@ impl Hart {
             order: PersistOrder::Tight,
             leaf_first: true,
             point_index: true,
+            optimistic: true,
             checksum: Checksum::Crc32c,
             any_stripe: true,
             stripe_choice: StripeChoice::Thread,
@@ -816,6 +833,15 @@ impl Engine for Hart {
                 "hart.point_index",
                 if self.point_index { "on" } else { "off" }.to_string(),
             ),
+            (
+                "hart.reads",
+                if self.optimistic {
+                    "optimistic"
+                } else {
+                    "locked"
+                }
+                .to_string(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -868,15 +894,29 @@ impl Engine for Hart {
     }
 
     /// Algorithm 1 (insert) and Algorithm 3 (update).
+    ///
+    /// With the point index, an update, and an upsert after one of its
+    /// stripe that updated, look the key up there first and update without
+    /// a descent ([`Self::update_indexed`]); the rest descend, and link a
+    /// new leaf into the point index beside the ART. The descent rather
+    /// than a probe first: where the key is likely absent, the probe's miss
+    /// would come before the descent's instead of beside it.
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        if self.point_index {
-            return self.put_indexed(key, value, mode);
-        }
         let (hk_bytes, ak) = self.split(key);
         self.prefetch_root(hk_bytes, ak);
         let hk = HashKey::new(hk_bytes);
         let r = hk.route();
         let st = self.insert_stripe(r);
+        let h = points::hash(ak);
+        let probe_first = self.point_index
+            && match mode {
+                PutMode::Update => true,
+                PutMode::Upsert => !self.stripes[st].upserts_insert.load(Ordering::Relaxed),
+                PutMode::Insert => false,
+            };
+        if self.point_index {
+            points::prefetch_published(self.trees.point_word(hk_bytes), h);
+        }
         if let Some(lc) = leaf::leaf_class(key.len()).filter(|_| mode != PutMode::Update) {
             // The new leaf's line, if this is an insert: its fetch overlaps
             // the ART's descent instead of following it.
@@ -896,6 +936,11 @@ impl Engine for Hart {
             let mut t = tree.write();
             if t.dead {
                 continue; // Emptied and retired meanwhile: look again.
+            }
+            if probe_first {
+                if let Some(done) = self.update_indexed(&t, h, hk_bytes, st, key, value, mode)? {
+                    return Ok(done);
+                }
             }
             // Leaf first ("Leaf first", docs/design.md §7): an upsert that
             // will likely insert writes and flushes its leaf now, so that
@@ -928,15 +973,20 @@ impl Engine for Hart {
             // lines 10-18) at the point where the ART will hold it, and
             // linked there only once that succeeded.
             let was_empty = t.art.is_empty();
-            let inserted = t.art.insert_with(ak, &keys, || match early {
-                // Persist order (leaf first): the leaf was written and
-                // flushed before the descent; the fence makes it durable,
-                // and only then does the ART link it.
-                Some(e) => {
-                    self.pool.fence();
-                    Ok(LeafRef::new(e, st))
-                }
-                None => self.insert_leaf(st, key, value),
+            let mut made = 0;
+            let inserted = t.art.insert_with(ak, &keys, || {
+                let leaf = match early {
+                    // Persist order (leaf first): the leaf was written and
+                    // flushed before the descent; the fence makes it
+                    // durable, and only then does the ART link it.
+                    Some(e) => {
+                        self.pool.fence();
+                        Ok(LeafRef::new(e, st))
+                    }
+                    None => self.insert_leaf(st, key, value),
+                };
+                made = leaf.as_ref().map_or(0, |l| l.off());
+                leaf
             });
             self.trees.note_root(hk_bytes, &t.art);
             return match inserted {
@@ -947,6 +997,7 @@ impl Engine for Hart {
                     if mode == PutMode::Upsert {
                         self.note_upsert(st, false);
                     }
+                    let _w = self.writing(hk_bytes);
                     match early {
                         Some(e) => self.update_instead(st, e, leaf, key, value)?,
                         None => self.update_leaf(leaf.stripe(), leaf.off(), key, value)?,
@@ -954,6 +1005,9 @@ impl Engine for Hart {
                     Ok(PutOutcome::Replaced)
                 }
                 Ok(None) => {
+                    if self.point_index {
+                        self.link_point(&mut t, h, hk_bytes, LeafRef::new(made, st));
+                    }
                     if was_empty {
                         self.trees.filled(&hk);
                     }
@@ -1003,7 +1057,7 @@ impl Engine for Hart {
         self.prefetch_root(hk_bytes, ak);
         let h = points::hash(ak);
         if self.point_index {
-            points::prefetch_hinted(self.trees.point_hint(hk_bytes), h);
+            points::prefetch_published(self.trees.point_word(hk_bytes), h);
         }
         let hk = HashKey::new(hk_bytes);
         let r = hk.route();
@@ -1024,6 +1078,9 @@ impl Engine for Hart {
         };
         // A failure after the commit word was cleared leaves the key deleted
         // in PM: the DRAM state follows, and the error is returned after.
+        // Readers without the lock see the change as one: the commit word,
+        // the frees and the point index's entry.
+        let w = self.writing(hk_bytes);
         let mut group_due = false;
         let freed = match self.delete_leaf(leaf.stripe(), leaf.off()) {
             Ok(due) => {
@@ -1042,7 +1099,9 @@ impl Engine for Hart {
         };
         self.trees.note_root(hk_bytes, &t.art);
         if self.point_index {
-            let removed = t.points.remove(h, leaf, |l| keys.key(l));
+            let removed = t
+                .points
+                .remove(h, leaf, |l| keys.key(l), self.trees.tables());
             debug_assert!(removed, "the point index holds the ART's leaves");
             self.trees.note_points(hk_bytes, &t.points);
         }
@@ -1052,6 +1111,7 @@ impl Engine for Hart {
         if t.art.is_empty() {
             self.trees.retire(&hk, r, &mut t);
         }
+        drop(w);
         drop(t);
         if self.pool.fault(Fault::HartDeleteFenceUnlocked) {
             self.pool.fence();

@@ -1,66 +1,72 @@
 //! The point index of one ART (beyond the paper, docs/design.md §7 "The
 //! point index"): a DRAM hash table from the ART key to its leaf, beside the
-//! ART and under the same reader-writer lock, so that a search, an update
-//! and a delete find their leaf with one probe instead of a descent of the
-//! ART, whose nodes are a chain of cache misses. The ART stays the ordered
-//! index (scans, and the shape recovery and `check` verify); both hold
-//! exactly the same leaves.
+//! ART and changed under the same write lock, so that a search, an update
+//! and an insert's presence test find their leaf with one probe instead of
+//! a descent of the ART, whose nodes are a chain of cache misses. The ART
+//! stays the ordered index (scans, and the shape recovery and `check`
+//! verify); both hold exactly the same leaves.
 //!
 //! # Layout
 //! Open addressing with linear probing over 8-byte entries, 8 to a cache
-//! line; the capacity is a power of two, at least [`MIN_CAPACITY`]:
+//! line; the capacity is a power of two `2^k`, at least [`MIN_CAPACITY`]:
 //!
 //! ```text
-//! entry:  63        46 45                 6 5    4 3      0
-//!         | tag (18b) | leaf offset / 64     | 0 0 | stripe |
-//!         ^ h >> 46     (the LeafRef's bits, < 2^46)
-//! EMPTY = 0, TOMB = 1 (a removed entry; no LeafRef is 0 or 1: no leaf
-//! is at offset 0, the pool's header)
+//! entry:  63           46 45                  6 5      4 3      0
+//!         | tag[19..2]   | leaf offset / 64    | tag[1..0] | stripe |
+//!         (the LeafRef's bits: an offset below 2^46 on a 64-byte line,
+//!          whose bits 4 and 5 are free, and its stripe below 16)
+//! EMPTY = 0, TOMB = 1 (a removed entry; no entry is 0 or 1: no leaf is
+//! at offset 0, the pool's header)
 //! ```
 //!
-//! A key's home is `h & mask`, `h` its [`hash`]; its tag is `h`'s top 18
-//! bits, so a probe reads a leaf only where the tag matches (a false match
-//! once in 262,144 occupied entries passed). The leaf is the source of
-//! truth: a found entry is the key's only if the leaf's key is the key.
+//! A key's `tag` is the top 20 bits of its [`hash`] `h`, and its home entry
+//! is the top `k` bits of `h`. So for tables of up to 2^20 entries the home
+//! of every entry follows from its tag, and the table grows or drops its
+//! tombstones without reading a key; a larger table (an ART of more than
+//! 786,000 keys) hashes each key again from its leaf, the caller's
+//! `key_of`. A probe reads a leaf only where the tag matches: beyond the
+//! `k` bits of the home, `20 - k` bits of tag tell keys apart (14 bits for
+//! the 15 keys of an ART of 1M sparse 8-byte keys, 9 for the 950 of a
+//! dictionary ART). The leaf is the source of truth: a found entry is the
+//! key's only if the leaf's key is the key.
 //!
-//! The table keeps no hash: growing it, or clearing its tombstones, hashes
-//! every key again from its leaf (the caller's `key_of`), once per
-//! doubling, so about once per key over the table's life.
+//! # Reads without the lock
+//! Entries are atomic words, stored under the ART's write lock, so that a
+//! reader may probe a table without the lock and validate what it read
+//! afterwards by a sequence count ([`super::indexed`]). Such a reader finds
+//! the table through its published word ([`Points::word`]), which may be
+//! stale: so a table, once published, stays a table of its capacity for as
+//! long as its [`Tables`] lives. Retired tables go back to their `Tables`,
+//! which gives each out again only as a table of the same capacity, and
+//! never back to the allocator ([`Tables::view`]).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use parking_lot::Mutex;
 
 use super::art::LeafValue;
+use super::superblock::STRIPES;
 use super::LeafRef;
 
 /// No entry.
 const EMPTY: u64 = 0;
 /// A removed entry: probes go on past it; inserts may reuse it.
 const TOMB: u64 = 1;
-/// Bits of a LeafRef (offsets below 2^46, `art::TAGGED_LIMIT`).
-const REF_BITS: u32 = 46;
-const REF_MASK: u64 = (1 << REF_BITS) - 1;
+/// Bits of an entry that hold its LeafRef: below 2^46, bits 4 and 5 not.
+const REF_MASK: u64 = ((1 << 46) - 1) & !0x30;
+/// Bits of a key's tag (the top bits of its hash).
+const TAG_BITS: u32 = 20;
 /// The smallest table: one cache line.
 pub(super) const MIN_CAPACITY: usize = 8;
+/// Capacities are `2^k` for `k` below this.
+const MAX_LOG2: usize = 47;
 
-const _: () = assert!(crate::pm::MAX_POOL_SIZE <= 1 << REF_BITS);
-
-/// [`Points::hint`]: the address below bit 57, the log2 capacity above.
-const HINT_SHIFT: u32 = 57;
-const HINT_ADDRESS: u64 = 1 << HINT_SHIFT;
-
-/// Starts loading the line where the probe for hash `h` starts, in the
-/// table that [`Points::hint`] described as `hint`, without reading the
-/// table: the hint may be stale and its table freed, which costs a useless
-/// prefetch and nothing else. A search then waits for its ART's lock and
-/// its first entry at once, not one after the other.
-#[inline(always)]
-pub(super) fn prefetch_hinted(hint: u64, h: u64) {
-    if hint == 0 {
-        return;
-    }
-    let mask = (1u64 << (hint >> HINT_SHIFT)) - 1;
-    let at = (hint & (HINT_ADDRESS - 1)) + 8 * (h & mask);
-    // An address for the prefetch only, never dereferenced.
-    crate::hint::prefetch_ptr(std::ptr::without_provenance(at as usize));
-}
+const _: () = assert!(crate::pm::MAX_POOL_SIZE <= 1 << 46);
+const _: () = assert!(STRIPES <= 16, "a stripe fits in bits 0..4");
+const _: () = assert!(
+    super::leaf::LEAF_SIZES[0] >= 64,
+    "bits 4 and 5 of a leaf are 0"
+);
 
 /// The 64-bit hash of a key: its bytes 8 at a time, each folded into the
 /// state by a 128-bit multiply (as wyhash does), the length mixed in. Loads
@@ -96,28 +102,189 @@ pub(super) fn hash(key: &[u8]) -> u64 {
     fold(fold(h ^ last, P1) ^ P0, P1 ^ n as u64)
 }
 
-/// An entry's tag for hash `h`.
+/// A key's tag: the top [`TAG_BITS`] of its hash.
 #[inline(always)]
-fn tag(h: u64) -> u64 {
-    h & !REF_MASK
+fn tag_of(h: u64) -> u64 {
+    h >> (64 - TAG_BITS)
 }
 
-/// Puts `leaf` (hash `h`) into the first empty entry of its probe in
-/// `slots`, a table without tombstones and with an empty entry.
-fn place(slots: &mut [u64], h: u64, leaf: LeafRef) {
+/// The entry of `leaf` for a key with tag `tag`.
+#[inline(always)]
+fn entry(tag: u64, leaf: LeafRef) -> u64 {
+    ((tag >> 2) << 46) | ((tag & 3) << 4) | leaf.to_bits()
+}
+
+/// The tag of a live entry.
+#[inline(always)]
+fn entry_tag(e: u64) -> u64 {
+    ((e >> 46) << 2) | ((e >> 4) & 3)
+}
+
+/// The leaf of a live entry.
+#[inline(always)]
+fn entry_leaf(e: u64) -> LeafRef {
+    LeafRef::from_bits(e & REF_MASK)
+}
+
+/// Whether `e` is a live entry with tag `tag`.
+#[inline(always)]
+fn has_tag(e: u64, tag: u64) -> bool {
+    e > TOMB && entry_tag(e) == tag
+}
+
+/// The home entry of hash `h` in a table of `2^log2` entries.
+#[inline(always)]
+fn home(h: u64, log2: u32) -> usize {
+    // `log2 >= 3` (MIN_CAPACITY): the shift is below 64.
+    (h >> (64 - log2)) as usize
+}
+
+/// Probes `slots` (a table of `2^log2` entries) for hash `h`: each live
+/// entry with `h`'s tag is offered to `is_key`, in probe order, until it
+/// answers `Some` or the probe meets an empty entry or has read every entry
+/// (only a torn table, read without the lock, has no empty entry).
+#[inline(always)]
+fn probe<T, E>(
+    slots: &[AtomicU64],
+    log2: u32,
+    h: u64,
+    mut is_key: impl FnMut(LeafRef) -> Result<Option<T>, E>,
+) -> Result<Option<T>, E> {
     let mask = slots.len() - 1;
-    let mut i = (h as usize) & mask;
-    while slots[i] != EMPTY {
+    let tag = tag_of(h);
+    let mut i = home(h, log2) & mask;
+    for _ in 0..slots.len() {
+        let e = slots[i].load(Relaxed);
+        if e == EMPTY {
+            return Ok(None);
+        }
+        if has_tag(e, tag) {
+            if let Some(found) = is_key(entry_leaf(e))? {
+                return Ok(Some(found));
+            }
+        }
         i = (i + 1) & mask;
     }
-    slots[i] = tag(h) | leaf.to_bits();
+    Ok(None)
+}
+
+/// [`Points::find`] in a table read without the lock ([`Tables::view`]),
+/// which may be torn: the probe reads at most every entry once.
+#[inline(always)]
+pub(super) fn probe_view<T, E>(
+    table: &[AtomicU64],
+    h: u64,
+    is_key: impl FnMut(LeafRef) -> Result<Option<T>, E>,
+) -> Result<Option<T>, E> {
+    probe(table, table.len().trailing_zeros(), h, is_key)
+}
+
+/// Puts entry `e` (home `at`) into the first empty entry from `at` in
+/// `slots`, a table with an empty entry.
+fn place(slots: &[AtomicU64], at: usize, e: u64) {
+    let mask = slots.len() - 1;
+    let mut i = at & mask;
+    while slots[i].load(Relaxed) != EMPTY {
+        i = (i + 1) & mask;
+    }
+    slots[i].store(e, Relaxed);
+}
+
+/// [`Points::word`]: the table's address below bit 57, its log2 capacity
+/// above.
+const WORD_SHIFT: u32 = 57;
+const WORD_ADDRESS: u64 = (1 << WORD_SHIFT) - 1;
+
+/// Starts loading the line where the probe for hash `h` starts, in the
+/// table whose [`Points::word`] is `word`, without reading the table (the
+/// word may be stale, which costs a useless prefetch and nothing else). A
+/// writer then waits for its ART's lock and its first entry at once, not
+/// one after the other.
+#[inline(always)]
+pub(super) fn prefetch_published(word: u64, h: u64) {
+    if word == 0 {
+        return;
+    }
+    let log2 = (word >> WORD_SHIFT) as u32;
+    let at = (word & WORD_ADDRESS) + 8 * home(h, log2) as u64;
+    // An address for the prefetch only, never dereferenced.
+    crate::hint::prefetch_ptr(std::ptr::without_provenance(at as usize));
+}
+
+/// Where the tables of a set of point indexes come from and go back to
+/// (one per index of ARTs).
+pub(super) struct Tables {
+    /// Retired tables by log2 capacity, given out again before new ones are
+    /// allocated. With `recycle`, none is ever dropped: a reader without
+    /// the lock may still hold its word ([`Tables::view`]).
+    free: Vec<Mutex<Vec<Box<[AtomicU64]>>>>,
+    recycle: bool,
+}
+
+impl Tables {
+    /// Tables for point indexes that readers probe without the lock
+    /// (`recycle`), or only under it (retired tables are dropped).
+    pub(super) fn new(recycle: bool) -> Tables {
+        Tables {
+            free: (0..MAX_LOG2).map(|_| Mutex::new(Vec::new())).collect(),
+            recycle,
+        }
+    }
+
+    /// A zeroed table of `2^log2` entries.
+    fn take(&self, log2: u32) -> Box<[AtomicU64]> {
+        if let Some(t) = self.free[log2 as usize].lock().pop() {
+            for e in t.iter() {
+                e.store(EMPTY, Relaxed);
+            }
+            return t;
+        }
+        (0..1usize << log2).map(|_| AtomicU64::new(EMPTY)).collect()
+    }
+
+    /// Takes back a table no index uses any more.
+    fn give(&self, t: Box<[AtomicU64]>) {
+        if self.recycle && !t.is_empty() {
+            self.free[t.len().trailing_zeros() as usize].lock().push(t);
+        }
+    }
+
+    /// The table that a [`Points::word`] read without the lock names (or
+    /// `None` for 0): a table these `Tables` handed out, of the capacity the
+    /// word says, though it may since have been retired, zeroed and handed
+    /// out again to this or another index. Only for `recycle` tables.
+    pub(super) fn view(&self, word: u64) -> Option<&[AtomicU64]> {
+        if word == 0 || !self.recycle {
+            return None;
+        }
+        let len = 1usize << (word >> WORD_SHIFT);
+        let at = std::ptr::with_exposed_provenance::<AtomicU64>((word & WORD_ADDRESS) as usize);
+        // SAFETY: `word` is a `Points::word` of a table taken from `self`
+        // (the only tables a point index of `self` holds), made from the
+        // address of a live `Box<[AtomicU64]>` of `len` entries whose
+        // provenance was exposed. With `recycle`, such a table is never
+        // deallocated while `self` lives: it is held by an index, or in
+        // `free`, and given out only as a table of the same length (module
+        // doc, "Reads without the lock"). The slice borrows `self`, so it
+        // does not outlive it; it is only read, through atomic loads, while
+        // writers store into it through atomics too.
+        Some(unsafe { std::slice::from_raw_parts(at, len) })
+    }
+
+    /// DRAM bytes of the retired tables kept.
+    pub(super) fn dram_bytes(&self) -> usize {
+        self.free
+            .iter()
+            .map(|f| f.lock().iter().map(|t| t.len() * 8).sum::<usize>())
+            .sum()
+    }
 }
 
 /// One ART's point index.
 #[derive(Default)]
 pub(super) struct Points {
-    /// Empty until the first insert; else a power-of-two capacity.
-    slots: Box<[u64]>,
+    /// Empty until the first insert; else `2^k` entries.
+    slots: Box<[AtomicU64]>,
     /// Entries held (not counting tombstones) in the low [`LEN_BITS`],
     /// tombstones above: one word, so that a [`Points`] takes 24 bytes and
     /// an ART's slot of the direct index stays one cache line.
@@ -138,16 +305,17 @@ impl Points {
     /// An index of the leaves `entries` (each with its key's hash; no key
     /// twice), sized so that its load stays under 3/4: recovery builds
     /// each ART's index at once, without growing it.
-    pub(super) fn with_entries(entries: &[(u64, LeafRef)]) -> Points {
+    pub(super) fn with_entries(entries: &[(u64, LeafRef)], tables: &Tables) -> Points {
         if entries.is_empty() {
             return Points::default();
         }
         let capacity = (entries.len() * 4 / 3 + 1)
             .next_power_of_two()
             .max(MIN_CAPACITY);
-        let mut slots = vec![EMPTY; capacity].into_boxed_slice();
+        let log2 = capacity.trailing_zeros();
+        let slots = tables.take(log2);
         for &(h, leaf) in entries {
-            place(&mut slots, h, leaf);
+            place(&slots, home(h, log2), entry(tag_of(h), leaf));
         }
         Points {
             slots,
@@ -165,128 +333,43 @@ impl Points {
         self.counts >> LEN_BITS
     }
 
+    /// log2 of the capacity (the table is not empty).
+    fn log2(&self) -> u32 {
+        self.slots.len().trailing_zeros()
+    }
+
     /// DRAM bytes of the table.
     pub(super) fn dram_bytes(&self) -> usize {
         self.slots.len() * 8
     }
 
-    /// The table's place as one word, for [`prefetch_hinted`] by searches
-    /// that have not locked the ART yet (0: no table). The table's address
-    /// (below 2^57 on every x86-64 and AArch64 user space) and, above it,
-    /// the log2 of its capacity.
-    pub(super) fn hint(&self) -> u64 {
+    /// The table's place as one word (0: no table), published for readers
+    /// without the lock ([`Tables::view`]) and for prefetches
+    /// ([`prefetch_published`]): its address, whose provenance this
+    /// exposes, and above it the log2 of its capacity.
+    pub(super) fn word(&self) -> u64 {
         if self.slots.is_empty() {
             return 0;
         }
-        let at = self.slots.as_ptr() as u64;
-        debug_assert!(at < HINT_ADDRESS);
-        at | (u64::from(self.slots.len().trailing_zeros()) << HINT_SHIFT)
+        let at = self.slots.as_ptr().expose_provenance() as u64;
+        debug_assert!(at <= WORD_ADDRESS, "user-space addresses are below 2^57");
+        at | (u64::from(self.log2()) << WORD_SHIFT)
     }
 
     /// The leaf of the key whose hash is `h`: each entry with `h`'s tag is
-    /// offered to `is_key`, in probe order, until it answers `Some`
-    /// (that leaf is the key's: its answer is returned) or the probe
-    /// meets an empty entry (`None`).
+    /// offered to `is_key`, in probe order, until it answers `Some` (that
+    /// leaf is the key's: its answer is returned) or the probe meets an
+    /// empty entry (`None`). The caller holds the ART's lock.
     #[inline(always)]
     pub(super) fn find<T, E>(
         &self,
         h: u64,
-        mut is_key: impl FnMut(LeafRef) -> Result<Option<T>, E>,
+        is_key: impl FnMut(LeafRef) -> Result<Option<T>, E>,
     ) -> Result<Option<T>, E> {
-        let n = self.slots.len();
-        if n == 0 {
+        if self.slots.is_empty() {
             return Ok(None);
         }
-        let mask = n - 1;
-        let t = tag(h);
-        let mut i = (h as usize) & mask;
-        loop {
-            let e = self.slots[i];
-            if e == EMPTY {
-                return Ok(None);
-            }
-            if e != TOMB && e & !REF_MASK == t {
-                if let Some(found) = is_key(LeafRef::from_bits(e & REF_MASK))? {
-                    return Ok(Some(found));
-                }
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Adds `leaf` for a key with hash `h` that the index does not hold.
-    /// Growing the table (or clearing its tombstones) hashes every key
-    /// again, each from `key_of` of its leaf.
-    pub(super) fn insert<'k>(
-        &mut self,
-        h: u64,
-        leaf: LeafRef,
-        key_of: impl Fn(LeafRef) -> &'k [u8],
-    ) {
-        // At most 3/4 of the entries used, tombstones included.
-        let len = self.len();
-        if (len + self.tombs() as usize + 1) * 4 > self.slots.len() * 3 {
-            let want = ((len + 1) * 2).next_power_of_two().max(MIN_CAPACITY);
-            self.rebuild(want, key_of);
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = (h as usize) & mask;
-        loop {
-            let e = self.slots[i];
-            if e == EMPTY || e == TOMB {
-                if e == TOMB {
-                    self.counts -= 1 << LEN_BITS;
-                }
-                self.slots[i] = tag(h) | leaf.to_bits();
-                self.counts += 1;
-                return;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Removes the entry of `leaf` (of a key with hash `h`); returns
-    /// whether there was one. A table that is down to an eighth of its
-    /// capacity (or whose tombstones its count cannot hold) is rebuilt to
-    /// fit, its keys hashed again from `key_of`.
-    pub(super) fn remove<'k>(
-        &mut self,
-        h: u64,
-        leaf: LeafRef,
-        key_of: impl Fn(LeafRef) -> &'k [u8],
-    ) -> bool {
-        let n = self.slots.len();
-        if n == 0 {
-            return false;
-        }
-        let mask = n - 1;
-        let want = tag(h) | leaf.to_bits();
-        let mut i = (h as usize) & mask;
-        loop {
-            let e = self.slots[i];
-            if e == EMPTY {
-                return false;
-            }
-            if e == want {
-                // A tombstone unless the next entry is empty, where no probe
-                // needs this one to go on.
-                if self.slots[(i + 1) & mask] == EMPTY {
-                    self.slots[i] = EMPTY;
-                } else {
-                    self.slots[i] = TOMB;
-                    self.counts += 1 << LEN_BITS;
-                }
-                self.counts -= 1;
-                let len = self.len();
-                if len == 0 {
-                    *self = Points::default();
-                } else if (len * 8 < n && n > MIN_CAPACITY) || self.tombs() == MAX_TOMBS {
-                    self.rebuild((len * 2).next_power_of_two().max(MIN_CAPACITY), key_of);
-                }
-                return true;
-            }
-            i = (i + 1) & mask;
-        }
+        probe(&self.slots, self.log2(), h, is_key)
     }
 
     /// Whether the index holds `leaf` for a key with hash `h`.
@@ -295,22 +378,282 @@ impl Points {
             .is_ok_and(|found| found.is_some())
     }
 
-    /// A table of `capacity` entries with every leaf held, hashed again
-    /// from its key. The leaves' lines are prefetched a few entries ahead:
-    /// the keys are in PM, one line each for the keys of most leaves.
-    fn rebuild<'k>(&mut self, capacity: usize, key_of: impl Fn(LeafRef) -> &'k [u8]) {
-        let old = std::mem::take(&mut self.slots);
-        let held: Vec<LeafRef> = old
-            .iter()
-            .filter(|&&e| e != EMPTY && e != TOMB)
-            .map(|&e| LeafRef::from_bits(e & REF_MASK))
-            .collect();
-        drop(old);
-        let mut slots = vec![EMPTY; capacity].into_boxed_slice();
-        for &leaf in &held {
-            place(&mut slots, hash(key_of(leaf)), leaf);
+    /// Adds `leaf` for a key with hash `h` that the index does not hold.
+    /// A table three quarters full (tombstones included) is rebuilt first
+    /// with twice the entries held.
+    pub(super) fn insert<'k>(
+        &mut self,
+        h: u64,
+        leaf: LeafRef,
+        key_of: impl Fn(LeafRef) -> &'k [u8],
+        tables: &Tables,
+    ) {
+        let len = self.len();
+        if (len + self.tombs() as usize + 1) * 4 > self.slots.len() * 3 {
+            let want = ((len + 1) * 2).next_power_of_two().max(MIN_CAPACITY);
+            self.rebuild(want.trailing_zeros(), key_of, tables);
         }
-        self.slots = slots;
-        self.counts = held.len() as u64;
+        let log2 = self.log2();
+        let mask = self.slots.len() - 1;
+        let mut i = home(h, log2) & mask;
+        loop {
+            let e = self.slots[i].load(Relaxed);
+            if e == EMPTY || e == TOMB {
+                if e == TOMB {
+                    self.counts -= 1 << LEN_BITS;
+                }
+                self.slots[i].store(entry(tag_of(h), leaf), Relaxed);
+                self.counts += 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Removes the entry of `leaf` (of a key with hash `h`); returns
+    /// whether there was one. A table down to an eighth of its capacity
+    /// (or whose tombstones its count cannot hold) is rebuilt to fit.
+    pub(super) fn remove<'k>(
+        &mut self,
+        h: u64,
+        leaf: LeafRef,
+        key_of: impl Fn(LeafRef) -> &'k [u8],
+        tables: &Tables,
+    ) -> bool {
+        let n = self.slots.len();
+        if n == 0 {
+            return false;
+        }
+        let mask = n - 1;
+        let want = entry(tag_of(h), leaf);
+        let mut i = home(h, self.log2()) & mask;
+        for _ in 0..n {
+            let e = self.slots[i].load(Relaxed);
+            if e == EMPTY {
+                return false;
+            }
+            if e == want {
+                // A tombstone unless the next entry is empty, where no probe
+                // needs this one to go on.
+                if self.slots[(i + 1) & mask].load(Relaxed) == EMPTY {
+                    self.slots[i].store(EMPTY, Relaxed);
+                } else {
+                    self.slots[i].store(TOMB, Relaxed);
+                    self.counts += 1 << LEN_BITS;
+                }
+                self.counts -= 1;
+                let len = self.len();
+                if len == 0 {
+                    tables.give(std::mem::take(&mut self.slots));
+                    self.counts = 0;
+                } else if (len * 8 < n && n > MIN_CAPACITY) || self.tombs() == MAX_TOMBS {
+                    let want = (len * 2).next_power_of_two().max(MIN_CAPACITY);
+                    self.rebuild(want.trailing_zeros(), key_of, tables);
+                }
+                return true;
+            }
+            i = (i + 1) & mask;
+        }
+        false
+    }
+
+    /// Moves every entry into a new table of `2^log2` entries, without
+    /// tombstones, and retires the old one. Up to 2^20 entries, each
+    /// entry's home follows from its tag; beyond, from its key's hash again
+    /// (`key_of`: a read of its leaf).
+    fn rebuild<'k>(&mut self, log2: u32, key_of: impl Fn(LeafRef) -> &'k [u8], tables: &Tables) {
+        let new = tables.take(log2);
+        if log2 <= TAG_BITS {
+            for e in self
+                .slots
+                .iter()
+                .map(|e| e.load(Relaxed))
+                .filter(|&e| e > TOMB)
+            {
+                place(&new, (entry_tag(e) >> (TAG_BITS - log2)) as usize, e);
+            }
+        } else {
+            for e in self
+                .slots
+                .iter()
+                .map(|e| e.load(Relaxed))
+                .filter(|&e| e > TOMB)
+            {
+                let h = hash(key_of(entry_leaf(e)));
+                place(&new, home(h, log2), e);
+            }
+        }
+        let old = std::mem::replace(&mut self.slots, new);
+        tables.give(old);
+        self.counts = self.len() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Key `i` of a test, its leaf, and a `key_of` over such leaves.
+    fn key(i: usize) -> Vec<u8> {
+        format!("key-{i}").into_bytes()
+    }
+    fn leaf(i: usize) -> LeafRef {
+        LeafRef::new(64 * (i as u64 + 1), i % STRIPES)
+    }
+    fn index_of(l: LeafRef) -> usize {
+        (l.off() / 64 - 1) as usize
+    }
+
+    /// The index against a `HashMap` over random inserts and removes,
+    /// through growth, shrinking and tombstones, with keys whose hashes
+    /// are made to share their tag and home (a multiple of 2^44 apart: the
+    /// same top 20 bits) in half the cases, so that probes meet entries of
+    /// other keys with their tag.
+    #[test]
+    fn agrees_with_a_hash_map() {
+        let keys: Vec<Vec<u8>> = (0..20_000).map(key).collect();
+        let h_of = |i: usize| {
+            if i.is_multiple_of(2) {
+                hash(&keys[i])
+            } else {
+                // Collide with key i - 1 in tag and home.
+                hash(&keys[i - 1]) ^ ((i as u64) & 0xFFF)
+            }
+        };
+        let key_of = |l: LeafRef| -> &[u8] { &keys[index_of(l)] };
+        let tables = Tables::new(true);
+        let mut p = Points::default();
+        let mut model: HashMap<usize, ()> = HashMap::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for step in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // More inserts than removes in the first half, the other way
+            // round in the second: the table grows, then shrinks.
+            let i = (x % keys.len() as u64) as usize;
+            let insert = (x >> 40) % 10 < if step < 100_000 { 7 } else { 3 };
+            let is = |l: LeafRef| Ok::<_, ()>((index_of(l) == i).then_some(l));
+            let found = p.find(h_of(i), is).unwrap();
+            assert_eq!(
+                found.is_some(),
+                model.contains_key(&i),
+                "step {step}: key {i}"
+            );
+            if insert && found.is_none() {
+                p.insert(h_of(i), leaf(i), key_of, &tables);
+                model.insert(i, ());
+            } else if !insert && found.is_some() {
+                assert!(p.remove(h_of(i), leaf(i), key_of, &tables));
+                model.remove(&i);
+            }
+            assert_eq!(p.len(), model.len());
+            // Load at most 3/4, tombstones included.
+            assert!((p.len() + p.tombs() as usize) * 4 <= p.slots.len() * 3);
+        }
+        for i in 0..keys.len() {
+            assert_eq!(
+                p.contains(h_of(i), leaf(i)),
+                model.contains_key(&i),
+                "key {i}"
+            );
+        }
+        // Emptied: the table goes back to `tables`.
+        for i in 0..keys.len() {
+            if model.contains_key(&i) {
+                assert!(p.remove(h_of(i), leaf(i), key_of, &tables));
+            }
+        }
+        assert_eq!((p.len(), p.dram_bytes(), p.word()), (0, 0, 0));
+        assert!(tables.dram_bytes() > 0);
+    }
+
+    /// A table of more than 2^20 entries, whose homes do not follow from
+    /// the tags: it grows by hashing the keys again.
+    #[test]
+    fn grows_past_the_tags_by_hashing_keys_again() {
+        let n = 800_000;
+        let keys: Vec<Vec<u8>> = (0..n).map(key).collect();
+        let key_of = |l: LeafRef| -> &[u8] { &keys[index_of(l)] };
+        let tables = Tables::new(false);
+        let mut p = Points::default();
+        for (i, k) in keys.iter().enumerate() {
+            p.insert(hash(k), leaf(i), key_of, &tables);
+        }
+        assert!(p.log2() > TAG_BITS, "log2 {}", p.log2());
+        for i in (0..n).step_by(7) {
+            assert!(p.contains(hash(&keys[i]), leaf(i)), "key {i}");
+        }
+        // Removes down to an eighth: it shrinks below 2^20 again.
+        for (i, k) in keys.iter().enumerate().take(n - 50_000) {
+            assert!(p.remove(hash(k), leaf(i), key_of, &tables));
+        }
+        assert!(p.log2() <= TAG_BITS, "log2 {}", p.log2());
+        for (i, k) in keys.iter().enumerate().skip(n - 50_000) {
+            assert!(p.contains(hash(k), leaf(i)), "key {i}");
+        }
+        // Without `recycle`, retired tables are dropped.
+        assert_eq!(tables.dram_bytes(), 0);
+    }
+
+    /// The published word names the table, of its capacity, for as long as
+    /// it is in use, and a retired table is given out again only with its
+    /// own capacity.
+    #[test]
+    fn published_tables_stay_tables_of_their_capacity() {
+        let keys: Vec<Vec<u8>> = (0..100).map(key).collect();
+        let key_of = |l: LeafRef| -> &[u8] { &keys[index_of(l)] };
+        let tables = Tables::new(true);
+        let mut p = Points::default();
+        assert!(tables.view(p.word()).is_none());
+        let mut words = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            p.insert(hash(k), leaf(i), key_of, &tables);
+            let w = p.word();
+            let view = tables.view(w).expect("a table");
+            assert_eq!(view.len(), p.slots.len());
+            assert!(std::ptr::eq(view.as_ptr(), p.slots.as_ptr()));
+            let found = probe(view, p.log2(), hash(k), |l| {
+                Ok::<_, ()>((l == leaf(i)).then_some(()))
+            });
+            assert_eq!(found, Ok(Some(())));
+            if words.last() != Some(&w) {
+                words.push(w);
+            }
+        }
+        // 8, 16, 32, 64, 128 and 256 entries: five retired, one in use.
+        assert_eq!(words.len(), 6);
+        assert_eq!(tables.dram_bytes(), 8 * (8 + 16 + 32 + 64 + 128));
+        // A new index of 8 entries takes the retired 8-entry table.
+        let mut q = Points::default();
+        q.insert(hash(&keys[0]), leaf(0), key_of, &tables);
+        assert_eq!(q.word(), words[0]);
+        assert_eq!(q.len(), 1, "zeroed before it was given out again");
+    }
+
+    /// Keys that differ only in length or in one byte hash apart, and the
+    /// tags of sequential keys spread.
+    #[test]
+    fn hashes_tell_close_keys_apart() {
+        let mut seen = std::collections::HashSet::new();
+        for k in [
+            &b""[..],
+            b"a",
+            b"a\0",
+            b"\0a",
+            b"ab",
+            b"ba",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgi",
+        ] {
+            assert!(seen.insert(hash(k)), "{k:?}");
+        }
+        let tags: std::collections::HashSet<u64> = (0..4096u32)
+            .map(|i| tag_of(hash(&i.to_be_bytes())))
+            .collect();
+        assert!(tags.len() > 4000, "{} distinct tags of 4096", tags.len());
     }
 }

@@ -608,7 +608,8 @@ pub(super) fn open(
             if !killed_leaves.is_empty() {
                 entries.retain(|(_, l)| !killed_leaves.contains(l));
             }
-            h.trees.install(hk, art, Points::with_entries(&entries));
+            let points = Points::with_entries(&entries, h.trees.tables());
+            h.trees.install(hk, art, points);
         }
     }
     Ok(h)

@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 
 use super::art::Art;
-use super::points::Points;
+use super::points::{Points, Tables};
 use super::superblock::STRIPES;
 use super::LeafRef;
 
@@ -182,6 +182,8 @@ pub(super) struct Direct {
     /// Bit `i`: slot `i`'s ART is not empty (set and cleared under the
     /// slot's write lock; read without it by scans, which then lock).
     used: Box<[AtomicU64]>,
+    /// The point indexes' tables, kept for readers without the lock.
+    tables: Tables,
 }
 
 /// `PAGE` slots of the direct index and their root hints.
@@ -196,16 +198,33 @@ struct Page {
     /// and the root's overlap instead of following one another
     /// (docs/design.md §7, "Root hints").
     hints: Box<[AtomicU64; PAGE]>,
-    /// `point_hints[j]`: slot `j`'s [`Points::hint`], kept as the root
-    /// hints are ([`Trees::note_points`]): a search prefetches its first
-    /// entry of the point index before it locks the slot.
-    point_hints: Box<[AtomicU64; PAGE]>,
+    /// `cells[j]`: what readers of slot `j`'s point index use without its
+    /// lock ([`PointCell`]).
+    cells: Box<[PointCell; PAGE]>,
+}
+
+/// What a reader of an ART's point index uses without the ART's lock
+/// (docs/design.md §7, "Searches without the lock"): the index's table and
+/// a sequence count. A writer that changes the index, or a leaf or value
+/// that the index leads to, holds the ART's write lock and makes `seq` odd
+/// for the change (`Writing`); a reader checks that `seq` was even and the
+/// same before and after its probe, or takes the lock.
+#[repr(align(16))]
+#[derive(Default)]
+pub(super) struct PointCell {
+    pub(super) seq: AtomicU64,
+    /// The table's [`Points::word`], stored under the write lock by every
+    /// change that moves the table ([`Trees::note_points`]); also what a
+    /// writer prefetches its first entry from before it locks the ART.
+    pub(super) table: AtomicU64,
 }
 
 /// Hash keys of 3..=8 bytes.
 pub(super) struct Hashed {
     shards: Vec<Shard>,
     prefixes: RwLock<BTreeSet<HashKey>>,
+    /// The point indexes' tables (read under the ARTs' locks only).
+    tables: Tables,
 }
 
 /// One shard of [`Hashed`].
@@ -282,7 +301,7 @@ impl Direct {
         let page = self.pages[i / PAGE].get_or_init(|| Page {
             slots: Box::new(std::array::from_fn(|_| Slot::default())),
             hints: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
-            point_hints: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            cells: Box::new(std::array::from_fn(|_| PointCell::default())),
         });
         &page.slots[i % PAGE].0
     }
@@ -330,6 +349,7 @@ impl Trees {
                 n,
                 pages: (0..n.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
                 used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+                tables: Tables::new(true),
             })
         } else {
             Trees::Hashed(Hashed {
@@ -337,6 +357,7 @@ impl Trees {
                     .map(|_| RwLock::new(HashMap::default()))
                     .collect(),
                 prefixes: RwLock::new(BTreeSet::new()),
+                tables: Tables::new(false),
             })
         }
     }
@@ -385,54 +406,68 @@ impl Trees {
         }
     }
 
-    /// [`Self::find_bytes_hinted`] with the point index's hint
-    /// ([`Points::hint`]) instead of the root's.
+    /// The ART of hash key bytes `hk` and, on the direct index, the cell
+    /// of its point index ([`PointCell`]; `None` on the hashed index).
     #[inline(always)]
-    pub(super) fn find_bytes_point_hinted(&self, hk: &[u8]) -> (Option<TreeRef<'_>>, u64) {
+    pub(super) fn find_bytes_with_cell(
+        &self,
+        hk: &[u8],
+    ) -> (Option<TreeRef<'_>>, Option<&PointCell>) {
         match self {
             Trees::Direct(d) => {
                 let i = d.index_of(hk);
                 match d.page(i) {
                     Some(p) => (
                         Some(TreeRef::Slot(&p.slots[i % PAGE].0)),
-                        p.point_hints[i % PAGE].load(Ordering::Relaxed),
+                        Some(&p.cells[i % PAGE]),
                     ),
-                    None => (None, 0),
+                    None => (None, None),
                 }
             }
-            Trees::Hashed(_) => (self.find(&HashKey::new(hk)), 0),
+            Trees::Hashed(_) => (self.find(&HashKey::new(hk)), None),
         }
     }
 
-    /// The point index hint of hash key bytes `hk` ([`Points::hint`], which
-    /// may be stale); 0 on the hashed index.
+    /// The point index cell of hash key bytes `hk` on the direct index, if
+    /// its page exists.
     #[inline(always)]
-    pub(super) fn point_hint(&self, hk: &[u8]) -> u64 {
+    pub(super) fn point_cell(&self, hk: &[u8]) -> Option<&PointCell> {
         match self {
             Trees::Direct(d) => {
                 let i = d.index_of(hk);
-                d.page(i)
-                    .map_or(0, |p| p.point_hints[i % PAGE].load(Ordering::Relaxed))
+                d.page(i).map(|p| &p.cells[i % PAGE])
             }
-            Trees::Hashed(_) => 0,
+            Trees::Hashed(_) => None,
         }
     }
 
-    /// Keeps the point index hint of `hk` current after a change of
-    /// `points`; the caller holds the ART's write lock. Stores only when
-    /// the table moved (it grew, shrank or went).
+    /// The published table word of the point index of `hk` (which may be
+    /// stale), for prefetches; 0 on the hashed index.
+    #[inline(always)]
+    pub(super) fn point_word(&self, hk: &[u8]) -> u64 {
+        self.point_cell(hk)
+            .map_or(0, |c| c.table.load(Ordering::Relaxed))
+    }
+
+    /// Publishes the table of `points`, the point index of `hk`, after a
+    /// change; the caller holds the ART's write lock (and has made the
+    /// cell's `seq` odd). Stores only when the table moved (it grew,
+    /// shrank or went).
     #[inline]
     pub(super) fn note_points(&self, hk: &[u8], points: &Points) {
-        if let Trees::Direct(d) = self {
-            let i = d.index_of(hk);
-            // The page exists: the caller holds a lock that lives in it.
-            if let Some(p) = d.page(i) {
-                let cell = &p.point_hints[i % PAGE];
-                let hint = points.hint();
-                if cell.load(Ordering::Relaxed) != hint {
-                    cell.store(hint, Ordering::Relaxed);
-                }
+        if let Some(cell) = self.point_cell(hk) {
+            let word = points.word();
+            if cell.table.load(Ordering::Relaxed) != word {
+                cell.table.store(word, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Where the point indexes' tables come from and go back to.
+    pub(super) fn tables(&self) -> &Tables {
+        match self {
+            Trees::Direct(d) => &d.tables,
+            Trees::Hashed(h) => &h.tables,
         }
     }
 
@@ -558,7 +593,7 @@ impl Trees {
             Trees::Direct(d) => {
                 let i = d.index(&hk);
                 let hint = art.root_hint();
-                let point_hint = points.hint();
+                let word = points.word();
                 {
                     let mut t = d.slot_for_insert(i).write();
                     t.art = art;
@@ -566,7 +601,7 @@ impl Trees {
                 }
                 if let Some(p) = d.page(i) {
                     p.hints[i % PAGE].store(hint, Ordering::Relaxed);
-                    p.point_hints[i % PAGE].store(point_hint, Ordering::Relaxed);
+                    p.cells[i % PAGE].table.store(word, Ordering::Relaxed);
                 }
                 d.set_used(i, true);
             }
@@ -646,13 +681,13 @@ impl Trees {
                 for page in d.pages.iter().filter_map(OnceLock::get) {
                     b += std::mem::size_of_val(&*page.slots)
                         + std::mem::size_of_val(&*page.hints)
-                        + std::mem::size_of_val(&*page.point_hints);
+                        + std::mem::size_of_val(&*page.cells);
                     for s in page.slots.iter() {
                         let t = s.0.read();
                         b += t.art.dram_bytes() + t.points.dram_bytes();
                     }
                 }
-                b as u64
+                (b + d.tables.dram_bytes()) as u64
             }
             Trees::Hashed(h) => {
                 let mut b = 0;
@@ -670,7 +705,7 @@ impl Trees {
                 }
                 // The ordered set: the key plus about half a node's overhead.
                 b += h.prefixes.read().len() * (std::mem::size_of::<HashKey>() + 8);
-                b as u64
+                (b + h.tables.dram_bytes()) as u64
             }
         }
     }

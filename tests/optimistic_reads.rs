@@ -1,11 +1,15 @@
 //! Lock-free point reads of WORT, WOART and ART+CoW (`engine/locked.rs`,
-//! `engine/radix/search.rs`) against a writer that changes the tree under
+//! `engine/radix/search.rs`), and of HART's point index
+//! (`engine/hart/indexed.rs`), against a writer that changes the tree under
 //! them.
 //!
 //! The writer grows, shrinks and reshapes the tree: churn keys are
 //! inserted, updated and deleted (node growth and shrinking, prefix splits
-//! and merges, leaves freed and their blocks reused), and stable keys get
-//! new values (a leaf replaced in its slot). Keys share prefixes and end
+//! and merges, leaves freed and their blocks reused; for HART, point
+//! indexes grown, shrunk and emptied, their tables retired and handed out
+//! again, leaves and value objects freed and reused), and stable keys get
+//! new values (a leaf replaced in its slot, or a HART leaf's slot
+//! flipped). Keys share prefixes and end
 //! inside one another (end slots). Values run from empty to past the
 //! optimistic buffer, so both the copying path and the fallback to the
 //! lock are taken.
@@ -24,7 +28,7 @@
 //! `check()`.
 //!
 //! `PMINDEX_STRESS_OPS=200000 cargo test --release --test
-//! radix_optimistic_reads` for a longer run.
+//! optimistic_reads` for a longer run.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -204,4 +208,75 @@ fn woart_locked_reads_without_the_lock_see_only_written_values() {
 #[test]
 fn art_cow_locked_reads_without_the_lock_see_only_written_values() {
     stress("art-cow:writers=locked");
+}
+
+// HART's point index read without the ART's lock (`hart.reads`, the
+// default): the churn keys share the hash key `k1`..`k4` ARTs, so their
+// point indexes grow, shrink and empty under the readers; a 1-byte hash
+// key puts every churn key in one ART.
+
+#[test]
+fn hart_reads_without_the_lock_see_only_written_values() {
+    stress("hart");
+}
+
+#[test]
+fn hart_one_byte_hash_keys_reads_without_the_lock_see_only_written_values() {
+    stress("hart:hash_key_len=1");
+}
+
+/// HART: two keys of one ART and one stripe, updated in turn with 64-byte
+/// values, so that each update frees the value object that the next
+/// update, of the other key, takes and writes. A reader of the first key
+/// that read its slot, then waits (a slow emulated PM read) while the
+/// object is freed and written with the other key's value, must not
+/// return that value: the update and the free change the ART's sequence
+/// count, and the read is tried again. (Without the count's changes in
+/// the writers, this test fails within a few hundred reads.)
+#[test]
+fn hart_a_value_object_reused_under_a_reader_is_not_returned() {
+    let slow_reads = PmLatency {
+        write_ns: 0,
+        read_ns: 20_000,
+        dram_ns: 0,
+    };
+    let db = Db::create_anonymous(&Options {
+        persist: PersistConfig::new(FlushKind::detect(), Some(slow_reads)).unwrap(),
+        ..common::options("hart", 64 << 20)
+    })
+    .unwrap();
+    let keys = [b"ab-x".to_vec(), b"ab-y".to_vec()];
+    // Key `k`'s value of version `v`: 64 bytes that name both.
+    let value = |k: usize, v: u64| {
+        let mut out = vec![k as u8; 64];
+        out[8..16].copy_from_slice(&v.to_le_bytes());
+        out
+    };
+    for (k, key) in keys.iter().enumerate() {
+        db.put(key, &value(k, 0)).unwrap();
+    }
+    let done = AtomicBool::new(false);
+    let reads = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut n = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let got = db.get(&keys[0]).unwrap().expect("always present");
+                assert_eq!(got.len(), 64);
+                assert!(
+                    got[..8].iter().chain(&got[16..]).all(|&b| b == 0),
+                    "key x returned another key's value: {got:?}"
+                );
+                n += 1;
+            }
+            n
+        });
+        for v in 1..=ops() / 5 {
+            let k = (v % 2) as usize;
+            db.put(&keys[k], &value(k, v)).unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        reader.join().unwrap()
+    });
+    assert!(reads > 0, "the reader ran");
+    db.check().unwrap();
 }
