@@ -13,6 +13,8 @@ conformance_suite!(hart_hashed, "hart:hash_key_len=3");
 conformance_suite!(hart_k1_paper, "hart:hash_key_len=1,persist_order=paper");
 // Without the point index: searches, updates and inserts descend the ARTs.
 conformance_suite!(hart_no_points, "hart:point_index=off");
+// Searches that probe the point index without the ART's lock first.
+conformance_suite!(hart_optimistic, "hart:reads=optimistic");
 // Writers of different root children at once (the default), and the
 // tree-wide lock.
 conformance_suite!(wort, "wort");

@@ -29,6 +29,17 @@ fn writers_sharing_arts_and_concurrent_scans() {
     stress("hart", key, env("PMINDEX_STRESS_OPS", 100_000));
 }
 
+/// The same with one-key searches that probe the point index without the
+/// ART's lock first (`hart.reads=optimistic`).
+#[test]
+fn writers_sharing_arts_under_reads_without_the_lock() {
+    stress(
+        "hart:reads=optimistic",
+        key,
+        env("PMINDEX_STRESS_OPS", 100_000) / 2,
+    );
+}
+
 /// The hashed index of ARTs (`k_h` = 8): a hash key is a key's first 8
 /// bytes, `{letter}k{j:05}.`, so each ART holds one `j`'s keys of every
 /// writer, and deletes empty and retire ARTs all the time while other

@@ -210,19 +210,19 @@ fn art_cow_locked_reads_without_the_lock_see_only_written_values() {
     stress("art-cow:writers=locked");
 }
 
-// HART's point index read without the ART's lock (`hart.reads`, the
-// default): the churn keys share the hash key `k1`..`k4` ARTs, so their
-// point indexes grow, shrink and empty under the readers; a 1-byte hash
-// key puts every churn key in one ART.
+// HART's point index read without the ART's lock (`hart.reads=optimistic`):
+// the churn keys share the hash key `k1`..`k4` ARTs, so their point
+// indexes grow, shrink and empty under the readers; a 1-byte hash key puts
+// every churn key in one ART.
 
 #[test]
 fn hart_reads_without_the_lock_see_only_written_values() {
-    stress("hart");
+    stress("hart:reads=optimistic");
 }
 
 #[test]
 fn hart_one_byte_hash_keys_reads_without_the_lock_see_only_written_values() {
-    stress("hart:hash_key_len=1");
+    stress("hart:hash_key_len=1,reads=optimistic");
 }
 
 /// HART: two keys of one ART and one stripe, updated in turn with 64-byte
@@ -242,7 +242,7 @@ fn hart_a_value_object_reused_under_a_reader_is_not_returned() {
     };
     let db = Db::create_anonymous(&Options {
         persist: PersistConfig::new(FlushKind::detect(), Some(slow_reads)).unwrap(),
-        ..common::options("hart", 64 << 20)
+        ..common::options("hart:reads=optimistic", 64 << 20)
     })
     .unwrap();
     let keys = [b"ab-x".to_vec(), b"ab-y".to_vec()];

@@ -1,19 +1,20 @@
-//! Searches and puts through the point index (`hart.point_index=on`, the
-//! default; beyond the paper, docs/design.md §7 "The point index"): each
-//! ART's [`Points`] finds a key's leaf with one probe, where a descent of
-//! the ART is a chain of cache misses, one per inner node. A search and an
-//! update no longer descend the ART; an insert descends it only to link its
-//! new leaf, once the point index has said that the key is absent, so it
-//! always writes its leaf first (its write-back overlaps the descent).
+//! Searches and updates through the point index (`hart.point_index=on`,
+//! the default; beyond the paper, docs/design.md §7 "The point index"):
+//! each ART's [`Points`] finds a key's leaf with one probe, where a descent
+//! of the ART is a chain of cache misses, one per inner node. A search and
+//! an update no longer descend the ART; an insert still does, to link its
+//! new leaf, and then adds it to the point index ([`Hart::link_point`]).
 //!
 //! The PM writes, and their persist orders, are those of [`mod@super::write`],
 //! unchanged: the point index is DRAM only, changed under the ART's write
 //! lock together with the ART, and rebuilt with it at recovery.
 //!
 //! # Searches without the lock
-//! On the direct index of ARTs (`k_h` ≤ 2), a search probes the point
-//! index without the ART's lock first (`hart.reads=optimistic`, the
-//! default), as a sequence lock reader (the protocol of
+//! On the direct index of ARTs (`k_h` ≤ 2), with `hart.reads=optimistic`
+//! (not the default: on the 2-vCPU VM of docs/design.md §7 "Searches
+//! without the lock" it measured no faster with one thread and slower with
+//! two), a search probes the point index without the ART's lock first, as
+//! a sequence lock reader (the protocol of
 //! [`crate::engine::Locked`]): it loads the cell's `seq`
 //! ([`super::trees::PointCell`]), probes the published table, reads and
 //! compares the leaf's key and copies its value into a buffer, all through
@@ -49,10 +50,10 @@ impl Hart {
     /// guard drops: around every change that a reader without the lock
     /// could see ([`mod@self`], "Searches without the lock"). The caller
     /// holds the ART's write lock. `None` where no reader goes without the
-    /// lock (no point index, or the hashed index).
+    /// lock (no point index, `hart.reads=locked`, or the hashed index).
     #[inline(always)]
     pub(super) fn writing(&self, hk: &[u8]) -> Option<Writing<'_>> {
-        if !self.point_index {
+        if !self.point_index || !self.optimistic {
             return None;
         }
         self.trees.point_cell(hk).map(|c| Writing::begin(&c.seq))

@@ -139,7 +139,7 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     h.set_order(order);
     h.leaf_first = leaf_first;
     h.point_index = point_index;
-    h.optimistic = optimistic;
+    h.set_reads(optimistic);
     h.set_stripes(stripes)?;
     Ok(h)
 }
@@ -156,7 +156,7 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     } = parse_config(config)?;
     let mut h = recovery::open(pool, recovery_threads, k_h, point_index)?;
     h.leaf_first = leaf_first;
-    h.optimistic = optimistic;
+    h.set_reads(optimistic);
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
@@ -233,7 +233,7 @@ struct Settings {
     /// `hart.point_index` (default on): whether each ART has a point index
     /// ([`points`]).
     point_index: bool,
-    /// `hart.reads` (default optimistic): whether searches probe the point
+    /// `hart.reads` (default locked): whether searches probe the point
     /// index without the ART's lock first ([`indexed`]).
     optimistic: bool,
 }
@@ -245,7 +245,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut stripes = None;
     let mut leaf_first = true;
     let mut point_index = true;
-    let mut optimistic = true;
+    let mut optimistic = false;
     for (k, v) in super::settings(
         config,
         INFO.name,
@@ -544,7 +544,7 @@ impl Hart {
             order: PersistOrder::Tight,
             leaf_first: true,
             point_index: true,
-            optimistic: true,
+            optimistic: false,
             checksum: Checksum::Crc32c,
             any_stripe: true,
             stripe_choice: StripeChoice::Thread,
@@ -595,6 +595,12 @@ impl Hart {
                 l.get_mut().set_keep_header(order == PersistOrder::Paper);
             }
         }
+    }
+
+    /// Applies `hart.reads`: searches without the ARTs' locks first
+    /// (`optimistic`) where the index of ARTs allows it.
+    fn set_reads(&mut self, optimistic: bool) {
+        self.optimistic = self.trees.read_unlocked(optimistic && self.point_index);
     }
 
     fn leaves(&self, stripe: usize, lc: usize) -> &Mutex<ChunkList> {

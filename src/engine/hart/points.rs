@@ -231,6 +231,14 @@ impl Tables {
         }
     }
 
+    /// Whether retired tables are kept from now on: set before readers
+    /// without the lock are let in (`hart.reads`, at create or open, while
+    /// no other thread holds the engine), and only where such readers may
+    /// come (the direct index of ARTs).
+    pub(super) fn set_recycle(&mut self, recycle: bool) {
+        self.recycle = recycle;
+    }
+
     /// A zeroed table of `2^log2` entries.
     fn take(&self, log2: u32) -> Box<[AtomicU64]> {
         if let Some(t) = self.free[log2 as usize].lock().pop() {

@@ -182,7 +182,8 @@ pub(super) struct Direct {
     /// Bit `i`: slot `i`'s ART is not empty (set and cleared under the
     /// slot's write lock; read without it by scans, which then lock).
     used: Box<[AtomicU64]>,
-    /// The point indexes' tables, kept for readers without the lock.
+    /// The point indexes' tables (kept once retired where readers go
+    /// without the lock, `hart.reads=optimistic`: [`Trees::read_unlocked`]).
     tables: Tables,
 }
 
@@ -349,7 +350,7 @@ impl Trees {
                 n,
                 pages: (0..n.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
                 used: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-                tables: Tables::new(true),
+                tables: Tables::new(false),
             })
         } else {
             Trees::Hashed(Hashed {
@@ -460,6 +461,20 @@ impl Trees {
             if cell.table.load(Ordering::Relaxed) != word {
                 cell.table.store(word, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Lets searches read the point indexes without the ARTs' locks from
+    /// now on, where they can (the direct index): retired tables are kept
+    /// ([`Tables::view`]). Returns whether they can. The caller holds the
+    /// engine alone.
+    pub(super) fn read_unlocked(&mut self, on: bool) -> bool {
+        match self {
+            Trees::Direct(d) => {
+                d.tables.set_recycle(on);
+                on
+            }
+            Trees::Hashed(_) => false,
         }
     }
 
