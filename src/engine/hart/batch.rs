@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
-use super::art::{Art, LeafKeys, ProbeCursor};
+use super::art::{Art, ProbeCursor};
 use super::leaf;
 use super::points::{self, Points};
 use super::superblock::value_class;
@@ -142,28 +142,37 @@ impl Hart {
             let (t, cell) = self.trees.find_bytes_with_cell(hk);
             let t = t?;
             crate::hint::prefetch(&*t);
-            if let Some(c) = cell {
-                points::prefetch_published(c.table.load(Ordering::Relaxed), h[i]);
+            match cell.map(|c| c.table.load(Ordering::Relaxed)) {
+                Some(0) | None => self.prefetch_root(hk, ak),
+                Some(word) => points::prefetch_published(word, h[i]),
             }
             Some(t)
         });
         let tree: [Option<&RwLock<Tree>>; BATCH] = std::array::from_fn(|i| refs[i].as_deref());
         let (guards, guard_of) = lock_in_address_order(&tree[..n], RwLock::read);
-        let points_of = |i: usize| {
-            guard_of[i]
-                .and_then(|g| guards[g].as_ref())
-                .map(|t| &t.points)
-        };
+        let tree_of = |i: usize| guard_of[i].and_then(|g| guards[g].as_deref());
+        // Keys of ARTs with a built point index probe it; the others
+        // descend their ARTs, side by side.
+        let points_of = |i: usize| tree_of(i).map(|t| &t.points).filter(|p| p.is_built());
         self.prefetch_candidates(n, &h, points_of);
+        let mut leaf = [None; BATCH];
+        self.probe_side_by_side(
+            n,
+            |i| {
+                let t = tree_of(i).filter(|t| !t.points.is_built())?;
+                Some((&t.art, self.split(batch[i]).1))
+            },
+            &mut leaf,
+        );
         for (i, key) in batch.iter().enumerate() {
-            let hit = match points_of(i) {
-                Some(p) => p
-                    .find(h[i], |l| {
-                        self.answer::<true>(l.off(), key, &mut |v| f(base + i, Some(v)))
-                            .map(|hit| hit.then_some(()))
-                    })?
+            let mut answer =
+                |l: LeafRef| self.answer::<true>(l.off(), key, &mut |v| f(base + i, Some(v)));
+            let hit = match (points_of(i), leaf[i]) {
+                (Some(p), _) => p
+                    .find(h[i], |l| answer(l).map(|hit| hit.then_some(())))?
                     .is_some(),
-                None => false,
+                (None, Some(l)) => answer(l)?,
+                (None, None) => false,
             };
             if !hit {
                 f(base + i, None);
@@ -479,9 +488,7 @@ impl Hart {
                 continue;
             }
             if self.point_index {
-                t.points
-                    .insert(h[i], leaf, |x| keys.key(x), self.trees.tables());
-                self.trees.note_points(hk, &t.points);
+                self.link_point(t, h[i], hk, leaf);
             }
             if was_empty {
                 self.trees.filled(&HashKey::new(hk));

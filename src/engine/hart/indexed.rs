@@ -34,6 +34,7 @@
 //! that a reader may still hold is never deallocated
 //! ([`super::points::Tables`]).
 
+use std::ops::Bound;
 use std::sync::atomic::{fence, Ordering};
 
 use super::art::LeafKeys;
@@ -56,13 +57,15 @@ impl Hart {
         if !self.point_index || !self.optimistic {
             return None;
         }
-        self.trees.point_cell(hk).map(|c| Writing::begin(&c.seq))
+        self.trees.point_cell(hk).map(|c| Writing::begin(c.seq))
     }
 
-    /// Algorithm 4 through the point index: without the ART's lock where
+    /// Algorithm 4 with the point index: without the ART's lock where
     /// [`Self::get_unlocked`] can answer, else under its read lock, where a
     /// found entry's leaf is checked and answered by [`Self::answer`] (a
-    /// tag that matched another key's leaf goes on to the next entry).
+    /// tag that matched another key's leaf goes on to the next entry). An
+    /// ART without a built point index (a small one, [`points`]) is
+    /// searched, its root prefetched from its hint before the lock.
     #[inline]
     pub(super) fn get_indexed(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let (hk, ak) = self.split(key);
@@ -72,7 +75,10 @@ impl Hart {
             return Ok(false);
         };
         if let Some(cell) = cell {
-            if self.optimistic {
+            let word = cell.table.load(Ordering::Relaxed);
+            if word == 0 {
+                self.prefetch_root_hint(cell.root.load(Ordering::Relaxed), ak);
+            } else if self.optimistic {
                 let mut buf = ValueBuf::new();
                 if let Some(found) = self.get_unlocked(cell, h, key, &mut buf) {
                     if let Some(value) = found {
@@ -81,10 +87,16 @@ impl Hart {
                     return Ok(found.is_some());
                 }
             } else {
-                points::prefetch_published(cell.table.load(Ordering::Relaxed), h);
+                points::prefetch_published(word, h);
             }
         }
         let t = tree.read();
+        if !t.points.is_built() {
+            let Some(leaf) = t.art.probe(ak) else {
+                return Ok(false);
+            };
+            return self.answer::<false>(leaf.off(), key, f);
+        }
         let found = t.points.find(h, |l| {
             self.answer::<false>(l.off(), key, &mut *f)
                 .map(|hit| hit.then_some(()))
@@ -97,11 +109,11 @@ impl Hart {
     /// `Some(Some(value))` for a present one (its value in `buf`), each
     /// found between two writes of the ART; `None` when the lock must
     /// decide (a writer inside at every try, a value longer than the
-    /// buffer, or an error).
+    /// buffer, an error, or an ART without a built point index).
     #[inline(always)]
     fn get_unlocked<'b>(
         &self,
-        cell: &PointCell,
+        cell: PointCell<'_>,
         h: u64,
         key: &[u8],
         buf: &'b mut ValueBuf,
@@ -112,13 +124,13 @@ impl Hart {
                 return None;
             }
             buf.clear();
-            let probe = match self.trees.tables().view(cell.table.load(Ordering::Relaxed)) {
-                Some(table) => {
-                    points::probe_view(table, h, |l| self.read_leaf_unlocked(l.off(), key, buf))
-                        .map(|found| found.unwrap_or(Probe::Absent))
-                }
-                None => Ok(Probe::Absent),
-            };
+            let table = self
+                .trees
+                .tables()
+                .view(cell.table.load(Ordering::Relaxed))?;
+            let probe =
+                points::probe_view(table, h, |l| self.read_leaf_unlocked(l.off(), key, buf))
+                    .map(|found| found.unwrap_or(Probe::Absent));
             fence(Ordering::Acquire);
             if cell.seq.load(Ordering::Relaxed) == v {
                 return locked::answer(&probe, buf);
@@ -267,7 +279,12 @@ impl Hart {
         value: &[u8],
         mode: PutMode,
     ) -> Result<Option<PutOutcome>> {
-        match self.find_leaf(&t.points, h, key)? {
+        let found = if t.points.is_built() {
+            self.find_leaf(&t.points, h, key)?
+        } else {
+            t.art.get(self.split(key).1, &self.keys())
+        };
+        match found {
             Some(l) if mode != PutMode::Insert => {
                 // The slot, the commit word and the old value's free, as one
                 // change for readers without the lock.
@@ -285,12 +302,25 @@ impl Hart {
     }
 
     /// Adds `leaf`, just linked into the ART of `t` (hash key `hk`), to its
-    /// point index (hash `h` of its ART key), and publishes the table.
+    /// point index (hash `h` of its ART key), or builds the index if the
+    /// ART now holds more than [`points::BUILD_ABOVE`] keys (every leaf's
+    /// key read from PM once), and publishes the table.
     pub(super) fn link_point(&self, t: &mut Tree, h: u64, hk: &[u8], leaf: LeafRef) {
         let keys = self.keys();
-        let _w = self.writing(hk);
-        t.points
-            .insert(h, leaf, |x| keys.key(x), self.trees.tables());
+        let tables = self.trees.tables();
+        if t.points.is_built() {
+            let _w = self.writing(hk);
+            t.points.insert(h, leaf, |x| keys.key(x), tables);
+        } else if t.art.len() > points::BUILD_ABOVE {
+            let mut entries = Vec::with_capacity(t.art.len());
+            t.art
+                .range_values(Bound::Unbounded, Bound::Unbounded, &keys, |l| {
+                    entries.push((points::hash(keys.key(l)), l));
+                    true
+                });
+            let _w = self.writing(hk);
+            t.points = Points::with_entries(&entries, tables);
+        }
         self.trees.note_points(hk, &t.points);
     }
 }

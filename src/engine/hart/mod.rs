@@ -773,7 +773,13 @@ impl Hart {
     /// useless prefetch.
     #[inline(always)]
     fn prefetch_root(&self, hk: &[u8], ak: &[u8]) {
-        if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(self.trees.root_hint(hk), ak) {
+        self.prefetch_root_hint(self.trees.root_hint(hk), ak);
+    }
+
+    /// [`Self::prefetch_root`] from the root hint `hint` already loaded.
+    #[inline(always)]
+    fn prefetch_root_hint(&self, hint: u64, ak: &[u8]) {
+        if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(hint, ak) {
             self.pool.words().prefetch(leaf.off());
         }
     }
@@ -1104,11 +1110,11 @@ impl Engine for Hart {
             Err(DeleteError::Deleted(e)) => Err(e),
         };
         self.trees.note_root(hk_bytes, &t.art);
-        if self.point_index {
+        if t.points.is_built() {
             let removed = t
                 .points
                 .remove(h, leaf, |l| keys.key(l), self.trees.tables());
-            debug_assert!(removed, "the point index holds the ART's leaves");
+            debug_assert!(removed, "a built point index holds the ART's leaves");
             self.trees.note_points(hk_bytes, &t.points);
         }
         self.stripes[leaf.stripe()]
@@ -1178,10 +1184,18 @@ impl Engine for Hart {
                     hk.as_slice()
                 )));
             }
-            let indexed = if self.point_index { t.art.len() } else { 0 };
-            if t.points.len() != indexed {
+            // A point index is built exactly for an ART of more than
+            // `BUILD_ABOVE` keys, or of fewer that once had more (down to
+            // `DROP_BELOW`), and then holds every leaf of its ART.
+            let built = t.points.is_built();
+            let shape_ok = if built {
+                self.point_index && t.points.len() == t.art.len()
+            } else {
+                t.points.len() == 0 && (!self.point_index || t.art.len() <= points::BUILD_ABOVE)
+            };
+            if !shape_ok {
                 return Err(Error::CheckFailed(format!(
-                    "the point index of hash key {:?} holds {} leaves, its ART {}",
+                    "the point index of hash key {:?} holds {} leaves (built: {built}), its ART {}",
                     hk.as_slice(),
                     t.points.len(),
                     t.art.len()
@@ -1229,7 +1243,7 @@ impl Engine for Hart {
                         if v.meta.large {
                             blocks.push(v.p);
                         }
-                        if self.point_index && !t.points.contains(points::hash(ak), at) {
+                        if built && !t.points.contains(points::hash(ak), at) {
                             return Err(Error::CheckFailed(format!(
                                 "leaf {leaf:#x} is in the ART but not in its point index"
                             )));

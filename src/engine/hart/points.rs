@@ -6,6 +6,15 @@
 //! stays the ordered index (scans, and the shape recovery and `check`
 //! verify); both hold exactly the same leaves.
 //!
+//! # Only for ARTs of more than [`BUILD_ABOVE`] keys
+//! A small ART is one or two inner nodes deep, whose lines its search's
+//! root hint prefetches: its point index would add a miss (the table's
+//! line) in place of the one it saves, and an insert's share of the
+//! table's growth. So an ART gets its point index once it holds more than
+//! [`BUILD_ABOVE`] keys (built from its leaves, their keys read once), and
+//! loses it once down to fewer than [`DROP_BELOW`]; meanwhile its
+//! searches descend it. Measured: docs/design.md §7 "The point index".
+//!
 //! # Layout
 //! Open addressing with linear probing over 8-byte entries, 8 to a cache
 //! line; the capacity is a power of two `2^k`, at least [`MIN_CAPACITY`]:
@@ -58,6 +67,10 @@ const REF_MASK: u64 = ((1 << 46) - 1) & !0x30;
 const TAG_BITS: u32 = 20;
 /// The smallest table: one cache line.
 pub(super) const MIN_CAPACITY: usize = 8;
+/// An ART gets a point index once it holds more keys than this.
+pub(super) const BUILD_ABOVE: usize = 64;
+/// An ART loses its point index once it holds fewer keys than this.
+pub(super) const DROP_BELOW: usize = 32;
 /// Capacities are `2^k` for `k` below this.
 const MAX_LOG2: usize = 47;
 
@@ -331,6 +344,13 @@ impl Points {
         }
     }
 
+    /// Whether the index is built ([`BUILD_ABOVE`]): only then does it
+    /// hold its ART's leaves; else it holds none and the ART is searched.
+    #[inline(always)]
+    pub(super) fn is_built(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
     /// Entries held.
     pub(super) fn len(&self) -> usize {
         (self.counts & ((1 << LEN_BITS) - 1)) as usize
@@ -419,8 +439,10 @@ impl Points {
     }
 
     /// Removes the entry of `leaf` (of a key with hash `h`); returns
-    /// whether there was one. A table down to an eighth of its capacity
-    /// (or whose tombstones its count cannot hold) is rebuilt to fit.
+    /// whether there was one. An index down to fewer than [`DROP_BELOW`]
+    /// entries is dropped (no longer built); a table down to an eighth of
+    /// its capacity (or whose tombstones its count cannot hold) is rebuilt
+    /// to fit.
     pub(super) fn remove<'k>(
         &mut self,
         h: u64,
@@ -451,7 +473,7 @@ impl Points {
                 }
                 self.counts -= 1;
                 let len = self.len();
-                if len == 0 {
+                if len < DROP_BELOW {
                     tables.give(std::mem::take(&mut self.slots));
                     self.counts = 0;
                 } else if (len * 8 < n && n > MIN_CAPACITY) || self.tombs() == MAX_TOMBS {
@@ -534,6 +556,12 @@ mod tests {
         let tables = Tables::new(true);
         let mut p = Points::default();
         let mut model: HashMap<usize, ()> = HashMap::new();
+        // Past `DROP_BELOW` first; removes keep it there (below, the index
+        // is dropped: tested at the end).
+        for i in 0..1000 {
+            p.insert(h_of(i), leaf(i), key_of, &tables);
+            model.insert(i, ());
+        }
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for step in 0..200_000 {
             x ^= x << 13;
@@ -553,7 +581,7 @@ mod tests {
             if insert && found.is_none() {
                 p.insert(h_of(i), leaf(i), key_of, &tables);
                 model.insert(i, ());
-            } else if !insert && found.is_some() {
+            } else if !insert && found.is_some() && model.len() > DROP_BELOW {
                 assert!(p.remove(h_of(i), leaf(i), key_of, &tables));
                 model.remove(&i);
             }
@@ -568,12 +596,18 @@ mod tests {
                 "key {i}"
             );
         }
-        // Emptied: the table goes back to `tables`.
+        // Down to fewer than `DROP_BELOW` keys: the index is dropped, its
+        // table back in `tables`.
+        let mut left = model.len();
         for i in 0..keys.len() {
-            if model.contains_key(&i) {
+            if model.contains_key(&i) && left >= DROP_BELOW {
+                assert!(p.is_built());
                 assert!(p.remove(h_of(i), leaf(i), key_of, &tables));
+                left -= 1;
             }
         }
+        assert_eq!(left, DROP_BELOW - 1);
+        assert!(!p.is_built());
         assert_eq!((p.len(), p.dram_bytes(), p.word()), (0, 0, 0));
         assert!(tables.dram_bytes() > 0);
     }

@@ -608,7 +608,11 @@ pub(super) fn open(
             if !killed_leaves.is_empty() {
                 entries.retain(|(_, l)| !killed_leaves.contains(l));
             }
-            let points = Points::with_entries(&entries, h.trees.tables());
+            let points = if entries.len() > points::BUILD_ABOVE {
+                Points::with_entries(&entries, h.trees.tables())
+            } else {
+                Points::default()
+            };
             h.trees.install(hk, art, points);
         }
     }

@@ -190,18 +190,30 @@ pub(super) struct Direct {
 /// `PAGE` slots of the direct index and their root hints.
 struct Page {
     slots: Box<[Slot; PAGE]>,
-    /// `hints[j]`: slot `j`'s [`Art::root_hint`], stored under the slot's
-    /// write lock by every change that can move the root
-    /// ([`Trees::note_root`]), read without any lock by searches, which
-    /// prefetch the root node from it before they lock the slot. 8 bytes a
-    /// slot (2 KiB a page, 514 KiB for all 65,793 slots of `k_h` = 2) stay
-    /// cached where 64-byte slots (4.2 MiB) do not, so the slot line's miss
-    /// and the root's overlap instead of following one another
+    /// `hints[j]`: slot `j`'s hints ([`SlotHints`]), stored under the
+    /// slot's write lock, read without any lock by searches, which prefetch
+    /// from them before they lock the slot. 16 bytes a slot (4 KiB a page,
+    /// 1 MiB for all 65,793 slots of `k_h` = 2) stay cached where 64-byte
+    /// slots (4.2 MiB) do not, so the slot line's miss and the root's (or
+    /// the point index's) overlap instead of following one another
     /// (docs/design.md §7, "Root hints").
-    hints: Box<[AtomicU64; PAGE]>,
-    /// `cells[j]`: what readers of slot `j`'s point index use without its
-    /// lock ([`PointCell`]).
-    cells: Box<[PointCell; PAGE]>,
+    hints: Box<[SlotHints; PAGE]>,
+    /// `seqs[j]`: slot `j`'s sequence count for readers without its lock
+    /// ([`PointCell`]).
+    seqs: Box<[AtomicU64; PAGE]>,
+}
+
+/// The hints of one slot, in one aligned pair of words (never split over
+/// two lines).
+#[repr(align(16))]
+#[derive(Default)]
+struct SlotHints {
+    /// The ART's [`Art::root_hint`], stored by every change that can move
+    /// the root ([`Trees::note_root`]).
+    root: AtomicU64,
+    /// The point index's [`Points::word`], stored by every change that
+    /// moves its table ([`Trees::note_points`]).
+    table: AtomicU64,
 }
 
 /// What a reader of an ART's point index uses without the ART's lock
@@ -210,14 +222,28 @@ struct Page {
 /// that the index leads to, holds the ART's write lock and makes `seq` odd
 /// for the change (`Writing`); a reader checks that `seq` was even and the
 /// same before and after its probe, or takes the lock.
-#[repr(align(16))]
-#[derive(Default)]
-pub(super) struct PointCell {
-    pub(super) seq: AtomicU64,
+#[derive(Clone, Copy)]
+pub(super) struct PointCell<'a> {
+    pub(super) seq: &'a AtomicU64,
     /// The table's [`Points::word`], stored under the write lock by every
     /// change that moves the table ([`Trees::note_points`]); also what a
     /// writer prefetches its first entry from before it locks the ART.
-    pub(super) table: AtomicU64,
+    pub(super) table: &'a AtomicU64,
+    /// The ART's root hint ([`Art::root_hint`]), for searches of an ART
+    /// without a built point index.
+    pub(super) root: &'a AtomicU64,
+}
+
+impl Page {
+    /// The point index cell of slot `j` of this page.
+    #[inline(always)]
+    fn cell(&self, j: usize) -> PointCell<'_> {
+        PointCell {
+            seq: &self.seqs[j],
+            table: &self.hints[j].table,
+            root: &self.hints[j].root,
+        }
+    }
 }
 
 /// Hash keys of 3..=8 bytes.
@@ -301,8 +327,8 @@ impl Direct {
     fn slot_for_insert(&self, i: usize) -> &RwLock<Tree> {
         let page = self.pages[i / PAGE].get_or_init(|| Page {
             slots: Box::new(std::array::from_fn(|_| Slot::default())),
-            hints: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
-            cells: Box::new(std::array::from_fn(|_| PointCell::default())),
+            hints: Box::new(std::array::from_fn(|_| SlotHints::default())),
+            seqs: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
         });
         &page.slots[i % PAGE].0
     }
@@ -310,7 +336,7 @@ impl Direct {
     /// Slot `i`'s root hint, if its page exists (else it has no ART).
     #[inline(always)]
     fn hint(&self, i: usize) -> Option<&AtomicU64> {
-        self.page(i).map(|p| &p.hints[i % PAGE])
+        self.page(i).map(|p| &p.hints[i % PAGE].root)
     }
 
     fn set_used(&self, i: usize, used: bool) {
@@ -398,7 +424,7 @@ impl Trees {
                 match d.page(i) {
                     Some(p) => (
                         Some(TreeRef::Slot(&p.slots[i % PAGE].0)),
-                        p.hints[i % PAGE].load(Ordering::Relaxed),
+                        p.hints[i % PAGE].root.load(Ordering::Relaxed),
                     ),
                     None => (None, 0),
                 }
@@ -413,14 +439,14 @@ impl Trees {
     pub(super) fn find_bytes_with_cell(
         &self,
         hk: &[u8],
-    ) -> (Option<TreeRef<'_>>, Option<&PointCell>) {
+    ) -> (Option<TreeRef<'_>>, Option<PointCell<'_>>) {
         match self {
             Trees::Direct(d) => {
                 let i = d.index_of(hk);
                 match d.page(i) {
                     Some(p) => (
                         Some(TreeRef::Slot(&p.slots[i % PAGE].0)),
-                        Some(&p.cells[i % PAGE]),
+                        Some(p.cell(i % PAGE)),
                     ),
                     None => (None, None),
                 }
@@ -432,11 +458,11 @@ impl Trees {
     /// The point index cell of hash key bytes `hk` on the direct index, if
     /// its page exists.
     #[inline(always)]
-    pub(super) fn point_cell(&self, hk: &[u8]) -> Option<&PointCell> {
+    pub(super) fn point_cell(&self, hk: &[u8]) -> Option<PointCell<'_>> {
         match self {
             Trees::Direct(d) => {
                 let i = d.index_of(hk);
-                d.page(i).map(|p| &p.cells[i % PAGE])
+                d.page(i).map(|p| p.cell(i % PAGE))
             }
             Trees::Hashed(_) => None,
         }
@@ -615,8 +641,8 @@ impl Trees {
                     t.points = points;
                 }
                 if let Some(p) = d.page(i) {
-                    p.hints[i % PAGE].store(hint, Ordering::Relaxed);
-                    p.cells[i % PAGE].table.store(word, Ordering::Relaxed);
+                    p.hints[i % PAGE].root.store(hint, Ordering::Relaxed);
+                    p.hints[i % PAGE].table.store(word, Ordering::Relaxed);
                 }
                 d.set_used(i, true);
             }
@@ -696,7 +722,7 @@ impl Trees {
                 for page in d.pages.iter().filter_map(OnceLock::get) {
                     b += std::mem::size_of_val(&*page.slots)
                         + std::mem::size_of_val(&*page.hints)
-                        + std::mem::size_of_val(&*page.cells);
+                        + std::mem::size_of_val(&*page.seqs);
                     for s in page.slots.iter() {
                         let t = s.0.read();
                         b += t.art.dram_bytes() + t.points.dram_bytes();
