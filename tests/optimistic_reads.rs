@@ -187,7 +187,8 @@ fn fill_hart_arts(db: &Db, engine: &str) -> u64 {
     let mut n = 0;
     for d in 0..10 {
         for j in 0..70 {
-            db.put(format!("k{d}~{j:02}").as_bytes(), b"filler").unwrap();
+            db.put(format!("k{d}~{j:02}").as_bytes(), b"filler")
+                .unwrap();
             n += 1;
         }
     }

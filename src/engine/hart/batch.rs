@@ -488,7 +488,7 @@ impl Hart {
                 continue;
             }
             if self.point_index {
-                self.link_point(t, h[i], hk, leaf);
+                self.link_point(t, Some(h[i]), key, leaf);
             }
             if was_empty {
                 self.trees.filled(&HashKey::new(hk));

@@ -272,17 +272,18 @@ impl Hart {
     pub(super) fn update_indexed(
         &self,
         t: &Tree,
-        h: u64,
-        hk: &[u8],
+        h: Option<u64>,
         st: usize,
         key: &[u8],
         value: &[u8],
         mode: PutMode,
     ) -> Result<Option<PutOutcome>> {
+        let (hk, ak) = self.split(key);
         let found = if t.points.is_built() {
+            let h = h.unwrap_or_else(|| points::hash(ak));
             self.find_leaf(&t.points, h, key)?
         } else {
-            t.art.get(self.split(key).1, &self.keys())
+            t.art.get(ak, &self.keys())
         };
         match found {
             Some(l) if mode != PutMode::Insert => {
@@ -301,14 +302,21 @@ impl Hart {
         }
     }
 
-    /// Adds `leaf`, just linked into the ART of `t` (hash key `hk`), to its
-    /// point index (hash `h` of its ART key), or builds the index if the
-    /// ART now holds more than [`points::BUILD_ABOVE`] keys (every leaf's
-    /// key read from PM once), and publishes the table.
-    pub(super) fn link_point(&self, t: &mut Tree, h: u64, hk: &[u8], leaf: LeafRef) {
+    /// Adds `leaf`, the leaf of `key` just linked into the ART of `t`, to
+    /// its point index (`h`: the hash of its ART key, if the caller has
+    /// it), or builds the index if the ART now holds more than
+    /// [`points::BUILD_ABOVE`] keys (every leaf's key read from PM once),
+    /// and publishes the table.
+    pub(super) fn link_point(&self, t: &mut Tree, h: Option<u64>, key: &[u8], leaf: LeafRef) {
+        if !t.points.is_built() && t.art.len() <= points::BUILD_ABOVE {
+            return;
+        }
+        let (hk, ak) = self.split(key);
         let keys = self.keys();
         let tables = self.trees.tables();
+        let before = t.points.word();
         if t.points.is_built() {
+            let h = h.unwrap_or_else(|| points::hash(ak));
             let _w = self.writing(hk);
             t.points.insert(h, leaf, |x| keys.key(x), tables);
         } else if t.art.len() > points::BUILD_ABOVE {
@@ -321,6 +329,8 @@ impl Hart {
             let _w = self.writing(hk);
             t.points = Points::with_entries(&entries, tables);
         }
-        self.trees.note_points(hk, &t.points);
+        if t.points.word() != before {
+            self.trees.note_points(hk, &t.points);
+        }
     }
 }

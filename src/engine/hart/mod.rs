@@ -915,20 +915,23 @@ impl Engine for Hart {
     /// would come before the descent's instead of beside it.
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         let (hk_bytes, ak) = self.split(key);
-        self.prefetch_root(hk_bytes, ak);
+        let (root, word) = self.trees.hints(hk_bytes);
+        self.prefetch_root_hint(root, ak);
+        // The hash of the ART key, where the ART had a point index when its
+        // hints were read (else computed if one is found or built).
+        let h = (word != 0).then(|| points::hash(ak));
+        if let Some(h) = h {
+            points::prefetch_published(word, h);
+        }
         let hk = HashKey::new(hk_bytes);
         let r = hk.route();
         let st = self.insert_stripe(r);
-        let h = points::hash(ak);
         let probe_first = self.point_index
             && match mode {
                 PutMode::Update => true,
                 PutMode::Upsert => !self.stripes[st].upserts_insert.load(Ordering::Relaxed),
                 PutMode::Insert => false,
             };
-        if self.point_index {
-            points::prefetch_published(self.trees.point_word(hk_bytes), h);
-        }
         if let Some(lc) = leaf::leaf_class(key.len()).filter(|_| mode != PutMode::Update) {
             // The new leaf's line, if this is an insert: its fetch overlaps
             // the ART's descent instead of following it.
@@ -950,7 +953,7 @@ impl Engine for Hart {
                 continue; // Emptied and retired meanwhile: look again.
             }
             if probe_first {
-                if let Some(done) = self.update_indexed(&t, h, hk_bytes, st, key, value, mode)? {
+                if let Some(done) = self.update_indexed(&t, h, st, key, value, mode)? {
                     return Ok(done);
                 }
             }
@@ -1018,7 +1021,7 @@ impl Engine for Hart {
                 }
                 Ok(None) => {
                     if self.point_index {
-                        self.link_point(&mut t, h, hk_bytes, LeafRef::new(made, st));
+                        self.link_point(&mut t, h, key, LeafRef::new(made, st));
                     }
                     if was_empty {
                         self.trees.filled(&hk);
@@ -1066,10 +1069,13 @@ impl Engine for Hart {
     /// Algorithm 5, with the empty ART freed (lines 15-16).
     fn delete(&self, key: &[u8]) -> Result<bool> {
         let (hk_bytes, ak) = self.split(key);
-        self.prefetch_root(hk_bytes, ak);
-        let h = points::hash(ak);
-        if self.point_index {
-            points::prefetch_published(self.trees.point_word(hk_bytes), h);
+        let (root, word) = self.trees.hints(hk_bytes);
+        self.prefetch_root_hint(root, ak);
+        // The hash of the ART key, where the ART had a point index when its
+        // hints were read (else computed if one is found or built).
+        let h = (word != 0).then(|| points::hash(ak));
+        if let Some(h) = h {
+            points::prefetch_published(word, h);
         }
         let hk = HashKey::new(hk_bytes);
         let r = hk.route();
@@ -1111,11 +1117,15 @@ impl Engine for Hart {
         };
         self.trees.note_root(hk_bytes, &t.art);
         if t.points.is_built() {
+            let h = h.unwrap_or_else(|| points::hash(ak));
+            let before = t.points.word();
             let removed = t
                 .points
                 .remove(h, leaf, |l| keys.key(l), self.trees.tables());
             debug_assert!(removed, "a built point index holds the ART's leaves");
-            self.trees.note_points(hk_bytes, &t.points);
+            if t.points.word() != before {
+                self.trees.note_points(hk_bytes, &t.points);
+            }
         }
         self.stripes[leaf.stripe()]
             .len

@@ -39,12 +39,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::art::Art;
+use super::art::{Art, LeafKeys};
 use super::chunk::ChunkList;
 use super::leaf::{self, Checksum, Commit, LEAF_SIZES, MAX_OBJECT};
 use super::points::{self, Points};
@@ -514,10 +515,20 @@ pub(super) fn open(
                     let key = &f.keys[l.key_at..l.key_at + l.key_len];
                     let (hk, ak) = key.split_at(k_h.min(key.len()));
                     let (art, entries) = trees.entry(HashKey::new(hk)).or_default();
-                    if point_index {
+                    // The point index's entries, once the ART is large
+                    // enough to get one (its first leaves' keys read
+                    // again then): a small ART allocates nothing here.
+                    if point_index && !entries.is_empty() {
                         entries.push((points::hash(ak), l.leaf));
                     }
-                    if let Some(other) = art.insert(ak, l.leaf, &keys) {
+                    let replaced = art.insert(ak, l.leaf, &keys);
+                    if point_index && entries.is_empty() && art.len() > points::BUILD_ABOVE {
+                        art.range_values(Bound::Unbounded, Bound::Unbounded, &keys, |v| {
+                            entries.push((points::hash(keys.key(v)), v));
+                            true
+                        });
+                    }
+                    if let Some(other) = replaced {
                         // Two live leaves of one key: an early leaf of an
                         // upsert in flight (module doc). Kill the one the
                         // ART no longer holds; its value is read first.

@@ -468,6 +468,26 @@ impl Trees {
         }
     }
 
+    /// The root hint and the point index's published table word of hash
+    /// key bytes `hk` (either may be stale), for prefetches, in one lookup;
+    /// zeros on the hashed index.
+    #[inline(always)]
+    pub(super) fn hints(&self, hk: &[u8]) -> (u64, u64) {
+        match self {
+            Trees::Direct(d) => {
+                let i = d.index_of(hk);
+                d.page(i).map_or((0, 0), |p| {
+                    let h = &p.hints[i % PAGE];
+                    (
+                        h.root.load(Ordering::Relaxed),
+                        h.table.load(Ordering::Relaxed),
+                    )
+                })
+            }
+            Trees::Hashed(_) => (0, 0),
+        }
+    }
+
     /// The published table word of the point index of `hk` (which may be
     /// stale), for prefetches; 0 on the hashed index.
     #[inline(always)]
