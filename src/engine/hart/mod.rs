@@ -11,6 +11,11 @@
 //! - ART internal nodes are in DRAM ([`art`]); leaves are in PM and hold the
 //!   complete key ([`leaf`]); values are in PM value objects ([`chunk`]) or,
 //!   above 4 KiB, in allocator blocks.
+//! - Beyond the paper, an ART of more than 64 keys also has a point index
+//!   in DRAM ([`points`]): a hash table from its ART keys to their leaves,
+//!   changed with the ART under its write lock, which searches and updates
+//!   probe instead of descending the ART ([`indexed`];
+//!   `hart.point_index`). The ART stays the ordered index.
 //! - EPallocator: leaves and value objects come from chunks of 56 objects in
 //!   one persistent list per size ([`chunk`]), kept in 16 allocation stripes
 //!   ([`superblock`]): a new leaf comes from the inserting thread's stripe,
@@ -238,6 +243,17 @@ struct Settings {
     optimistic: bool,
 }
 
+/// The value of an on/off setting `name`.
+fn on_off(name: &str, v: &str) -> Result<bool> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(Error::InvalidArgument(format!(
+            "{name} `{v}`: expected on or off"
+        ))),
+    }
+}
+
 fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut k_h = None;
     let mut order = PersistOrder::Tight;
@@ -263,28 +279,8 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "reads" => {
                 optimistic = super::Reads::parse("hart.reads", v)? == super::Reads::Optimistic;
             }
-            "point_index" => {
-                point_index = match v {
-                    "on" => true,
-                    "off" => false,
-                    _ => {
-                        return Err(Error::InvalidArgument(format!(
-                            "hart.point_index `{v}`: expected on or off"
-                        )))
-                    }
-                }
-            }
-            "leaf_first" => {
-                leaf_first = match v {
-                    "on" => true,
-                    "off" => false,
-                    _ => {
-                        return Err(Error::InvalidArgument(format!(
-                            "hart.leaf_first `{v}`: expected on or off"
-                        )))
-                    }
-                }
-            }
+            "point_index" => point_index = on_off("hart.point_index", v)?,
+            "leaf_first" => leaf_first = on_off("hart.leaf_first", v)?,
             "stripes" => {
                 stripes = Some(
                     StripeChoice::ALL

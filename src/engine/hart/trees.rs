@@ -416,21 +416,8 @@ impl Trees {
     /// between two searches).
     #[inline(always)]
     pub(super) fn find_bytes_hinted(&self, hk: &[u8]) -> (Option<TreeRef<'_>>, u64) {
-        match self {
-            Trees::Direct(d) => {
-                // One page lookup for both (arrays of `PAGE`: no bounds
-                // test either).
-                let i = d.index_of(hk);
-                match d.page(i) {
-                    Some(p) => (
-                        Some(TreeRef::Slot(&p.slots[i % PAGE].0)),
-                        p.hints[i % PAGE].root.load(Ordering::Relaxed),
-                    ),
-                    None => (None, 0),
-                }
-            }
-            Trees::Hashed(_) => (self.find(&HashKey::new(hk)), 0),
-        }
+        let (tree, cell) = self.find_bytes_with_cell(hk);
+        (tree, cell.map_or(0, |c| c.root.load(Ordering::Relaxed)))
     }
 
     /// The ART of hash key bytes `hk` and, on the direct index, the cell
@@ -442,6 +429,8 @@ impl Trees {
     ) -> (Option<TreeRef<'_>>, Option<PointCell<'_>>) {
         match self {
             Trees::Direct(d) => {
+                // One page lookup for both (arrays of `PAGE`: no bounds
+                // test either).
                 let i = d.index_of(hk);
                 match d.page(i) {
                     Some(p) => (
