@@ -167,36 +167,36 @@ impl Hart {
         if c.key_len != key.len() {
             return Ok(None);
         }
-        // The key, a word at a time (8-byte aligned from `HEADER`), the
-        // last word's bytes past the key masked off.
         let at = leaf + leaf::HEADER;
-        for (j, chunk) in key.chunks(8).enumerate() {
-            let mut mine = [0u8; 8];
-            mine[..chunk.len()].copy_from_slice(chunk);
-            let mask = u64::MAX >> (64 - 8 * chunk.len() as u32);
-            if (pm.load(at + 8 * j as u64)? ^ u64::from_le_bytes(mine)) & mask != 0 {
-                return Ok(None);
-            }
+        if !key_words_match(key, |j| pm.load(at + 8 * j as u64))? {
+            return Ok(None);
         }
         self.pool
             .touch_lines(crate::pm::lines_spanned(leaf, leaf::HEADER + key.len() as u64) - 1);
         let so = leaf::slot_off(leaf, c.active);
-        let meta = pm.load(so + 8)?;
+        let (p, meta) = (pm.load(so)?, pm.load(so + 8)?);
+        self.copy_value_unlocked(p, meta, buf).map(Some)
+    }
+
+    /// The value of a slot whose words are `p` and `meta`, copied into
+    /// `buf` through atomic word loads (without the ART's lock, as
+    /// [`Self::read_leaf_unlocked`]), its lines counted.
+    #[inline(always)]
+    fn copy_value_unlocked(&self, p: u64, meta: u64, buf: &mut ValueBuf) -> Result<Probe> {
         if let Some(len) = Meta::in_slot_len(meta) {
-            let p = pm.load(so)?;
             buf.set_words(1, |_| p);
-            return Ok(Some(Probe::Found(0..len as usize)));
+            return Ok(Probe::Found(0..len as usize));
         }
         let len = Meta::value_len_of(meta);
         if meta & leaf::LARGE != 0 || len > VALUE_BUF as u64 {
-            return Ok(Some(Probe::TooLong));
+            return Ok(Probe::TooLong);
         }
-        let p = pm.load(so)?;
+        let pm = self.pool.words();
         for i in 0..len.div_ceil(8) {
             buf.push(pm.load(p + 8 * i)?);
         }
         self.pool.touch_lines(crate::pm::lines_spanned(p, len));
-        Ok(Some(Probe::Found(0..len as usize)))
+        Ok(Probe::Found(0..len as usize))
     }
 
     /// [`Self::read_leaf_unlocked`] for a key of at most
@@ -222,35 +222,15 @@ impl Hart {
                 None => Err(leaf::corrupt(leaf, "indexed leaf is not committed")),
             };
         }
-        // The key's words from `HEADER` (bytes 40..64 of the line), the
-        // last one's bytes past the key masked off.
-        for (j, chunk) in key.chunks(8).enumerate() {
-            let mut mine = [0u8; 8];
-            mine[..chunk.len()].copy_from_slice(chunk);
-            let mask = u64::MAX >> (64 - 8 * chunk.len() as u32);
-            let at = (leaf::HEADER + 8 * j as u64) & (crate::pm::CACHE_LINE - 8);
-            if (l.load(at) ^ u64::from_le_bytes(mine)) & mask != 0 {
-                return Ok(None);
-            }
+        // The key's words from `HEADER` (bytes 40..64 of the line).
+        let word =
+            |j: usize| Ok(l.load((leaf::HEADER + 8 * j as u64) & (crate::pm::CACHE_LINE - 8)));
+        if !key_words_match(key, word)? {
+            return Ok(None);
         }
         let so = 8 + 16 * (w & 1);
-        let meta = l.load(so + 8);
-        if let Some(len) = Meta::in_slot_len(meta) {
-            let p = l.load(so);
-            buf.set_words(1, |_| p);
-            return Ok(Some(Probe::Found(0..len as usize)));
-        }
-        let len = Meta::value_len_of(meta);
-        if meta & leaf::LARGE != 0 || len > VALUE_BUF as u64 {
-            return Ok(Some(Probe::TooLong));
-        }
-        let p = l.load(so);
-        let pm = self.pool.words();
-        for i in 0..len.div_ceil(8) {
-            buf.push(pm.load(p + 8 * i)?);
-        }
-        self.pool.touch_lines(crate::pm::lines_spanned(p, len));
-        Ok(Some(Probe::Found(0..len as usize)))
+        self.copy_value_unlocked(l.load(so), l.load(so + 8), buf)
+            .map(Some)
     }
 
     /// The leaf of `key` (hash `h` of its ART key) in `points`, if the key
@@ -333,4 +313,20 @@ impl Hart {
             self.trees.note_points(hk, &t.points);
         }
     }
+}
+
+/// Whether the stored key whose `j`th 8-byte word `word(j)` loads is
+/// `key` (of the same length, checked by the caller): a word at a time,
+/// the last word's bytes past the key masked off.
+#[inline(always)]
+fn key_words_match(key: &[u8], mut word: impl FnMut(usize) -> Result<u64>) -> Result<bool> {
+    for (j, chunk) in key.chunks(8).enumerate() {
+        let mut mine = [0u8; 8];
+        mine[..chunk.len()].copy_from_slice(chunk);
+        let mask = u64::MAX >> (64 - 8 * chunk.len() as u32);
+        if (word(j)? ^ u64::from_le_bytes(mine)) & mask != 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
