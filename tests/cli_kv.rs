@@ -210,7 +210,8 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
         settings(h, &[]),
         serde_json::json!({"hart.hash_key_len": "3", "hart.persist_order": "tight",
                            "hart.stripes": "thread", "hart.leaf_first": "on",
-                           "hart.point_index": "on", "hart.reads": "locked"})
+                           "hart.point_index": "on", "hart.point_index_above": "64",
+                           "hart.reads": "locked"})
     );
     let s = settings(h, &["--engine-opt", "leaf_first=off"]);
     assert_eq!(s["hart.leaf_first"], "off");

@@ -15,6 +15,14 @@ conformance_suite!(hart_k1_paper, "hart:hash_key_len=1,persist_order=paper");
 conformance_suite!(hart_no_points, "hart:point_index=off");
 // Searches that probe the point index without the ART's lock first.
 conformance_suite!(hart_optimistic, "hart:reads=optimistic");
+// A point index on every ART of more than 2 keys (by default 64): built
+// and dropped as the scenarios' small ARTs grow and shrink.
+conformance_suite!(hart_points_above_2, "hart:point_index_above=2");
+// Both: unlocked reads of the point index on every ART that holds a key.
+conformance_suite!(
+    hart_optimistic_everywhere,
+    "hart:reads=optimistic,point_index_above=0"
+);
 // Writers of different root children at once (the default), and the
 // tree-wide lock.
 conformance_suite!(wort, "wort");

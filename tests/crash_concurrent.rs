@@ -96,6 +96,13 @@ fn hart_paper_order_three_writers() {
     crash_test("hart", 3, &[("hart.persist_order", "paper")]);
 }
 
+/// A point index on every ART that holds a key (by default only on ARTs of
+/// more than 64 keys, which the workload never reaches).
+#[test]
+fn hart_point_index_everywhere() {
+    crash_test("hart", 2, &[("hart.point_index_above", "0")]);
+}
+
 #[test]
 fn hart_hashed_index() {
     crash_test("hart", 2, &[("hart.hash_key_len", "3")]);

@@ -93,6 +93,14 @@ fn hart_paper_order_three_writers() {
     crash_test("hart", 3, &[("hart.persist_order", "paper")]);
 }
 
+/// A point index on every ART that holds a key (by default only on ARTs of
+/// more than 64 keys, which the workload never reaches): upserts of shared
+/// keys find each other's leaves through it.
+#[test]
+fn hart_point_index_everywhere() {
+    crash_test("hart", 2, &[("hart.point_index_above", "0")]);
+}
+
 #[test]
 fn wort() {
     crash_test("wort", 2, &[]);

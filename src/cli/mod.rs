@@ -395,7 +395,8 @@ struct EngineOpts {
     /// pointers and maps WORT slots; also woart, art-cow),
     /// fptree.leaf_slots=N (2 to 40, default 40). For this
     /// command only: hart.persist_order=paper, hart.stripes=hash_key,
-    /// hart.leaf_first=off, hart.point_index=off, hart.reads=optimistic,
+    /// hart.leaf_first=off, hart.point_index=off,
+    /// hart.point_index_above=N (default 64), hart.reads=optimistic,
     /// wort.reads=locked, wort.writers=locked; at open,
     /// hart.recovery_threads=N. An unknown key
     /// is refused with the engine's list of settings.

@@ -285,10 +285,10 @@ impl Hart {
     /// Adds `leaf`, the leaf of `key` just linked into the ART of `t`, to
     /// its point index (`h`: the hash of its ART key, if the caller has
     /// it), or builds the index if the ART now holds more than
-    /// [`points::BUILD_ABOVE`] keys (every leaf's key read from PM once),
+    /// `hart.point_index_above` keys (every leaf's key read from PM once),
     /// and publishes the table.
     pub(super) fn link_point(&self, t: &mut Tree, h: Option<u64>, key: &[u8], leaf: LeafRef) {
-        if !t.points.is_built() && t.art.len() <= points::BUILD_ABOVE {
+        if !t.points.is_built() && t.art.len() <= self.point_above {
             return;
         }
         let (hk, ak) = self.split(key);
@@ -299,7 +299,7 @@ impl Hart {
             let h = h.unwrap_or_else(|| points::hash(ak));
             let _w = self.writing(hk);
             t.points.insert(h, leaf, |x| keys.key(x), tables);
-        } else if t.art.len() > points::BUILD_ABOVE {
+        } else if t.art.len() > self.point_above {
             let mut entries = Vec::with_capacity(t.art.len());
             t.art
                 .range_values(Bound::Unbounded, Bound::Unbounded, &keys, |l| {

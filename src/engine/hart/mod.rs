@@ -137,6 +137,7 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         stripes,
         leaf_first,
         point_index,
+        point_above,
         optimistic,
         ..
     } = parse_config(config)?;
@@ -144,6 +145,7 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     h.set_order(order);
     h.leaf_first = leaf_first;
     h.point_index = point_index;
+    h.point_above = point_above;
     h.set_reads(optimistic);
     h.set_stripes(stripes)?;
     Ok(h)
@@ -157,9 +159,11 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         stripes,
         leaf_first,
         point_index,
+        point_above,
         optimistic,
     } = parse_config(config)?;
-    let mut h = recovery::open(pool, recovery_threads, k_h, point_index)?;
+    let points = point_index.then_some(point_above);
+    let mut h = recovery::open(pool, recovery_threads, k_h, points)?;
     h.leaf_first = leaf_first;
     h.set_reads(optimistic);
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
@@ -238,6 +242,9 @@ struct Settings {
     /// `hart.point_index` (default on): whether each ART has a point index
     /// ([`points`]).
     point_index: bool,
+    /// `hart.point_index_above` (default [`points::BUILD_ABOVE`]): the
+    /// number of keys above which an ART gets its point index.
+    point_above: usize,
     /// `hart.reads` (default locked): whether searches probe the point
     /// index without the ART's lock first ([`indexed`]).
     optimistic: bool,
@@ -261,6 +268,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut stripes = None;
     let mut leaf_first = true;
     let mut point_index = true;
+    let mut point_above = points::BUILD_ABOVE;
     let mut optimistic = false;
     for (k, v) in super::settings(
         config,
@@ -272,6 +280,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "stripes",
             "leaf_first",
             "point_index",
+            "point_index_above",
             "reads",
         ],
     )? {
@@ -280,6 +289,13 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
                 optimistic = super::Reads::parse("hart.reads", v)? == super::Reads::Optimistic;
             }
             "point_index" => point_index = on_off("hart.point_index", v)?,
+            "point_index_above" => {
+                point_above = v.parse::<usize>().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "hart.point_index_above `{v}`: expected a number of keys (0 or more)"
+                    ))
+                })?
+            }
             "leaf_first" => leaf_first = on_off("hart.leaf_first", v)?,
             "stripes" => {
                 stripes = Some(
@@ -326,6 +342,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         stripes,
         leaf_first,
         point_index,
+        point_above,
         optimistic,
     })
 }
@@ -437,6 +454,9 @@ pub struct Hart {
     /// descent ([`indexed`]). Fixed once the index is built (at create or
     /// recovery).
     point_index: bool,
+    /// `hart.point_index_above`: an ART gets its point index once it holds
+    /// more keys than this, and loses it below [`points::drop_below`] of it.
+    point_above: usize,
     /// `hart.reads`: whether searches go without the ART's lock first,
     /// where they can ([`indexed`], "Searches without the lock").
     optimistic: bool,
@@ -540,6 +560,7 @@ impl Hart {
             order: PersistOrder::Tight,
             leaf_first: true,
             point_index: true,
+            point_above: points::BUILD_ABOVE,
             optimistic: false,
             checksum: Checksum::Crc32c,
             any_stripe: true,
@@ -815,7 +836,7 @@ impl Hart {
 
     /// Recovers a HART from its pool (Algorithm 7) on every core.
     pub fn open(pool: Arc<Pool>) -> Result<Hart> {
-        recovery::open(pool, None, None, true)
+        recovery::open(pool, None, None, Some(points::BUILD_ABOVE))
     }
 }
 
@@ -841,6 +862,7 @@ impl Engine for Hart {
                 "hart.point_index",
                 if self.point_index { "on" } else { "off" }.to_string(),
             ),
+            ("hart.point_index_above", self.point_above.to_string()),
             (
                 "hart.reads",
                 if self.optimistic {
@@ -1115,9 +1137,13 @@ impl Engine for Hart {
         if t.points.is_built() {
             let h = h.unwrap_or_else(|| points::hash(ak));
             let before = t.points.word();
-            let removed = t
-                .points
-                .remove(h, leaf, |l| keys.key(l), self.trees.tables());
+            let removed = t.points.remove(
+                h,
+                leaf,
+                points::drop_below(self.point_above),
+                |l| keys.key(l),
+                self.trees.tables(),
+            );
             debug_assert!(removed, "a built point index holds the ART's leaves");
             if t.points.word() != before {
                 self.trees.note_points(hk_bytes, &t.points);
@@ -1191,13 +1217,13 @@ impl Engine for Hart {
                 )));
             }
             // A point index is built exactly for an ART of more than
-            // `BUILD_ABOVE` keys, or of fewer that once had more (down to
-            // `DROP_BELOW`), and then holds every leaf of its ART.
+            // `point_above` keys, or of fewer that once had more (down to
+            // `drop_below` of it), and then holds every leaf of its ART.
             let built = t.points.is_built();
             let shape_ok = if built {
                 self.point_index && t.points.len() == t.art.len()
             } else {
-                t.points.len() == 0 && (!self.point_index || t.art.len() <= points::BUILD_ABOVE)
+                t.points.len() == 0 && (!self.point_index || t.art.len() <= self.point_above)
             };
             if !shape_ok {
                 return Err(Error::CheckFailed(format!(

@@ -14,6 +14,10 @@
 //! [`BUILD_ABOVE`] keys (built from its leaves, their keys read once), and
 //! loses it once down to fewer than [`DROP_BELOW`]; meanwhile its
 //! searches descend it. Measured: docs/design.md §7 "The point index".
+//! The threshold is a setting, `hart.point_index_above` (default
+//! [`BUILD_ABOVE`]; an index is dropped below half of it, [`drop_below`]),
+//! so that the crash simulator's small workloads run through the index's
+//! build, use and drop too.
 //!
 //! # Layout
 //! Open addressing with linear probing over 8-byte entries, 8 to a cache
@@ -67,10 +71,24 @@ const REF_MASK: u64 = ((1 << 46) - 1) & !0x30;
 const TAG_BITS: u32 = 20;
 /// The smallest table: one cache line.
 pub(super) const MIN_CAPACITY: usize = 8;
-/// An ART gets a point index once it holds more keys than this.
+/// An ART gets a point index once it holds more keys than this, by
+/// default (`hart.point_index_above`).
 pub(super) const BUILD_ABOVE: usize = 64;
-/// An ART loses its point index once it holds fewer keys than this.
-pub(super) const DROP_BELOW: usize = 32;
+/// An ART loses its point index once it holds fewer keys than this, by
+/// default.
+#[cfg(test)]
+pub(super) const DROP_BELOW: usize = drop_below(BUILD_ABOVE);
+
+/// The number of keys below which an ART loses the point index it got
+/// above `above` keys: half of `above`, at least 1 (an emptied ART holds
+/// no index).
+pub(super) const fn drop_below(above: usize) -> usize {
+    if above / 2 > 1 {
+        above / 2
+    } else {
+        1
+    }
+}
 /// Capacities are `2^k` for `k` below this.
 const MAX_LOG2: usize = 47;
 
@@ -439,7 +457,7 @@ impl Points {
     }
 
     /// Removes the entry of `leaf` (of a key with hash `h`); returns
-    /// whether there was one. An index down to fewer than [`DROP_BELOW`]
+    /// whether there was one. An index down to fewer than `drop_below`
     /// entries is dropped (no longer built); a table down to an eighth of
     /// its capacity (or whose tombstones its count cannot hold) is rebuilt
     /// to fit.
@@ -447,6 +465,7 @@ impl Points {
         &mut self,
         h: u64,
         leaf: LeafRef,
+        drop_below: usize,
         key_of: impl Fn(LeafRef) -> &'k [u8],
         tables: &Tables,
     ) -> bool {
@@ -473,7 +492,7 @@ impl Points {
                 }
                 self.counts -= 1;
                 let len = self.len();
-                if len < DROP_BELOW {
+                if len < drop_below {
                     tables.give(std::mem::take(&mut self.slots));
                     self.counts = 0;
                 } else if (len * 8 < n && n > MIN_CAPACITY) || self.tombs() == MAX_TOMBS {
@@ -582,7 +601,7 @@ mod tests {
                 p.insert(h_of(i), leaf(i), key_of, &tables);
                 model.insert(i, ());
             } else if !insert && found.is_some() && model.len() > DROP_BELOW {
-                assert!(p.remove(h_of(i), leaf(i), key_of, &tables));
+                assert!(p.remove(h_of(i), leaf(i), DROP_BELOW, key_of, &tables));
                 model.remove(&i);
             }
             assert_eq!(p.len(), model.len());
@@ -602,7 +621,7 @@ mod tests {
         for i in 0..keys.len() {
             if model.contains_key(&i) && left >= DROP_BELOW {
                 assert!(p.is_built());
-                assert!(p.remove(h_of(i), leaf(i), key_of, &tables));
+                assert!(p.remove(h_of(i), leaf(i), DROP_BELOW, key_of, &tables));
                 left -= 1;
             }
         }
@@ -630,7 +649,7 @@ mod tests {
         }
         // Removes down to an eighth: it shrinks below 2^20 again.
         for (i, k) in keys.iter().enumerate().take(n - 50_000) {
-            assert!(p.remove(hash(k), leaf(i), key_of, &tables));
+            assert!(p.remove(hash(k), leaf(i), DROP_BELOW, key_of, &tables));
         }
         assert!(p.log2() <= TAG_BITS, "log2 {}", p.log2());
         for (i, k) in keys.iter().enumerate().skip(n - 50_000) {

@@ -329,13 +329,16 @@ struct Rebuilt {
 /// Recovers a HART from its pool with `threads` threads (default: every
 /// core). `k_h` is the hash key length the caller asked for, if any: it
 /// only matters if creation crashed before the superblock was published,
-/// and the engine is then created again with it.
+/// and the engine is then created again with it. `points`: where ARTs get
+/// a point index (`hart.point_index_above`), `None` for none.
 pub(super) fn open(
     pool: Arc<Pool>,
     threads: Option<usize>,
     k_h: Option<usize>,
-    point_index: bool,
+    points: Option<usize>,
 ) -> Result<Hart> {
+    let point_index = points.is_some();
+    let point_above = points.unwrap_or(points::BUILD_ABOVE);
     let root = pool.root_slot(0)?;
     let sb = pool.load_u64(root)?;
     if sb == 0 {
@@ -346,6 +349,7 @@ pub(super) fn open(
         pool.check_unpublished_root(root, "hart")?;
         let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
         h.point_index = point_index;
+        h.point_above = point_above;
         return Ok(h);
     }
     let magic = if pool.block_size(sb).ok() == Some(superblock::SIZE) {
@@ -522,7 +526,7 @@ pub(super) fn open(
                         entries.push((points::hash(ak), l.leaf));
                     }
                     let replaced = art.insert(ak, l.leaf, &keys);
-                    if point_index && entries.is_empty() && art.len() > points::BUILD_ABOVE {
+                    if point_index && entries.is_empty() && art.len() > point_above {
                         art.range_values(Bound::Unbounded, Bound::Unbounded, &keys, |v| {
                             entries.push((points::hash(keys.key(v)), v));
                             true
@@ -613,13 +617,14 @@ pub(super) fn open(
     h.any_stripe = format.any_stripe;
     h.set_stripes(None)?;
     h.point_index = point_index;
+    h.point_above = point_above;
     let killed_leaves: HashSet<LeafRef> = killed_refs.into_iter().collect();
     for trees in all_trees {
         for (hk, (art, mut entries)) in trees {
             if !killed_leaves.is_empty() {
                 entries.retain(|(_, l)| !killed_leaves.contains(l));
             }
-            let points = if entries.len() > points::BUILD_ABOVE {
+            let points = if entries.len() > point_above {
                 Points::with_entries(&entries, h.trees.tables())
             } else {
                 Points::default()

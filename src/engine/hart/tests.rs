@@ -110,58 +110,77 @@ fn searches_read_lines(point_index: bool) {
 }
 
 /// An ART gets its point index once it holds more than `BUILD_ABOVE`
-/// keys and loses it below `DROP_BELOW`: `check` passes at every size, a
-/// search of an absent key reads no leaf while the index is built (no
-/// entry with its tag) and one (the ART's candidate) before and after,
-/// and every key is found throughout, also after a reopen.
+/// keys (or `hart.point_index_above`) and loses it below `DROP_BELOW`
+/// (half of it, at least 1): `check` passes at every size, a search of an
+/// absent key reads no leaf while the index is built (no entry with its
+/// tag) and one (the ART's candidate) before and after, and every key is
+/// found throughout, also after a reopen.
 #[test]
 fn a_point_index_is_built_for_large_arts_and_dropped_for_small_ones() {
-    use super::points::{BUILD_ABOVE, DROP_BELOW};
+    use super::points::{drop_below, BUILD_ABOVE, DROP_BELOW};
+    assert_eq!(DROP_BELOW, drop_below(BUILD_ABOVE));
+    assert_eq!((drop_below(4), drop_below(1), drop_below(0)), (2, 1, 1));
+    for above in [BUILD_ABOVE, 4, 1, 0] {
+        built_above_and_dropped_below(above);
+    }
+}
+
+/// [`a_point_index_is_built_for_large_arts_and_dropped_for_small_ones`]
+/// with the index built above `above` keys.
+fn built_above_and_dropped_below(above: usize) {
     let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap());
-    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    h.point_above = above;
+    let below = super::points::drop_below(above);
     let key = |i: usize| format!("pi{i:04}").into_bytes();
     let built = |h: &Hart| {
         h.trees
             .find(&HashKey::new(b"pi"))
             .is_some_and(|t| t.read().points.is_built())
     };
-    for i in 0..=BUILD_ABOVE {
-        assert!(!built(&h) || i > BUILD_ABOVE, "{i} keys");
+    for i in 0..=above {
+        assert!(!built(&h), "{i} keys, above {above}");
         h.put(&key(i), b"v", PutMode::Upsert).unwrap();
         if i % 16 == 0 {
             h.check().unwrap();
         }
     }
-    assert!(built(&h), "built at {} keys", BUILD_ABOVE + 1);
+    assert!(built(&h), "built at {} keys", above + 1);
     h.check().unwrap();
     assert_eq!(lines_of_get(&h, b"pi-absent"), (false, 0));
-    for i in 0..=BUILD_ABOVE {
+    for i in 0..=above {
         assert!(lines_of_get(&h, &key(i)).0, "key {i}");
     }
     // Reopened: rebuilt by recovery.
     drop(h);
-    let h = Hart::open(Arc::clone(&pool)).unwrap();
-    assert!(built(&h));
+    let h = recovery::open(Arc::clone(&pool), None, None, Some(above)).unwrap();
+    assert!(built(&h), "rebuilt above {above}");
     h.check().unwrap();
-    // Down to `DROP_BELOW - 1` keys: dropped, and the ART is searched.
-    let mut left = BUILD_ABOVE + 1;
-    for i in 0..=BUILD_ABOVE {
-        if left < DROP_BELOW {
+    // Down to `below - 1` keys: dropped, and the ART is searched.
+    let mut left = above + 1;
+    for i in 0..=above {
+        if left < below {
             break;
         }
-        assert!(built(&h), "{left} keys");
+        assert!(built(&h), "{left} keys, above {above}");
         assert!(h.delete(&key(i)).unwrap());
         left -= 1;
     }
-    assert!(!built(&h));
+    assert!(!built(&h), "dropped at {left} keys, above {above}");
     h.check().unwrap();
     assert!(!lines_of_get(&h, b"pi-absent").0);
-    for i in BUILD_ABOVE + 1 - left..=BUILD_ABOVE {
+    for i in above + 1 - left..=above {
         assert!(lines_of_get(&h, &key(i)).0, "key {i}");
     }
     drop(h);
-    let h = Hart::open(Arc::clone(&pool)).unwrap();
+    let h = recovery::open(Arc::clone(&pool), None, None, Some(above)).unwrap();
     assert!(!built(&h), "not built by recovery for {left} keys");
+    h.check().unwrap();
+    // Grown again past the threshold: built again.
+    for i in 0..=above + 1 - left {
+        h.put(&key(i), b"w", PutMode::Upsert).unwrap();
+    }
+    assert!(built(&h), "built again above {above}");
     h.check().unwrap();
 }
 
@@ -385,7 +404,7 @@ fn a_small_slot_longer_than_any_object_is_damage_not_a_panic() {
     meta.value_len = leaf::MAX_OBJECT + 904;
     pool.store_u64(meta_at, meta.encode()).unwrap();
     drop(h);
-    let h = recovery::open(pool, Some(1), None, true).unwrap();
+    let h = recovery::open(pool, Some(1), None, Some(points::BUILD_ABOVE)).unwrap();
     assert!(!h.get_with(b"ab-object", &mut |_| {}).unwrap());
     let mut got = Vec::new();
     assert!(h.get_with(b"ab-other", &mut |v| got = v.to_vec()).unwrap());
