@@ -54,3 +54,24 @@ fn hashed_arts_retired_and_made_again_under_batches() {
         env("PMINDEX_STRESS_OPS", 100_000) / 2,
     );
 }
+
+/// Key `j` of writer `w` in ARTs of at most four keys: the hash key is one
+/// of 1,000, shared by `j` and `j + 1000` of both writers.
+fn small_art_key(w: usize, j: usize) -> Vec<u8> {
+    let mut k = vec![b'a' + (j % 1000 / 40) as u8, b'a' + (j % 40) as u8];
+    k.extend_from_slice(format!("{j:05}.{w:02}").as_bytes());
+    k
+}
+
+/// A point index on every ART that holds a key (`point_index_above=0`),
+/// read without the lock: ARTs of one to four keys get an index with
+/// their first key and lose it with their last, all the time, while
+/// one-key readers probe the tables that are published and retired.
+#[test]
+fn point_indexes_built_and_dropped_under_reads_without_the_lock() {
+    stress(
+        "hart:reads=optimistic,point_index_above=0",
+        small_art_key,
+        env("PMINDEX_STRESS_OPS", 100_000) / 2,
+    );
+}

@@ -12,12 +12,11 @@
 //! line) in place of the one it saves, and an insert's share of the
 //! table's growth. So an ART gets its point index once it holds more than
 //! [`BUILD_ABOVE`] keys (built from its leaves, their keys read once), and
-//! loses it once down to fewer than [`DROP_BELOW`]; meanwhile its
-//! searches descend it. Measured: docs/design.md §7 "The point index".
-//! The threshold is a setting, `hart.point_index_above` (default
-//! [`BUILD_ABOVE`]; an index is dropped below half of it, [`drop_below`]),
-//! so that the crash simulator's small workloads run through the index's
-//! build, use and drop too.
+//! loses it once down to fewer than half of that ([`drop_below`]: 32);
+//! meanwhile its searches descend it. Measured: docs/design.md §7 "The
+//! point index". The threshold is a setting, `hart.point_index_above`
+//! (default [`BUILD_ABOVE`]), so that the crash simulator's small
+//! workloads run through the index's build, use and drop too.
 //!
 //! # Layout
 //! Open addressing with linear probing over 8-byte entries, 8 to a cache
