@@ -79,6 +79,17 @@ fn hart_early_leaf_left_live_is_caught() {
     must_catch(Fault::HartEarlyLeafLeftLive, "hart");
 }
 
+/// A DRAM bug: caught where the workload's ARTs have a point index, which
+/// with the default threshold (ARTs of more than 64 keys) they never do.
+#[test]
+fn hart_point_index_kept_on_delete_is_caught() {
+    must_catch_with(
+        Fault::HartPointIndexKeptOnDelete,
+        "hart",
+        &[("hart.point_index_above", "0")],
+    );
+}
+
 #[test]
 fn wort_missing_leaf_flush_is_caught() {
     must_catch(Fault::WortSkipLeafFlush, "wort");
@@ -134,5 +145,5 @@ fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
     // caught only with writers on the same keys: its test is in
     // `crash_shared_keys.rs`).
-    assert_eq!(Fault::ALL.len(), 19);
+    assert_eq!(Fault::ALL.len(), 20);
 }

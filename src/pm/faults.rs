@@ -2,7 +2,7 @@
 //!
 //! A pool can be created with one [`Fault`] switched on (through
 //! [`super::PoolConfig::fault`]); the code at the named site then drops one
-//! flush or fence. The crash harness must report failures for every fault:
+//! flush or fence (or, for an engine's DRAM index, one update of it). The crash harness must report failures for every fault:
 //! that is how we know it can fail. The switch is per pool, so a faulty pool
 //! in one test cannot disturb another test running in the same process, and
 //! a pool without a fault pays one predictable branch at each site.
@@ -53,6 +53,11 @@ pub enum Fault {
     /// leaves the early one live in PM, unreachable (a later delete of the
     /// key can come back at recovery).
     HartEarlyLeafLeftLive,
+    /// hart: a delete leaves its key's entry in the ART's point index (a
+    /// DRAM bug, no persist dropped: the entry then leads searches to a
+    /// freed leaf). Caught only where ARTs of the workload have an index
+    /// (`hart.point_index_above=0` for the crash simulator's small ones).
+    HartPointIndexKeptOnDelete,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -99,6 +104,7 @@ impl Fault {
         Fault::HartBatchSkipFence,
         Fault::HartDeleteFenceUnlocked,
         Fault::HartEarlyLeafLeftLive,
+        Fault::HartPointIndexKeptOnDelete,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -123,6 +129,7 @@ impl Fault {
             Fault::HartBatchSkipFence => "hart-batch-skip-fence",
             Fault::HartDeleteFenceUnlocked => "hart-delete-fence-unlocked",
             Fault::HartEarlyLeafLeftLive => "hart-early-leaf-left-live",
+            Fault::HartPointIndexKeptOnDelete => "hart-point-index-kept-on-delete",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -146,7 +153,8 @@ impl Fault {
             | Fault::HartCommitBeforeSlot
             | Fault::HartBatchSkipFence
             | Fault::HartDeleteFenceUnlocked
-            | Fault::HartEarlyLeafLeftLive => Some("hart"),
+            | Fault::HartEarlyLeafLeftLive
+            | Fault::HartPointIndexKeptOnDelete => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush

@@ -1134,7 +1134,8 @@ impl Engine for Hart {
             Err(DeleteError::Deleted(e)) => Err(e),
         };
         self.trees.note_root(hk_bytes, &t.art);
-        if t.points.is_built() {
+        // The fault: the entry stays (the crash harness's self-test).
+        if t.points.is_built() && !self.pool.fault(Fault::HartPointIndexKeptOnDelete) {
             let h = h.unwrap_or_else(|| points::hash(ak));
             let before = t.points.word();
             let removed = t.points.remove(
