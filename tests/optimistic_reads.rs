@@ -101,17 +101,24 @@ fn check_value(i: u64, got: &[u8]) {
 // One reader: with the writer, one thread per core of a 2-core machine.
 const READERS: u64 = 1;
 
-fn stress(engine: &str) {
+/// An anonymous `Db` of `engine` and `size` bytes whose PM reads are slowed
+/// by `read_ns` per line (emulated latency), so that readers spend long
+/// inside their reads while a writer changes what they read.
+fn slow_read_db(engine: &str, read_ns: u32, size: u64) -> Db {
     let slow_reads = PmLatency {
         write_ns: 0,
-        read_ns: 2_000,
+        read_ns,
         dram_ns: 0,
     };
-    let db = Db::create_anonymous(&Options {
+    Db::create_anonymous(&Options {
         persist: PersistConfig::new(FlushKind::detect(), Some(slow_reads)).unwrap(),
-        ..common::options(engine, 256 << 20)
+        ..common::options(engine, size)
     })
-    .unwrap();
+    .unwrap()
+}
+
+fn stress(engine: &str) {
+    let db = slow_read_db(engine, 2_000, 256 << 20);
     let mut model: BTreeMap<u64, u64> = BTreeMap::new();
     for i in 0..STABLE {
         db.put(&key(i), &value(i, 0)).unwrap();
@@ -255,16 +262,7 @@ fn hart_one_byte_hash_keys_reads_without_the_lock_see_only_written_values() {
 /// the writers, this test fails within a few hundred reads.)
 #[test]
 fn hart_a_value_object_reused_under_a_reader_is_not_returned() {
-    let slow_reads = PmLatency {
-        write_ns: 0,
-        read_ns: 20_000,
-        dram_ns: 0,
-    };
-    let db = Db::create_anonymous(&Options {
-        persist: PersistConfig::new(FlushKind::detect(), Some(slow_reads)).unwrap(),
-        ..common::options("hart:reads=optimistic", 64 << 20)
-    })
-    .unwrap();
+    let db = slow_read_db("hart:reads=optimistic", 20_000, 64 << 20);
     let keys = [b"ab-x".to_vec(), b"ab-y".to_vec()];
     // Key `k`'s value of version `v`: 64 bytes that name both.
     let value = |k: usize, v: u64| {
