@@ -175,6 +175,13 @@ fn damaged_hart_pools_with_the_hashed_index_never_panic() {
     damage("hart:hash_key_len=3", 20_000);
 }
 
+/// An index on every ART and searches without the ART's lock: damage met
+/// by the point index's rebuild at open and by its unlocked probes.
+#[test]
+fn damaged_hart_pools_with_indexes_everywhere_and_unlocked_reads_never_panic() {
+    damage("hart:point_index_above=0,reads=optimistic", 70_000);
+}
+
 #[test]
 fn damaged_wort_pools_never_panic() {
     damage("wort", 20_000);

@@ -18,19 +18,24 @@ use pmindex::sim::damage;
 use pmindex::Options;
 
 /// Engines (with settings) whose pools are damaged.
-const ENGINES: [(&str, &[(&str, &str)]); 6] = [
+const ENGINES: [(&str, &[(&str, &str)]); 8] = [
     ("hart", &[("hart.recovery_threads", "1")]),
     (
         "hart",
+        &[("hart.hash_key_len", "3"), ("hart.recovery_threads", "1")],
+    ),
+    (
+        "hart",
         &[
-            ("hart.hash_key_len", "3"),
+            ("hart.persist_order", "paper"),
             ("hart.recovery_threads", "1"),
         ],
     ),
     (
         "hart",
         &[
-            ("hart.persist_order", "paper"),
+            ("hart.point_index_above", "0"),
+            ("hart.reads", "optimistic"),
             ("hart.recovery_threads", "1"),
         ],
     ),
