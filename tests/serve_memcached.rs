@@ -1,7 +1,8 @@
 //! `pmindex serve`: the memcached text protocol over real sockets, on every
 //! engine; items across a clean restart and a killed server; concurrent
-//! read-modify-writes; a connection kept in step through bad input; the
-//! connection limit; and `pmindex mc-bench`.
+//! read-modify-writes; a connection kept in step through bad input, and a
+//! binary-protocol client disconnected; the connection limit; and
+//! `pmindex mc-bench`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -417,6 +418,17 @@ fn a_connection_stays_in_step_through_bad_input() {
         c.get(&format!("get{keys} p\r\n")),
         "VALUE p 0 2\r\nAB\r\nEND\r\n"
     );
+    // A binary-protocol client (a `get` of `p`: magic 0x80, opcode 0, key
+    // length 1, body length 1) is disconnected at once, not left to wait
+    // for a reply to a line that never ends; the server serves on.
+    let mut b = Client::connect(addr);
+    let mut request = [0u8; 25];
+    request[..4].copy_from_slice(&[0x80, 0x00, 0x00, 0x01]);
+    request[11] = 1;
+    request[24] = b'p';
+    b.writer.write_all(&request).unwrap();
+    assert!(b.closed());
+    assert_eq!(c.get("get p\r\n"), "VALUE p 0 2\r\nAB\r\nEND\r\n");
     server.finish();
 }
 

@@ -215,7 +215,8 @@ enum Command {
     /// --size) and answers memcached's text commands on --listen: set, add,
     /// replace, append, prepend, cas, get, gets, gat, gats, delete, incr,
     /// decr, touch, flush_all, stats, version, verbosity, quit (and shutdown
-    /// with --allow-shutdown). A reply is sent once its change is durable,
+    /// with --allow-shutdown); a client of the binary protocol is
+    /// disconnected at once. A reply is sent once its change is durable,
     /// so items survive a killed server (on PM with MAP_SYNC, a power
     /// failure). Items keep their flags, expiration time and CAS value in
     /// the pool. No eviction: a full pool answers `SERVER_ERROR out of

@@ -15,7 +15,8 @@
 //! `gets`, `gat`, `gats`, `delete`, `incr`, `decr`, `touch`, `flush_all`,
 //! `stats`, `version`, `verbosity`, `quit` and (where allowed) `shutdown`,
 //! as memcached 1.6's `doc/protocol.txt` gives them. Not served: the
-//! binary and meta protocols, `stats` groups, `cache_memlimit` and the
+//! binary protocol (a connection that starts with its magic byte is
+//! closed at once) and the meta protocol, `stats` groups, `cache_memlimit` and the
 //! LRU: this is an index, not a cache that evicts, so a full pool answers
 //! `SERVER_ERROR out of memory storing object`.
 //!

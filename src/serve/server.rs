@@ -35,6 +35,10 @@ pub const MAX_LINE: usize = 2 << 20;
 /// step with the protocol.
 const MAX_SWALLOW: usize = 64 << 20;
 
+/// The first byte of every request of memcached's binary protocol, and of
+/// no text command.
+const BINARY_REQUEST: u8 = 0x80;
+
 /// How a server runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -278,6 +282,13 @@ pub fn serve_stream(cache: &Arc<Cache>, input: impl Read, output: impl Write) ->
     let mut line = Vec::with_capacity(256);
     let mut data = Vec::new();
     let mut out = Vec::with_capacity(4096);
+    // The first byte tells the protocol, as in memcached: a client of the
+    // binary protocol, which this server does not speak, is disconnected
+    // at once rather than left to time out waiting for a reply to a line
+    // that never ends (docs/design.md §12, "Binary-protocol clients").
+    if let Ok(&[BINARY_REQUEST, ..]) = reader.fill_buf() {
+        return Next::Close;
+    }
     loop {
         line.clear();
         match (&mut reader)
@@ -455,6 +466,25 @@ mod tests {
              STORED\r\nCLIENT_ERROR invalid exptime argument\r\nVALUE a 0 1\r\n1\r\nEND\r\n\
              CLIENT_ERROR invalid shutdown mode\r\n"
         );
+    }
+
+    /// A connection that starts with a binary request (a `set` of `k`) is
+    /// closed unanswered, and nothing is stored; one that starts with text
+    /// is not taken for binary later.
+    #[test]
+    fn a_binary_client_is_disconnected_and_nothing_is_stored() {
+        let c = cache();
+        let mut set = vec![0x80, 0x01, 0, 1, 8, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 5];
+        set.extend([0; 8]); // CAS
+        set.extend([0; 8]); // extras: flags, expiration
+        set.extend(b"kv");
+        let (next, r) = replies(&c, &set);
+        assert_eq!((next, r.as_str()), (Next::Close, ""));
+        assert_eq!(c.db().len(), 0);
+        let mut text = b"set a 0 0 1\r\n1\r\n".to_vec();
+        text.extend(&set);
+        let (_, r) = replies(&c, &text);
+        assert!(r.starts_with("STORED\r\n"), "{r:?}");
     }
 
     /// Streams built from command words, numbers, keys and line ends.
