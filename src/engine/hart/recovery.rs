@@ -28,11 +28,15 @@
 //! that wrote its leaf before its descent and found the key present
 //! (`Hart::update_instead`, docs/design.md §7 "Leaf first"): the early leaf
 //! was not yet killed. Either leaf is a state that the upsert in flight may
-//! leave (before it, or after it), so phase 4 keeps one of them (the one
-//! its ART insertion met last, an order that depends on which recovery
-//! thread took which chunk) and kills the other (`commit = 0` → flush, fenced by the worker that
-//! flushed), and then gives it and its value back. Before 2026-11-28 this
-//! was `Corrupt`.
+//! leave (before it, or after it), so phase 4 keeps one of them, the one
+//! at the lower offset, and kills the other (`commit = 0` → flush, fenced
+//! by the worker that flushed), and then gives it and its value back.
+//! Before 2026-11-28 this was `Corrupt`. Until 2026-12-02 phase 4 kept the
+//! one its ART insertion met last, an order that depends on which
+//! recovery thread took which chunk: a read-only open, whose repairs stay
+//! in its private copy, could then show the other value than the writable
+//! open after it (`tests/killed_process.rs` found it; regression test
+//! `which_of_two_live_leaves_recovery_keeps_does_not_depend_on_its_threads`).
 //!
 //! A value object used twice, and in formats 3 and 4 a leaf outside its
 //! hash key's stripe, are `Corrupt`: neither can come from a crash.
@@ -519,31 +523,43 @@ pub(super) fn open(
                     let key = &f.keys[l.key_at..l.key_at + l.key_len];
                     let (hk, ak) = key.split_at(k_h.min(key.len()));
                     let (art, entries) = trees.entry(HashKey::new(hk)).or_default();
+                    let indexed = point_index && !entries.is_empty();
+                    // Two live leaves of one key: an early leaf of an
+                    // upsert in flight (module doc). The ART keeps the one
+                    // at the lower offset, whichever it met first, and the
+                    // other is killed.
+                    let (kept, loser) = match art.insert(ak, l.leaf, &keys) {
+                        None => (l.leaf, None),
+                        Some(other) if other.off() < l.leaf.off() => {
+                            art.insert(ak, other, &keys);
+                            (other, Some(l.leaf))
+                        }
+                        Some(other) => (l.leaf, Some(other)),
+                    };
                     // The point index's entries, once the ART is large
                     // enough to get one (its first leaves' keys read
-                    // again then): a small ART allocates nothing here.
-                    if point_index && !entries.is_empty() {
+                    // again then): a small ART allocates nothing here. A
+                    // leaf kept over one met later is in them already.
+                    if indexed && kept == l.leaf {
                         entries.push((points::hash(ak), l.leaf));
                     }
-                    let replaced = art.insert(ak, l.leaf, &keys);
                     if point_index && entries.is_empty() && art.len() > point_above {
                         art.range_values(Bound::Unbounded, Bound::Unbounded, &keys, |v| {
                             entries.push((points::hash(keys.key(v)), v));
                             true
                         });
                     }
-                    if let Some(other) = replaced {
-                        // Two live leaves of one key: an early leaf of an
-                        // upsert in flight (module doc). Kill the one the
-                        // ART no longer holds; its value is read first.
+                    if let Some(loser) = loser {
+                        // Its value is read before its commit word is
+                        // cleared.
                         cases::record(Case::HartDuplicateLeaf);
-                        let off = other.off();
+                        let off = loser.off();
                         let c = leaf::commit(pool_ref, off)?
                             .ok_or_else(|| leaf::corrupt(off, "live leaf has no commit word"))?;
                         let v = read_slot(pool_ref, off, c.active)?;
                         pool_ref.store_u64(off, 0)?;
                         pool_ref.flush(off, 8);
-                        killed.push((other, leaf::class_for_key(l.key_len), v));
+                        killed.push((loser, leaf::class_for_key(l.key_len), v));
                     }
                 }
             }

@@ -1085,6 +1085,49 @@ fn recovery_keeps_one_of_two_live_leaves_of_a_key() {
     h.check().unwrap();
 }
 
+/// Which of a key's two live leaves recovery keeps follows from the pool's
+/// bytes alone, not from which recovery thread met which leaf first: a
+/// read-only open (which repairs only its private copy) and the writable
+/// open after it must agree on the key's value. Found by
+/// `tests/killed_process.rs` with `PMINDEX_KILL_ROUNDS=10` (round 8 of
+/// `hart`: "the read-only open saw other keys"). The two leaves lie in
+/// different chunks, so that two recovery threads can take them in either
+/// order; 300 recoveries of the one image must give one result.
+#[test]
+fn which_of_two_live_leaves_recovery_keeps_does_not_depend_on_its_threads() {
+    let cfg = crate::pm::PoolConfig {
+        fault: Some(Fault::HartEarlyLeafLeftLive),
+        ..Default::default()
+    };
+    let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &cfg).unwrap());
+    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    h.point_index = false;
+    h.put(b"dup-a", b"old", PutMode::Insert).unwrap();
+    // Fill the first leaf chunk (56 leaves), so the early leaf lands in a
+    // second one.
+    for i in 0..80u32 {
+        h.put(format!("fill-{i:03}").as_bytes(), b"f", PutMode::Insert)
+            .unwrap();
+    }
+    h.put(b"dup-a", b"new", PutMode::Upsert).unwrap();
+    drop(h);
+    let image = pool.image();
+    drop(pool);
+    let recovered = || {
+        let p = Arc::new(Pool::open_image(&image, Some("hart"), &Default::default()).unwrap());
+        let h = recovery::open(Arc::clone(&p), Some(2), None, None).unwrap();
+        h.check().unwrap();
+        assert_eq!(h.len(), 81);
+        drop(h);
+        p.image()
+    };
+    let first = recovered();
+    assert_ne!(first, image, "recovery killed one of the two leaves");
+    for round in 1..300 {
+        assert!(recovered() == first, "recovery {round} kept the other leaf");
+    }
+}
+
 /// A full pool, whose last upsert inserted (so the hint says "write the
 /// leaf first"): an upsert of a present key with an inline value still
 /// succeeds, in place, though no early leaf can be taken (it failed with
