@@ -16,9 +16,9 @@
 //! `stats`, `version`, `verbosity`, `quit` and (where allowed) `shutdown`,
 //! as memcached 1.6's `doc/protocol.txt` gives them. Not served: the
 //! binary protocol (a connection that starts with its magic byte is
-//! closed at once) and the meta protocol, `stats` groups, `cache_memlimit` and the
-//! LRU: this is an index, not a cache that evicts, so a full pool answers
-//! `SERVER_ERROR out of memory storing object`.
+//! closed at once) and the meta protocol, `stats` groups, `cache_memlimit`
+//! and the LRU: this is an index, not a cache that evicts, so a full pool
+//! answers `SERVER_ERROR out of memory storing object`.
 //!
 //! - [`protocol`]: the command line parser.
 //! - [`item`]: an item's layout in a value (flags, expiration, CAS).

@@ -1101,7 +1101,7 @@ fn which_of_two_live_leaves_recovery_keeps_does_not_depend_on_its_threads() {
     };
     let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &cfg).unwrap());
     let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
-    h.point_index = false;
+    h.point_index = false; // So that the upsert writes its leaf first.
     h.put(b"dup-a", b"old", PutMode::Insert).unwrap();
     // Fill the first leaf chunk (56 leaves), so the early leaf lands in a
     // second one.
