@@ -1038,6 +1038,21 @@ fn an_upsert_that_wrote_its_leaf_first_kills_it_when_the_key_is_present() {
     }
 }
 
+/// A HART on a pool of `size` bytes whose upserts leave their early leaf
+/// live beside a present key's leaf (the fault), so that two live leaves
+/// of one key reach recovery. Without the point index: with it, an upsert
+/// knows the key is present before it writes a leaf, and writes none.
+fn early_leaves_left_live(size: u64) -> (Arc<Pool>, Hart) {
+    let cfg = crate::pm::PoolConfig {
+        fault: Some(Fault::HartEarlyLeafLeftLive),
+        ..Default::default()
+    };
+    let pool = Arc::new(Pool::create_anonymous(size, "hart", &cfg).unwrap());
+    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    h.point_index = false;
+    (pool, h)
+}
+
 /// Two live leaves of one key (as a crash leaves them while an upsert that
 /// wrote its leaf first finds the key present; made here by the fault that
 /// leaves the early leaf live): recovery keeps one, kills the other in PM
@@ -1045,15 +1060,7 @@ fn an_upsert_that_wrote_its_leaf_first_kills_it_when_the_key_is_present() {
 /// failed (`Corrupt`).
 #[test]
 fn recovery_keeps_one_of_two_live_leaves_of_a_key() {
-    let cfg = crate::pm::PoolConfig {
-        fault: Some(Fault::HartEarlyLeafLeftLive),
-        ..Default::default()
-    };
-    let pool = Arc::new(Pool::create_anonymous(64 << 20, "hart", &cfg).unwrap());
-    // Without the point index: with it, an upsert knows the key is present
-    // before it writes a leaf, and writes none.
-    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
-    h.point_index = false;
+    let (pool, h) = early_leaves_left_live(64 << 20);
     for (k, len) in [(&b"dup-a"[..], 40), (b"dup-b", 8)] {
         h.put(k, &vec![1; len], PutMode::Upsert).unwrap();
         h.put(k, &vec![2; len], PutMode::Upsert).unwrap();
@@ -1095,13 +1102,7 @@ fn recovery_keeps_one_of_two_live_leaves_of_a_key() {
 /// order; 300 recoveries of the one image must give one result.
 #[test]
 fn which_of_two_live_leaves_recovery_keeps_does_not_depend_on_its_threads() {
-    let cfg = crate::pm::PoolConfig {
-        fault: Some(Fault::HartEarlyLeafLeftLive),
-        ..Default::default()
-    };
-    let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &cfg).unwrap());
-    let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
-    h.point_index = false; // So that the upsert writes its leaf first.
+    let (pool, h) = early_leaves_left_live(8 << 20);
     h.put(b"dup-a", b"old", PutMode::Insert).unwrap();
     // Fill the first leaf chunk (56 leaves), so the early leaf lands in a
     // second one.
