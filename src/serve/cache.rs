@@ -965,6 +965,33 @@ mod tests {
         assert_eq!(c.db().len(), 0);
     }
 
+    /// A value put by other means that starts with an item's magic is
+    /// served whole and is present to `add` (from a review: with an
+    /// unchecked 24-byte header it read as an expired item, a miss, and
+    /// `add` overwrote it).
+    #[test]
+    fn a_value_of_ones_own_that_starts_with_the_magic_is_served_whole() {
+        let (c, _) = cache();
+        let mut raw = b"pmc1".to_vec();
+        raw.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        raw.extend_from_slice(&[0; 8]);
+        raw.extend_from_slice(b"tail");
+        c.db().put(b"k", &raw).unwrap();
+        let mut want = format!("VALUE k 0 {}\r\n", raw.len()).into_bytes();
+        want.extend_from_slice(&raw);
+        want.extend_from_slice(b"\r\nEND\r\n");
+        assert_eq!(run(&c, "get k", "").as_bytes(), &want[..]);
+        assert_eq!(run(&c, "add k 0 0 1", "v"), "NOT_STORED\r\n");
+        assert_eq!(c.db().get(b"k").unwrap().unwrap(), raw);
+        c.db()
+            .put(b"t", b"pmc2 and then some text of one's own")
+            .unwrap();
+        assert_eq!(
+            run(&c, "get t", ""),
+            "VALUE t 0 36\r\npmc2 and then some text of one's own\r\nEND\r\n"
+        );
+    }
+
     #[test]
     fn values_too_large_and_a_full_pool_are_server_errors() {
         let (c, _) = cache();

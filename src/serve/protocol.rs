@@ -202,9 +202,14 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
         (b"stats", 1) => Ok(Command::Stats {
             group: Some(args[0]),
         }),
-        (b"verbosity", 1 | 2) => Ok(Command::Verbosity {
-            noreply: args.last().is_some_and(|t| is_noreply(t)),
-        }),
+        // The level must be a number, as memcached's `safe_strtoul` wants
+        // (`verbosity noreply` is then a bad level, unanswered).
+        (b"verbosity", 1 | 2) => {
+            number::<u32>(args[0])?;
+            Ok(Command::Verbosity {
+                noreply: args.last().is_some_and(|t| is_noreply(t)),
+            })
+        }
         // memcached ignores what follows these two words.
         (b"version", _) => Ok(Command::Version),
         (b"quit", _) => Ok(Command::Quit),
@@ -492,5 +497,16 @@ mod tests {
             parse(b"verbosity 1 noreply"),
             Ok(Command::Verbosity { noreply: true })
         );
+        // A level that is not a number, as memcached 1.6.18 answers it
+        // (found by a byte-for-byte comparison with it; this said `OK`).
+        for line in [&b"verbosity abc"[..], b"verbosity -1", b"verbosity noreply"] {
+            assert_eq!(
+                parse(line),
+                Err(BAD_LINE),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert!(errors_unanswered(b"verbosity noreply"));
     }
 }
