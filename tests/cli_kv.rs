@@ -634,3 +634,134 @@ fn check_reports_what_recovery_repaired() {
     );
     assert!(std::fs::read(&p).unwrap() == bytes, "check wrote the pool");
 }
+
+/// Ctrl-C while `create` sizes a large pool leaves no file behind (from a
+/// review: it left a file of the full size with no header, which every
+/// command then called "not a pmindex pool" and `create` "File exists").
+/// The signal is sent as soon as the file appears, while it is being sized;
+/// if the create had finished by then, the pool must be whole.
+#[test]
+fn an_interrupted_create_leaves_no_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut interrupted = 0;
+    for round in 0..5 {
+        let p = dir.path().join(format!("big{round}.pool"));
+        let child = Command::new(env!("CARGO_BIN_EXE_pmindex"))
+            .args(["create", p.to_str().unwrap(), "--size", "1G"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while !p.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::yield_now();
+        }
+        // SAFETY: `kill` only sends a signal to our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+        let o = child.wait_with_output().unwrap();
+        if o.status.signal() == Some(libc::SIGINT) {
+            interrupted += 1;
+            assert!(
+                !p.exists(),
+                "round {round}: an interrupted create left its file"
+            );
+        } else {
+            assert!(o.status.success(), "round {round}: {}", text(&o.stderr));
+            let o = pmindex(&["check", p.to_str().unwrap()]);
+            assert!(o.status.success(), "round {round}: {}", text(&o.stderr));
+        }
+    }
+    eprintln!("{interrupted} of 5 creates interrupted while the file was sized");
+}
+
+/// `serve` on an address it cannot listen on fails before it creates the
+/// pool (from a review: it created a 1 GiB pool, then failed to bind).
+#[test]
+fn serve_on_an_address_it_cannot_listen_on_creates_no_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    for listen in ["bogus", "127.0.0.1:99999", port.as_str()] {
+        let p = dir.path().join("new.pool");
+        let o = pmindex(&[
+            "serve",
+            p.to_str().unwrap(),
+            "--listen",
+            listen,
+            "--size",
+            "64M",
+        ]);
+        fails_with(&o, &format!("listen on {listen}"));
+        assert!(!p.exists(), "--listen {listen} left a pool behind");
+    }
+}
+
+/// `crashtest` refuses a fault of another engine (whose self-test would
+/// pass for no reason) and zero counts (which it used to raise to 1).
+#[test]
+fn crashtest_refuses_a_fault_of_another_engine_and_zero_counts() {
+    let refused = |args: &[&str], needle: &str| {
+        let o = pmindex(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(needle),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    };
+    let base = ["crashtest", "--states", "10", "--ops", "20"];
+    let with = |more: &[&'static str]| {
+        let mut v: Vec<&str> = base.to_vec();
+        v.extend_from_slice(more);
+        v
+    };
+    refused(
+        &with(&["--engine", "hart", "--fault", "pmlog-skip-append-fence"]),
+        "in pmlog's code, not hart's",
+    );
+    refused(
+        &with(&["--engine", "fptree", "--fault", "wort-skip-leaf-flush"]),
+        "in wort's code, not fptree's",
+    );
+    for zero in ["--keys", "--threads", "--max-failures"] {
+        refused(
+            &with(&["--engine", "pmlog", zero, "0"]),
+            &format!("{zero} must be at least 1"),
+        );
+    }
+    refused(
+        &with(&["--engine", "pmlog", "--keys", "100000000"]),
+        "--keys 100000000: at most",
+    );
+    refused(
+        &[
+            "crashtest",
+            "--engine",
+            "pmlog",
+            "--states",
+            "10",
+            "--ops",
+            "100000000",
+        ],
+        "--ops 100000000: at most",
+    );
+    // A radix fault acts on all three radix trees, a substrate fault on
+    // every engine: both run (and the substrate's is caught).
+    let o = pmindex(&with(&[
+        "--engine",
+        "woart",
+        "--fault",
+        "wort-skip-leaf-flush",
+        "--keys",
+        "8",
+    ]));
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let o = pmindex(&with(&[
+        "--engine",
+        "hart",
+        "--fault",
+        "alloc-skip-mark-flush",
+    ]));
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}

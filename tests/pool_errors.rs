@@ -1053,3 +1053,41 @@ fn private_dirty_kib(path: &Path) -> u64 {
     assert!(found, "no mapping of {name} in /proc/self/smaps");
     kib
 }
+
+/// A FIFO where a pool should be is refused at once (from a review:
+/// `get`, `info`, `check` and `scan` on a FIFO waited forever for a writer,
+/// and `put` called it "0 bytes"); so is a directory opened read-only.
+#[test]
+fn a_fifo_is_not_a_pool_and_nothing_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path; mkfifo only reads it.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    {
+        let what = "a FIFO";
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.clone();
+        std::thread::spawn(move || {
+            let results = [
+                Pool::open(&p, None, &PoolConfig::default()).err(),
+                Pool::open_read_only(&p, None, &PoolConfig::default()).err(),
+                Pool::engine_of(&p).err(),
+            ];
+            tx.send(results.map(|e| e.map(|e| e.to_string()))).unwrap();
+        });
+        let results = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("opening {what} waited"));
+        for r in results {
+            let m = r.unwrap_or_else(|| panic!("{what} opened as a pool"));
+            println!("{m}");
+            assert!(m.contains(&format!("not a pmindex pool: {what}")), "{m}");
+        }
+    }
+    let m = match Pool::open_read_only(dir.path(), None, &PoolConfig::default()) {
+        Ok(_) => panic!("a directory opened as a pool"),
+        Err(e) => e.to_string(),
+    };
+    assert!(m.contains("not a pmindex pool: a directory"), "{m}");
+}

@@ -504,11 +504,19 @@ pub fn check_dictionary_size(
 ) -> BenchResult<()> {
     let need = records.saturating_add(extra);
     if have < need {
+        // The advice names a --records that works, if there is one (a
+        // review found "use --records 0 or fewer" for an empty list, and 0
+        // is refused).
+        let most = have.saturating_sub(extra);
+        let advice = if most > 0 {
+            format!("use --records {most} or fewer")
+        } else {
+            format!("give --dict a word list of more than {extra} distinct words")
+        };
         return Err(BenchError::Config(format!(
             "{}: {have} distinct words, but the experiment needs {need} keys \
-             ({records} to load, {extra} to insert later); use --records {} or fewer",
+             ({records} to load, {extra} to insert later); {advice}",
             path.display(),
-            have.saturating_sub(extra)
         )));
     }
     Ok(())
@@ -648,6 +656,25 @@ mod tests {
             seen.sort_unstable();
             assert_eq!(seen, (0..n).collect::<Vec<u64>>());
         }
+    }
+
+    #[test]
+    fn a_short_word_list_is_refused_with_advice_that_works() {
+        let msg = |have, records, extra| {
+            check_dictionary_size(Path::new("w"), have, records, extra)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(msg(100, 200, 10).contains("use --records 90 or fewer"));
+        for (have, extra) in [(0, 0), (0, 10), (10, 10)] {
+            let m = msg(have, 5, extra);
+            assert!(!m.contains("--records 0"), "{m}");
+            assert!(
+                m.contains(&format!("more than {extra} distinct words")),
+                "{m}"
+            );
+        }
+        assert!(check_dictionary_size(Path::new("w"), 100, 90, 10).is_ok());
     }
 
     #[test]

@@ -8,91 +8,19 @@
 //! A signal does not unwind. A program that wants the files removed when it
 //! is interrupted (the `pmindex` command line does) calls
 //! [`remove_on_signal`]: on SIGINT, SIGTERM or SIGHUP the handler unlinks
-//! every live temporary pool, then dies of the signal as it would have. The
-//! paths live in a fixed table of atomic pointers ([`SIGNAL_SLOTS`]), so the
-//! handler only does async-signal-safe things (atomic swaps, `unlink`,
-//! `signal`, `raise`). Each slot's path is owned by whichever side swaps it
-//! out first: the handler (which never frees it; the process is ending) or
-//! the pool's `drop` (which frees it). A process killed by SIGKILL still
-//! leaves the file behind; its name starts with `pmindex-bench-`.
+//! every live temporary pool, then dies of the signal as it would have
+//! ([`crate::pm::signal`]). A process killed by SIGKILL still leaves the
+//! file behind; its name starts with `pmindex-bench-`.
 
-use std::ffi::{c_char, c_int, CString};
 use std::path::{Path, PathBuf};
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BenchError, BenchResult};
 use crate::db::{Db, Options};
 use crate::error::Error;
 
-/// Live temporary pools that a signal handler can remove.
-pub const SIGNAL_SLOTS: usize = 64;
-
-/// The paths (leaked `CString`s) of live temporary pools; null when free.
-static LIVE_PATHS: [AtomicPtr<c_char>; SIGNAL_SLOTS] =
-    [const { AtomicPtr::new(null_mut()) }; SIGNAL_SLOTS];
-
-/// Puts `path` in a free slot; `None` if it cannot (no slot, or a NUL byte).
-fn register(path: &Path) -> Option<usize> {
-    use std::os::unix::ffi::OsStrExt;
-    let raw = CString::new(path.as_os_str().as_bytes()).ok()?.into_raw();
-    for (i, slot) in LIVE_PATHS.iter().enumerate() {
-        if slot
-            .compare_exchange(null_mut(), raw, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            return Some(i);
-        }
-    }
-    // SAFETY: `raw` came from `CString::into_raw` above and was not stored.
-    drop(unsafe { CString::from_raw(raw) });
-    None
-}
-
-/// Takes the path out of `slot` and frees it, unless a signal handler took
-/// it first.
-fn unregister(slot: usize) {
-    let raw = LIVE_PATHS[slot].swap(null_mut(), Ordering::SeqCst);
-    if !raw.is_null() {
-        // SAFETY: a non-null slot holds a pointer from `CString::into_raw`
-        // (see `register`), and the swap made this call its only owner.
-        drop(unsafe { CString::from_raw(raw) });
-    }
-}
-
-extern "C" fn remove_and_die(sig: c_int) {
-    for slot in &LIVE_PATHS {
-        let raw = slot.swap(null_mut(), Ordering::SeqCst);
-        if !raw.is_null() {
-            // SAFETY: `raw` is a NUL-terminated path from `CString::into_raw`
-            // that nothing frees any more (the swap took it); `unlink` is
-            // async-signal-safe.
-            unsafe { libc::unlink(raw) };
-        }
-    }
-    // SAFETY: `signal` and `raise` are async-signal-safe; restoring the
-    // default action and raising the signal again ends the process the way
-    // the signal would have.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-}
-
-/// Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every live
-/// temporary pool file and then let the signal end the process (see the
-/// [module docs](self)). For programs, not libraries: it replaces the
-/// process's handlers for those signals.
-pub fn remove_on_signal() {
-    let handler = remove_and_die as extern "C" fn(c_int);
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: `handler` is an `extern "C" fn(c_int)` that only does
-        // async-signal-safe work; installing it has no other effect.
-        unsafe {
-            libc::signal(sig, handler as libc::sighandler_t);
-        }
-    }
-}
+use crate::pm::signal::{register, unregister};
+pub use crate::pm::signal::{remove_on_signal, SIGNAL_SLOTS};
 
 /// A database in a pool file that is deleted on drop.
 #[derive(Debug)]
@@ -333,7 +261,7 @@ mod tests {
         )
         .unwrap();
         let slot = t.slot.expect("a free slot");
-        let raw = LIVE_PATHS[slot].load(Ordering::SeqCst);
+        let raw = crate::pm::signal::LIVE_PATHS[slot].load(Ordering::SeqCst);
         assert!(!raw.is_null());
         // SAFETY: the slot holds a live CString until `t` is dropped.
         let registered = unsafe { std::ffi::CStr::from_ptr(raw) };

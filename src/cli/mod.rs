@@ -327,6 +327,11 @@ struct McBenchArgs {
     concurrency: Option<usize>,
 }
 
+/// The longest workload round `crashtest` takes (`--ops`).
+const CRASHTEST_MAX_OPS: usize = 100_000;
+/// The most keys a `crashtest` workload takes (`--keys`).
+const CRASHTEST_MAX_KEYS: usize = 1_000_000;
+
 #[derive(Debug, Args)]
 struct CrashtestArgs {
     /// Engine to test, or `alloc` for the allocator alone.
@@ -335,7 +340,8 @@ struct CrashtestArgs {
     /// Operations per workload round.
     #[arg(long, default_value_t = 200)]
     ops: usize,
-    /// Distinct crash images to check (1000000 is the long budget).
+    /// Distinct crash images to check (1000000 is the long budget): whole
+    /// rounds run until this many are checked, so the last may pass it.
     #[arg(long, default_value_t = 2000)]
     states: usize,
     /// Seed of the first round (round i uses seed + i).
@@ -770,6 +776,11 @@ pub fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
+    // A pool file that a command is creating when Ctrl-C, SIGTERM or
+    // SIGHUP ends it is removed (a half-made pool would only block its
+    // name); the signal then ends the process as it would have. `serve`
+    // replaces these handlers with its own once its pool is open.
+    pmindex::pm::signal::remove_on_signal();
     let json = cli.global.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -878,7 +889,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             cfg.max_failures = a.max_failures;
             cfg.shrink = !a.no_shrink;
             if let Some(t) = a.threads {
-                cfg.threads = t.max(1);
+                cfg.threads = t;
             }
             cfg.writers = a.writers.into();
             cfg.shared_keys = a.shared_keys;
@@ -901,17 +912,47 @@ fn run(cli: Cli) -> Result<(), CliError> {
             if a.engine != pmindex::sim::ALLOC_SUBJECT {
                 pmindex::engine::find(&a.engine).map_err(|e| CliError::Usage(e.to_string()))?;
             }
-            for (name, n) in [("--states", a.states), ("--ops", a.ops)] {
+            for (name, n) in [
+                ("--states", a.states),
+                ("--ops", a.ops),
+                ("--keys", a.keys),
+                ("--threads", cfg.threads),
+                ("--max-failures", a.max_failures),
+            ] {
                 if n == 0 {
                     return Err(CliError::Usage(format!("{name} must be at least 1")));
                 }
             }
+            // The simulator keeps every operation's PM events and every
+            // key's expected values in memory (about 100 bytes an operation
+            // and more per key): past these a run would exhaust memory
+            // long before it ended.
+            for (name, n, most) in [
+                ("--ops", a.ops, CRASHTEST_MAX_OPS),
+                ("--keys", a.keys, CRASHTEST_MAX_KEYS),
+            ] {
+                if n > most {
+                    return Err(CliError::Usage(format!(
+                        "{name} {n}: at most {most} (the crash simulator keeps each \
+                         operation's PM events in memory; more rounds, through --states, \
+                         test more)"
+                    )));
+                }
+            }
             cfg.engine_config = a.settings.config(&a.engine)?;
             if let Some(f) = &a.fault {
-                cfg.fault = Some(
-                    f.parse()
-                        .map_err(|e: pmindex::Error| CliError::Usage(e.to_string()))?,
-                );
+                let f: pmindex::pm::Fault = f
+                    .parse()
+                    .map_err(|e: pmindex::Error| CliError::Usage(e.to_string()))?;
+                if !f.acts_on(&a.engine) {
+                    return Err(CliError::Usage(format!(
+                        "--fault {f}: the fault is in {}'s code, not {}'s, so it would \
+                         drop nothing (the self-test would pass for no reason)",
+                        f.engine().unwrap_or("the substrate"),
+                        a.engine
+                    )));
+                }
+                cfg.fault = Some(f);
             }
             crashtest::run(out, cfg)
         }

@@ -47,6 +47,10 @@ pub fn serve(out: Output, how: &How, o: &ServeOpts<'_>) -> Result<(), CliError> 
             "--max-connections and --concurrency must be at least 1".into(),
         ));
     }
+    // The address first: one it cannot listen on (a typo, a port in use)
+    // must not leave a new pool behind.
+    let listener = std::net::TcpListener::bind(o.listen)
+        .map_err(|e| CliError::Failed(format!("listen on {}: {e}", o.listen)))?;
     let created = !o.pool.exists();
     let db = if created {
         Db::create(
@@ -82,8 +86,7 @@ pub fn serve(out: Output, how: &How, o: &ServeOpts<'_>) -> Result<(), CliError> 
         allow_shutdown: o.allow_shutdown,
         concurrency: o.concurrency,
     };
-    let server = Server::bind(db, o.listen, config)
-        .map_err(|e| CliError::Failed(format!("listen on {}: {e}", o.listen)))?;
+    let server = Server::on(db, listener, config);
     let addr = server
         .local_addr()
         .map_err(|e| CliError::Failed(format!("listen on {}: {e}", o.listen)))?;

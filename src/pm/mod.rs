@@ -13,6 +13,7 @@ pub mod faults;
 pub mod header;
 pub mod persist;
 mod pool;
+pub mod signal;
 
 pub use alloc::{
     ClassUsage, Reservation, Usage, FRONTIER_STEP, MAX_SLAB_BLOCK, MIN_BLOCK, SLAB_CLASSES,

@@ -217,6 +217,12 @@ impl fmt::Display for PmLatency {
     }
 }
 
+impl PmLatency {
+    /// The longest latency [`FromStr`] takes, in ns per line: 100 µs, a
+    /// hundred times the slowest persistent memory the papers model.
+    pub const MAX_NS: u32 = 100_000;
+}
+
 impl FromStr for PmLatency {
     type Err = Error;
     /// Parses `WRITE/READ` in ns (`300/100`), optionally `WRITE/READ@DRAM`.
@@ -233,6 +239,15 @@ impl FromStr for PmLatency {
         let (w, r) = wr.split_once('/').ok_or_else(bad)?;
         let write_ns = w.trim().parse::<u32>().map_err(|_| bad())?;
         let read_ns = r.trim().parse::<u32>().map_err(|_| bad())?;
+        // Each flushed or read line waits this long: 4,294,967,295 ns, which
+        // a u32 takes, made a one-key `put` wait for hours (a review).
+        if write_ns.max(read_ns).max(dram) > Self::MAX_NS {
+            return Err(Error::InvalidArgument(format!(
+                "PM latency `{s}`: at most {} ns per line (each line flushed or \
+                 read waits that long)",
+                Self::MAX_NS
+            )));
+        }
         Ok(PmLatency {
             write_ns,
             read_ns,
@@ -355,6 +370,16 @@ mod tests {
         assert_eq!((l.write_extra_ns(), l.read_extra_ns()), (520, 220));
         assert!("300".parse::<PmLatency>().is_err());
         assert!("a/b".parse::<PmLatency>().is_err());
+        assert!("100000/100000@100000".parse::<PmLatency>().is_ok());
+        for s in [
+            "100001/300",
+            "300/100001",
+            "300/100@100001",
+            "4294967295/4294967295",
+        ] {
+            let e = s.parse::<PmLatency>().unwrap_err().to_string();
+            assert!(e.contains("at most 100000 ns"), "{s}: {e}");
+        }
     }
 
     #[test]

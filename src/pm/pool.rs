@@ -600,6 +600,77 @@ fn now_unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// A pool file being created: removed when dropped before [`Self::done`],
+/// and registered meanwhile for removal by a signal ([`super::signal`]).
+struct Unfinished<'a> {
+    path: &'a Path,
+    slot: Option<usize>,
+    done: bool,
+}
+
+impl<'a> Unfinished<'a> {
+    /// For a file this process has just created at `path`.
+    fn new(path: &'a Path) -> Unfinished<'a> {
+        Unfinished {
+            path,
+            slot: super::signal::register(path),
+            done: false,
+        }
+    }
+
+    /// The header is durable: the file stays.
+    fn done(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(self.path);
+        }
+        // After the removal, so that a signal in between still finds it.
+        if let Some(slot) = self.slot.take() {
+            super::signal::unregister(slot);
+        }
+    }
+}
+
+/// Opens the existing pool file `path` (for writing too if `write`), and
+/// refuses anything but a regular file or a character device (device DAX)
+/// before a read: a FIFO's reads would wait for a writer forever and a
+/// socket cannot be opened. `O_NONBLOCK` keeps the open of a FIFO from
+/// waiting for the other end; it changes nothing for files and devices.
+fn open_existing(path: &Path, write: bool) -> Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
+        .file_type();
+    if kind.is_file() || kind.is_char_device() {
+        return Ok(file);
+    }
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_block_device() {
+        "a block device (a pool lives in a file or a device DAX character device)"
+    } else {
+        "not a regular file"
+    };
+    Err(Error::NotAPool {
+        path: path.to_path_buf(),
+        reason: what.to_string(),
+    })
+}
+
 fn lock_file(file: &File, path: &Path) -> Result<()> {
     lock_result(file.try_lock(), path)
 }
@@ -650,25 +721,33 @@ impl Pool {
     pub fn create(path: &Path, size: u64, engine: &str, cfg: &PoolConfig) -> Result<Pool> {
         let geometry = Geometry::for_size(size)?;
         let engine_id = header::encode_engine_id(engine)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        // The file is ours once made: until its header is durable, an error
+        // or a signal (where the program asked, `signal::remove_on_signal`)
+        // removes it. Sizing a large pool takes seconds; an interrupted
+        // create must not leave a file that only says "not a pmindex pool"
+        // and blocks the name. Signals wait while the file is made and
+        // registered, so that none falls in between.
+        let (file, mut unfinished) = {
+            let _held = super::signal::Deferred::new();
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+            (file, Unfinished::new(path))
+        };
         lock_file(&file, path)?;
-        if let Err(e) = allocate_file(&file, size) {
-            // Leave no half-made pool behind.
-            drop(file);
-            let _ = std::fs::remove_file(path);
-            return Err(Error::io(
+        allocate_file(&file, size).map_err(|e| {
+            Error::io(
                 format!("reserve {size} bytes of disk for {}", path.display()),
                 e,
-            ));
-        }
+            )
+        })?;
         let map = Mapping::map_file(&file, size as usize, !cfg.small_pages)?;
         let pool = Self::format(map, Some(file), Some(path), geometry, engine_id, size, cfg)?;
         pool.map.msync()?;
+        unfinished.done();
         Ok(pool)
     }
 
@@ -739,11 +818,7 @@ impl Pool {
     /// Opens an existing pool file. With `expected_engine`, fails with
     /// [`Error::WrongEngine`] if the pool was made for another engine.
     pub fn open(path: &Path, expected_engine: Option<&str>, cfg: &PoolConfig) -> Result<Pool> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        let file = open_existing(path, true)?;
         lock_file(&file, path)?;
         let h = read_header(&file, path, expected_engine)?;
         let map = Mapping::map_file(&file, h.pool_size as usize, !cfg.small_pages)?;
@@ -764,8 +839,7 @@ impl Pool {
         expected_engine: Option<&str>,
         cfg: &PoolConfig,
     ) -> Result<Pool> {
-        let file =
-            File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        let file = open_existing(path, false)?;
         lock_file_shared(&file, path)?;
         let h = read_header(&file, path, expected_engine)?;
         let map = Mapping::map_private(&file, h.pool_size as usize)?;
@@ -807,8 +881,7 @@ impl Pool {
     /// recovered): for a caller that must know it before opening, such as
     /// the command line resolving engine settings given without a prefix.
     pub fn engine_of(path: &Path) -> Result<String> {
-        let file =
-            File::open(path).map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        let file = open_existing(path, false)?;
         Ok(read_header(&file, path, None)?.engine_id())
     }
 

@@ -123,13 +123,19 @@ pub fn stop_on_signals() -> io::Result<()> {
 impl Server {
     /// Binds `addr` (port 0 picks a free port: [`Server::local_addr`]).
     pub fn bind(db: Db, addr: impl ToSocketAddrs, config: Config) -> io::Result<Server> {
-        let listener = TcpListener::bind(addr)?;
-        Ok(Server {
+        Ok(Server::on(db, TcpListener::bind(addr)?, config))
+    }
+
+    /// A server on a listener bound already: `pmindex serve` binds before
+    /// it opens or creates the pool, so that an address it cannot listen
+    /// on leaves no new pool behind.
+    pub fn on(db: Db, listener: TcpListener, config: Config) -> Server {
+        Server {
             listener,
             cache: Arc::new(Cache::new(db, &config)),
             config,
             shared: Arc::default(),
-        })
+        }
     }
 
     /// The address it listens on.

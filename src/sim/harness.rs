@@ -1531,12 +1531,25 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
     if cfg.engine != ALLOC_SUBJECT {
         crate::engine::find(&cfg.engine)?;
     }
-    for (name, n) in [("states", cfg.states), ("ops", cfg.ops)] {
+    for (name, n) in [
+        ("states", cfg.states),
+        ("ops", cfg.ops),
+        ("keys", cfg.keys),
+        ("threads", cfg.threads),
+        ("max_failures", cfg.max_failures),
+    ] {
         if n == 0 {
             return Err(Error::InvalidArgument(format!(
                 "{name}: must be at least 1"
             )));
         }
+    }
+    if let Some(f) = cfg.fault.filter(|f| !f.acts_on(&cfg.engine)) {
+        return Err(Error::InvalidArgument(format!(
+            "fault {f} is in {}'s code, not {}'s: it would drop nothing here",
+            f.engine().unwrap_or("the substrate"),
+            cfg.engine
+        )));
     }
     if !(1..=MAX_WRITERS).contains(&cfg.writers) {
         return Err(Error::InvalidArgument(format!(
