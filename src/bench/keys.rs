@@ -212,6 +212,11 @@ impl KeySet {
                     u32::MAX
                 ))
             })?;
+        // Refused before the allocation, which would otherwise abort the
+        // process ("memory allocation of 16000000000 bytes failed", a review
+        // with 2,000,000,000 records under a memory limit).
+        let per_key = kind.max_key_len().min(16) as u64 + 4;
+        check_key_memory(total, per_key, available_memory())?;
         let (records, extra) = (records as usize, extra as usize);
         let mut set = match kind {
             KeyKind::Dictionary => words(dictionary, records, extra, seed)?,
@@ -494,6 +499,49 @@ pub fn dictionary_capacity(path: &Path) -> BenchResult<usize> {
     Ok(distinct_words(&read_dictionary(path)?).len())
 }
 
+/// Fails when `keys` keys of about `per_key` bytes each (the key, at most 16
+/// bytes counted, and its offset) cannot fit in `available` bytes of memory
+/// (`None`: unknown, not checked). The engines and the pool need more on
+/// top; this refuses only what cannot work at all.
+fn check_key_memory(keys: u64, per_key: u64, available: Option<u64>) -> BenchResult<()> {
+    let need = keys.saturating_mul(per_key);
+    match available {
+        Some(have) if need > have => Err(BenchError::Config(format!(
+            "{keys} keys need about {:.1} GiB of memory for the keys alone, and {:.1} GiB \
+             is available (MemAvailable, or `ulimit -v` where lower); use fewer --records",
+            need as f64 / f64::from(1u32 << 30),
+            have as f64 / f64::from(1u32 << 30)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The memory this process may still allocate, as far as is known: the
+/// kernel's `MemAvailable`, and no more than the address-space limit
+/// (`ulimit -v`) where one is set; `None` where neither says.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        });
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` only writes the struct it is given, which lives
+    // on this stack frame.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+    let address_space =
+        (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur);
+    match (meminfo, address_space) {
+        (Some(m), Some(a)) => Some(m.min(a)),
+        (m, a) => m.or(a),
+    }
+}
+
 /// Fails with the advice to lower `--records` when a word list of `have`
 /// distinct words cannot give `records + extra` keys.
 pub fn check_dictionary_size(
@@ -656,6 +704,18 @@ mod tests {
             seen.sort_unstable();
             assert_eq!(seen, (0..n).collect::<Vec<u64>>());
         }
+    }
+
+    #[test]
+    fn keys_that_cannot_fit_in_memory_are_refused_before_they_are_made() {
+        let gib = 1u64 << 30;
+        assert!(check_key_memory(1_000_000, 12, Some(gib)).is_ok());
+        assert!(check_key_memory(u64::MAX, 12, None).is_ok());
+        let e = check_key_memory(2_000_000_000, 12, Some(8 * gib))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("22.4 GiB") && e.contains("8.0 GiB"), "{e}");
+        assert!(available_memory().is_some_and(|m| m > 0));
     }
 
     #[test]
