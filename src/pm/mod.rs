@@ -10,6 +10,7 @@ mod alloc;
 pub mod cases;
 pub mod counters;
 pub mod faults;
+mod file;
 pub mod header;
 pub mod persist;
 mod pool;
