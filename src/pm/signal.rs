@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// Pool files that a signal handler can remove at once.
 pub const SIGNAL_SLOTS: usize = 64;
 
-/// The paths (leaked `CString`s) of live temporary pools; null when free.
+/// The paths (leaked `CString`s) of registered pool files (temporary pools,
+/// pools being created); null when free.
 pub(crate) static LIVE_PATHS: [AtomicPtr<c_char>; SIGNAL_SLOTS] =
     [const { AtomicPtr::new(null_mut()) }; SIGNAL_SLOTS];
 
