@@ -75,6 +75,12 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         ),
         (&["bench", "--dist", "zipfian:7"], 2, "out of range"),
         (&["bench", "--pool-size", "12Q"], 2, "--pool-size"),
+        // Refused by the library, as `create --size 1K` is: a usage error too.
+        (
+            &["bench", "--pool-size", "1K", "--records", "10"],
+            2,
+            "the smallest pool is",
+        ),
         (&["bench", "--pm-latencies", "300"], 2, "--pm-latencies"),
         (&["bench", "--preset", "nope"], 2, "unknown preset"),
         (

@@ -80,16 +80,31 @@ fn split(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// Parses a comma-separated list with `f`; `what` names the option.
-fn list<T>(s: &str, what: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, CliError> {
+/// Parses a comma-separated list with `f`; `what` names the option. An
+/// item given twice (`--threads 2,2`, or `2,02`) counts once, as a repeated
+/// engine in `--engines` does.
+fn list<T: PartialEq>(
+    s: &str,
+    what: &str,
+    f: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, CliError> {
     let items = split(s);
     if items.is_empty() {
         return Err(CliError::Usage(format!("{what} `{s}`: the list is empty")));
     }
-    items
-        .iter()
-        .map(|i| f(i).map_err(|e| CliError::Usage(format!("{what}: {e}"))))
-        .collect()
+    let mut out = Vec::with_capacity(items.len());
+    for i in &items {
+        let v = f(i).map_err(|e| CliError::Usage(format!("{what}: {e}")))?;
+        push_new(&mut out, v);
+    }
+    Ok(out)
+}
+
+/// Appends `v` unless `out` holds it already.
+fn push_new<T: PartialEq>(out: &mut Vec<T>, v: T) {
+    if !out.contains(&v) {
+        out.push(v);
+    }
 }
 
 /// Parses the workloads of `--mix` (each occurrence a comma-separated list
@@ -98,9 +113,12 @@ fn workloads(mixes: &[String]) -> Result<Vec<Workload>, CliError> {
     let mut out = Vec::new();
     for m in mixes {
         if m.contains('=') {
-            out.push(Workload::parse(m).map_err(|e| CliError::Usage(format!("--mix: {e}")))?);
+            let w = Workload::parse(m).map_err(|e| CliError::Usage(format!("--mix: {e}")))?;
+            push_new(&mut out, w);
         } else {
-            out.extend(list(m, "--mix", Workload::parse)?);
+            for w in list(m, "--mix", Workload::parse)? {
+                push_new(&mut out, w);
+            }
         }
     }
     if out.is_empty() {
@@ -371,5 +389,17 @@ mod tests {
         assert_eq!(l[1].unwrap().write_ns, 300);
         assert!(list("300", "--pm-latencies", latency_or_none).is_err());
         assert!(list(",", "--pm-latencies", latency_or_none).is_err());
+    }
+
+    #[test]
+    fn an_item_given_twice_counts_once() {
+        let t = list("2, 1,2,02", "--threads", |s| {
+            s.parse::<u32>().map_err(|e| e.to_string())
+        });
+        assert_eq!(t.unwrap(), [2, 1]);
+        let w = workloads(&["basic,basic".into(), "basic".into()]).unwrap();
+        assert_eq!(w, [Workload::Basic]);
+        let l = list("none,NONE,300/100", "--pm-latencies", latency_or_none).unwrap();
+        assert_eq!(l.len(), 2);
     }
 }

@@ -39,17 +39,13 @@ pub enum CliError {
 impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
-        use pmindex::Error as E;
         match self {
-            CliError::Usage(_)
-            | CliError::Bench(BenchError::Config(_))
-            | CliError::Db(
-                E::EmptyKey { .. }
-                | E::KeyTooLong { .. }
-                | E::ValueTooLong { .. }
-                | E::BadPoolSize { .. }
-                | E::InvalidArgument(_),
-            ) => 2,
+            CliError::Usage(_) | CliError::Bench(BenchError::Config(_)) => 2,
+            CliError::Db(e) | CliError::Bench(BenchError::Failed { source: e, .. })
+                if is_usage(e) =>
+            {
+                2
+            }
             _ => 1,
         }
     }
@@ -59,6 +55,20 @@ impl CliError {
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, CliError::Stdout(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
     }
+}
+
+/// Whether the library refused an argument (the same for `put` as for a
+/// benchmark's pool or records: `bench --pool-size 1K` as `create --size 1K`).
+fn is_usage(e: &pmindex::Error) -> bool {
+    use pmindex::Error as E;
+    matches!(
+        e,
+        E::EmptyKey { .. }
+            | E::KeyTooLong { .. }
+            | E::ValueTooLong { .. }
+            | E::BadPoolSize { .. }
+            | E::InvalidArgument(_)
+    )
 }
 
 impl From<std::io::Error> for CliError {
