@@ -465,6 +465,7 @@ impl<E: SerialEngine> Engine for Locked<E> {
         Ok(())
     }
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        super::check_item(key, value)?;
         let mut g = self.write();
         let _w = Writing::begin(&self.version);
         g.put(key, value, mode)
@@ -472,6 +473,7 @@ impl<E: SerialEngine> Engine for Locked<E> {
     /// [`BATCH`] items per write-lock hold, so that readers wait for at
     /// most one batch.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        super::check_items(items)?;
         for batch in items.chunks(BATCH) {
             let mut g = self.write();
             let _w = Writing::begin(&self.version);

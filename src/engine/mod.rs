@@ -49,6 +49,22 @@ pub const MAX_KEY_LEN: usize = 250;
 /// Longest value.
 pub const MAX_VALUE_LEN: usize = 1 << 20;
 
+/// An error, as [`crate::Db`] gives it, unless `key` has 1 to
+/// [`MAX_KEY_LEN`] bytes and `value` at most [`MAX_VALUE_LEN`]. Every
+/// engine's `put` and `put_many` check this themselves, because
+/// [`crate::Db::engine`] reaches them without `Db`'s checks: a key the
+/// layout cannot hold would otherwise be written as a record that reads
+/// back as damage (pmlog, fptree) or trip an assertion (hart).
+pub(crate) fn check_item(key: &[u8], value: &[u8]) -> Result<()> {
+    crate::db::check_key_len(key, MAX_KEY_LEN)?;
+    crate::db::check_value_len(value, MAX_VALUE_LEN)
+}
+
+/// [`check_item`] for every item, before any is applied.
+pub(crate) fn check_items(items: &[(&[u8], &[u8])]) -> Result<()> {
+    items.iter().try_for_each(|(k, v)| check_item(k, v))
+}
+
 /// What `put` does when the key is present or absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutMode {
@@ -119,17 +135,23 @@ pub trait Engine: Send + Sync {
         }
         Ok(())
     }
-    /// Inserts or replaces per `mode`. Durable on return.
+    /// Inserts or replaces per `mode`. Durable on return. A key or value
+    /// out of the API's limits is refused as [`crate::Db::put`] refuses it
+    /// ([`crate::Error::EmptyKey`], [`crate::Error::KeyTooLong`],
+    /// [`crate::Error::ValueTooLong`]), whatever `mode`.
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome>;
     /// Upserts `items[i] = (key, value)` in order (a key given twice ends
     /// with its last value); every item is durable on return. Not atomic as
     /// a whole: on an error, the items before the one that failed are
     /// applied and durable and the rest are not; after a crash during the
     /// call, each key holds its value from before the call or one the call
-    /// gave it. The default puts one item after another; engines that
+    /// gave it. An item out of the API's limits (see [`Engine::put`]) is
+    /// refused before any item is applied. The default puts one item after
+    /// another; engines that
     /// share fences between items override it (`hart`, and the radix
     /// trees through [`Locked`]).
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        check_items(items)?;
         for (key, value) in items {
             self.put(key, value, PutMode::Upsert)?;
         }

@@ -932,6 +932,7 @@ impl Engine for Hart {
     /// than a probe first: where the key is likely absent, the probe's miss
     /// would come before the descent's instead of beside it.
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        super::check_item(key, value)?;
         let (hk_bytes, ak) = self.split(key);
         let (root, word) = self.trees.hints(hk_bytes);
         self.prefetch_root_hint(root, ak);
@@ -1069,6 +1070,7 @@ impl Engine for Hart {
     /// batch with one fence ([`Self::put_batch`]). The `paper` order puts
     /// one item after another.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        super::check_items(items)?;
         if self.order == PersistOrder::Paper {
             for (key, value) in items {
                 self.put(key, value, PutMode::Upsert)?;

@@ -452,6 +452,7 @@ impl Engine for Striped {
         Ok(())
     }
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        crate::engine::check_item(key, value)?;
         let below = |t: &RadixTree, root_path: &[u8]| {
             t.put_impl(key, value, mode, Scope::Below { root_path })
                 .transpose()
@@ -467,6 +468,7 @@ impl Engine for Striped {
     /// [`BATCH`] items per hold of the whole tree, so that other writers and
     /// readers wait for at most one batch.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        crate::engine::check_items(items)?;
         for batch in items.chunks(BATCH) {
             self.whole(|t| t.put_many_impl(batch))?;
         }
