@@ -58,6 +58,13 @@ pub enum Fault {
     /// freed leaf). Caught only where ARTs of the workload have an index
     /// (`hart.point_index_above=0` for the crash simulator's small ones).
     HartPointIndexKeptOnDelete,
+    /// hart: recovery kills the second live leaf of a key (an early leaf
+    /// of an upsert in flight) without flushing its cleared commit word.
+    /// Nothing is wrong until the key is deleted or updated and the pool
+    /// crashes again: the killed leaf then comes back. Caught by the
+    /// crash harness's writes after recovery and second crash, where the
+    /// workload makes such leaves (`hart.point_index=off`).
+    HartRecoveryDuplicateUnflushed,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -105,6 +112,7 @@ impl Fault {
         Fault::HartDeleteFenceUnlocked,
         Fault::HartEarlyLeafLeftLive,
         Fault::HartPointIndexKeptOnDelete,
+        Fault::HartRecoveryDuplicateUnflushed,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -130,6 +138,7 @@ impl Fault {
             Fault::HartDeleteFenceUnlocked => "hart-delete-fence-unlocked",
             Fault::HartEarlyLeafLeftLive => "hart-early-leaf-left-live",
             Fault::HartPointIndexKeptOnDelete => "hart-point-index-kept-on-delete",
+            Fault::HartRecoveryDuplicateUnflushed => "hart-recovery-duplicate-unflushed",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -154,7 +163,8 @@ impl Fault {
             | Fault::HartBatchSkipFence
             | Fault::HartDeleteFenceUnlocked
             | Fault::HartEarlyLeafLeftLive
-            | Fault::HartPointIndexKeptOnDelete => Some("hart"),
+            | Fault::HartPointIndexKeptOnDelete
+            | Fault::HartRecoveryDuplicateUnflushed => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
             Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush

@@ -217,8 +217,18 @@ fn live_failure(i: usize, op: &impl std::fmt::Display, message: String) -> Failu
 trait Subject: Sync {
     /// Recovers `image` and checks it against what must hold at `point`.
     fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String>;
-    /// Recovers `image` while recording, and returns the recovery's trace.
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String>;
+    /// Recovers `image` while recording, then (key-value subjects) makes
+    /// [`writes_after_recovery`]; returns the trace of both.
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String>;
+    /// Recovers `image`, an image taken after [`Subject::record_recovery`]'s
+    /// writes were durable, and checks that it holds exactly `expected`.
+    fn verify_after(
+        &self,
+        _image: &[u8],
+        _expected: &[(Vec<u8>, Vec<u8>)],
+    ) -> std::result::Result<(), String> {
+        Err("this subject makes no writes after recovery".into())
+    }
     /// Describes the state expected at `point`: (acked ops, op in flight).
     fn at(&self, point: usize) -> (usize, Option<String>);
     /// How many operations are in flight at `point`.
@@ -229,6 +239,64 @@ trait Subject: Sync {
     fn in_flight_on_one_key(&self, _point: usize) -> bool {
         false
     }
+}
+
+/// Key-value pairs in key order.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A recovery recorded for the checks of [`Shared::verify`].
+struct RecoveryRun {
+    /// The recovery's events, then those of the writes made after it.
+    trace: Trace,
+    /// Where the recovery's events end in `trace`.
+    recovered: usize,
+    /// The contents the writes after recovery leave; `None` where none
+    /// were made (the allocator subject, or an image with no pool yet).
+    after: Option<Pairs>,
+}
+
+/// The key [`writes_after_recovery`] adds (no workload key has a `~`).
+const AFTER_RECOVERY_KEY: &[u8] = b"~after-recovery";
+
+/// The writes made on a recovered database before the second crash of
+/// [`Shared::verify`]: of the keys `got` holds (in key order), the 2nd,
+/// 4th, ... get a new value and the others are deleted; then
+/// [`AFTER_RECOVERY_KEY`] is put. Each is durable on return, so a crash
+/// after them must keep all of them, whatever recovery left unpersisted:
+/// a superseded record or a duplicate leaf that recovery retired with a
+/// store it never made durable would come back once the key it shadowed
+/// is deleted or updated. Returns the contents they leave; a write that
+/// finds the pool full ends them there.
+fn writes_after_recovery(db: &Db, got: Pairs) -> std::result::Result<Pairs, String> {
+    let keys: Vec<Vec<u8>> = got.iter().map(|(k, _)| k.clone()).collect();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = got.into_iter().collect();
+    let mut write = |i: usize, key: &[u8]| -> std::result::Result<bool, String> {
+        let r = if i.is_multiple_of(2) {
+            db.delete(key).map(|_| {
+                model.remove(key);
+            })
+        } else {
+            let value = format!("written after recovery, {i}").into_bytes();
+            db.put(key, &value).map(|_| {
+                model.insert(key.to_vec(), value);
+            })
+        };
+        match r {
+            Ok(()) => Ok(true),
+            Err(Error::PoolFull { .. }) => Ok(false),
+            Err(e) => Err(format!(
+                "write {i} after recovery ({}): {e}",
+                super::show_key(key)
+            )),
+        }
+    };
+    for (i, k) in keys.iter().enumerate() {
+        if !write(i, k)? {
+            return Ok(model.into_iter().collect());
+        }
+    }
+    write(keys.len() | 1, AFTER_RECOVERY_KEY)?;
+    Ok(model.into_iter().collect())
 }
 
 fn sim_persist() -> PersistConfig {
@@ -292,14 +360,54 @@ impl KvSettings {
         Ok(())
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
         let rec = Arc::new(Recorder::new());
-        match Db::open_image(image, &self.options(Some(Arc::clone(&rec)))) {
-            Ok(db) => drop(db),
-            Err(Error::NotAPool { .. }) => {}
+        let db = match Db::open_image(image, &self.options(Some(Arc::clone(&rec)))) {
+            Ok(db) => db,
+            Err(Error::NotAPool { .. }) => {
+                let trace = rec.take();
+                return Ok(RecoveryRun {
+                    recovered: trace.events.len(),
+                    trace,
+                    after: None,
+                });
+            }
             Err(e) => return Err(format!("recovery failed: {e}")),
+        };
+        let recovered = rec.position();
+        let got = db
+            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+        let after = writes_after_recovery(&db, got)?;
+        drop(db);
+        Ok(RecoveryRun {
+            trace: rec.take(),
+            recovered,
+            after: Some(after),
+        })
+    }
+
+    /// [`Subject::verify_after`].
+    fn verify_after(
+        &self,
+        image: &[u8],
+        expected: &[(Vec<u8>, Vec<u8>)],
+    ) -> std::result::Result<(), String> {
+        let db = Db::open_image(image, &self.options(None))
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        let got = db
+            .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
+            .map_err(|e| format!("scan after recovery failed: {e}"))?;
+        if got != expected {
+            let model: Model = expected
+                .iter()
+                .map(|(k, v)| (k.clone(), Arc::from(&v[..])))
+                .collect();
+            return Err(describe_diff(&model, &got));
         }
-        Ok(rec.take())
+        db.check()
+            .map_err(|e| format!("check after recovery: {e}"))?;
+        Ok(())
     }
 }
 
@@ -672,8 +780,16 @@ impl Subject for KvSubject {
         })
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
         self.settings.record_recovery(image)
+    }
+
+    fn verify_after(
+        &self,
+        image: &[u8],
+        expected: &[(Vec<u8>, Vec<u8>)],
+    ) -> std::result::Result<(), String> {
+        self.settings.verify_after(image, expected)
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
@@ -914,8 +1030,16 @@ impl Subject for ConcurrentKvSubject {
         })
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
         self.settings.record_recovery(image)
+    }
+
+    fn verify_after(
+        &self,
+        image: &[u8],
+        expected: &[(Vec<u8>, Vec<u8>)],
+    ) -> std::result::Result<(), String> {
+        self.settings.verify_after(image, expected)
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
@@ -1033,26 +1157,36 @@ impl Shared<'_> {
         if !job.recovery {
             return;
         }
-        // Crash during recovery: record recovery, crash it at each of its
-        // fences (all-pending and durable-only images), recover again.
-        let trace = match self.subject.record_recovery(&job.image) {
-            Ok(t) => t,
+        // Crash during recovery: record recovery and the writes after it
+        // (`writes_after_recovery`). Recovery is crashed before each of its
+        // fences, at a sampled point between two, and at its end (the
+        // all-pending, durable-only and one random image each), and each
+        // image recovered again: recovery must be idempotent.
+        let run = match self.subject.record_recovery(&job.image) {
+            Ok(r) => r,
             Err(m) => return self.fail(job.point, "recovery/record", m),
         };
+        let trace = &run.trace;
         let mut rng = SmallRng::seed_from_u64(seed ^ job.point as u64);
-        let points = crash_points(&trace, 0, &mut rng);
+        let mut points: Vec<usize> = crash_points(trace, 1, &mut rng)
+            .into_iter()
+            .filter(|&p| p < run.recovered)
+            .collect();
+        points.push(run.recovered);
         let mut model = CacheModel::new(job.image.clone(), eadr);
         let mut seen = HashSet::new();
         let mut idx = 0;
         for p in points {
             while idx < p {
-                model.apply(&trace, &trace.events[idx]);
+                model.apply(trace, &trace.events[idx]);
                 idx += 1;
             }
-            for (kind, (img, h)) in [
-                ("recovery/all", model.image_all()),
-                ("recovery/durable", model.image_durable()),
-            ] {
+            for kind in ["recovery/all", "recovery/durable", "recovery/random"] {
+                let (img, h) = match kind {
+                    "recovery/all" => model.image_all(),
+                    "recovery/durable" => model.image_durable(),
+                    _ => model.image_random(&mut rng),
+                };
                 if !seen.insert(h) {
                     continue;
                 }
@@ -1074,6 +1208,37 @@ impl Shared<'_> {
         // unfenced; nothing references that block.)
         if let Some(m) = unfenced_message(&model) {
             self.fail(job.point, "recovery/unfenced", format!("recovery: {m}"));
+            return;
+        }
+        // A second crash after the writes that followed recovery: every
+        // one of them was durable on return, so each image must hold what
+        // they left, whatever recovery's own stores that nothing persisted
+        // did or did not reach PM.
+        let Some(expected) = &run.after else {
+            return;
+        };
+        while idx < trace.events.len() {
+            model.apply(trace, &trace.events[idx]);
+            idx += 1;
+        }
+        for kind in ["after/durable", "after/all", "after/random", "after/random"] {
+            let (img, h) = match kind {
+                "after/all" => model.image_all(),
+                "after/durable" => model.image_durable(),
+                _ => model.image_random(&mut rng),
+            };
+            if !seen.insert(h) {
+                continue;
+            }
+            self.recovery_images.fetch_add(1, Ordering::Relaxed);
+            self.checked.fetch_add(1, Ordering::Relaxed);
+            if let Err(m) = self.subject.verify_after(&img, expected) {
+                return self.fail(
+                    job.point,
+                    kind,
+                    format!("after recovery, durable writes and a second crash: {m}"),
+                );
+            }
         }
     }
 }

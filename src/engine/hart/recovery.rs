@@ -59,7 +59,7 @@ use super::{read_slot, Hart, HashKey, LeafRef, Stripe, ValueRef, DEFAULT_HASH_KE
 use crate::engine::MAX_VALUE_LEN;
 use crate::error::{Error, Result};
 use crate::pm::cases::{self, Case};
-use crate::pm::Pool;
+use crate::pm::{Fault, Pool};
 
 /// The chunk lists of one stripe, outside their locks (recovery owns them).
 pub(super) struct StripeLists {
@@ -558,7 +558,9 @@ pub(super) fn open(
                             .ok_or_else(|| leaf::corrupt(off, "live leaf has no commit word"))?;
                         let v = read_slot(pool_ref, off, c.active)?;
                         pool_ref.store_u64(off, 0)?;
-                        pool_ref.flush(off, 8);
+                        if !pool_ref.fault(Fault::HartRecoveryDuplicateUnflushed) {
+                            pool_ref.flush(off, 8);
+                        }
                         killed.push((loser, leaf::class_for_key(l.key_len), v));
                     }
                 }

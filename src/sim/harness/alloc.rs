@@ -7,7 +7,10 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{expected_at, live_failure, sim_persist, CrashConfig, Failure, Subject, ALLOC_SUBJECT};
+use super::{
+    expected_at, live_failure, sim_persist, CrashConfig, Failure, RecoveryRun, Subject,
+    ALLOC_SUBJECT,
+};
 use crate::error::{Error, Result};
 use crate::pm::{Fault, Pool, PoolConfig};
 use crate::sim::trace::{Recorder, Trace};
@@ -251,7 +254,7 @@ impl Subject for AllocSubject {
         first
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<Trace, String> {
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
         let rec = Arc::new(Recorder::new());
         match Pool::open_image(
             image,
@@ -262,7 +265,12 @@ impl Subject for AllocSubject {
             Err(Error::NotAPool { .. }) => {}
             Err(e) => return Err(format!("recovery failed: {e}")),
         }
-        Ok(rec.take())
+        let trace = rec.take();
+        Ok(RecoveryRun {
+            recovered: trace.events.len(),
+            trace,
+            after: None,
+        })
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
