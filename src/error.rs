@@ -73,7 +73,12 @@ pub enum Error {
         path: PathBuf,
     },
     /// The pool has no free space left for this allocation. Reads and deletes
-    /// still work.
+    /// still work. Space that deletes and replacements free comes back as
+    /// each engine's layout allows: pmlog moves the live records of mostly
+    /// dead log segments first (docs/design.md §6); the trees reuse a
+    /// freed node or leaf for one of its size, and give a chunk back only
+    /// when none of its blocks is in use, so interleaved deletes may free
+    /// little room for other sizes.
     #[error("pool is full: no room for {requested} more bytes")]
     PoolFull {
         /// The size of the allocation that failed.

@@ -250,3 +250,67 @@ fn empty_db_takes_a_large_value_after_deleting_the_only_key() {
     model.insert(b"b".to_vec(), big);
     verify(&db, &model, "after the second large value");
 }
+
+/// A cold key among hot updates no longer pins its segment: the log cleans
+/// (moves the few live records of a mostly dead segment and frees it).
+/// Before 2026-12-02 each of these cold keys kept a 256 KiB segment, and
+/// a 16 MiB pool refused a put with 63 live keys.
+#[test]
+fn cold_keys_among_hot_updates_do_not_fill_the_pool() {
+    let t = TempPool::new();
+    let db = create_db(&t.path, "pmlog", 16 << 20);
+    let mut model = Model::new();
+    let hot = value(7, 2000);
+    for i in 0..300 {
+        db.put(&key(i), &value(i, 100))
+            .unwrap_or_else(|e| panic!("cold key {i}: {e}"));
+        model.insert(key(i), value(i, 100));
+        for _ in 0..150 {
+            db.put(b"hot", &hot)
+                .unwrap_or_else(|e| panic!("hot update after cold key {i}: {e}"));
+        }
+    }
+    model.insert(b"hot".to_vec(), hot.clone());
+    verify(&db, &model, "after 45,000 hot updates");
+    let used = db.pool().usage().bytes_in_use();
+    println!("{} live keys, {used} bytes in use", model.len());
+    // About 90 MB were appended; the live records are 32 KB.
+    assert!(
+        used < 4 << 20,
+        "{used} bytes in use for {} keys",
+        model.len()
+    );
+    drop(db);
+    verify(&open_db(&t.path), &model, "reopened");
+}
+
+/// A full pool whose first segment holds one small live record among dead
+/// ones: the put that finds no room for a new segment moves that record
+/// into what is left of the active segment, frees the first, and goes on.
+/// Before 2026-12-02 every put failed until the record was deleted.
+#[test]
+fn a_full_pool_cleans_a_mostly_dead_segment_to_make_room() {
+    let t = TempPool::new();
+    let db = create_db(&t.path, "pmlog", SMALL_POOL);
+    let mut model = Model::new();
+    db.put(b"s", b"").unwrap();
+    model.insert(b"s".to_vec(), Vec::new());
+    // 200 records of about 1 KB: in the first 256 KiB segment, with "s".
+    for i in 0..200 {
+        db.put(&key(i), &value(i, 1000)).unwrap();
+        model.insert(key(i), value(i, 1000));
+    }
+    let failed = fill(&db, &mut model, 200, 1000);
+    for i in 0..200 {
+        assert!(db.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    let more = fill(&db, &mut model, failed, 1000) - failed;
+    assert!(
+        more >= 200,
+        "only {more} puts after deleting 200 KB of the first segment"
+    );
+    verify(&db, &model, "after cleaning in a full pool");
+    drop(db);
+    verify(&open_db(&t.path), &model, "reopened");
+}
