@@ -136,3 +136,43 @@ fn fptree_small_leaves() {
     crash_test_with("fptree", false, &[("fptree.leaf_slots", "3")]);
     crash_test_with("fptree", true, &[("fptree.leaf_slots", "3")]);
 }
+
+/// A budget too small for every crash point of a round keeps the points
+/// before fences and drops those sampled between them first; a smaller one
+/// still drops fence points, and says how many.
+#[test]
+fn a_tight_budget_keeps_fence_points_first() {
+    use std::sync::Arc;
+    let ops: Vec<pmindex::sim::workload::Op> = (0..40)
+        .map(|i| {
+            pmindex::sim::workload::Op::Put(
+                format!("key{}", i % 25).into_bytes(),
+                Arc::from(vec![i as u8; 40]),
+            )
+        })
+        .collect();
+    let mut cfg = CrashConfig::new("hart");
+    cfg.between = 4;
+    cfg.recovery_checks = 0;
+    cfg.shrink = false;
+    cfg.states = 1_000_000;
+    let all = pmindex::sim::run_ops(&cfg, ops.clone()).unwrap();
+    assert_eq!(all.skipped_fence_points, 0);
+    assert!(all.crash_points > 3 * all.fences, "{all:?}");
+    // Four images a point: room for every fence point and the end.
+    cfg.states = 4 * (all.fences + 1);
+    let r = pmindex::sim::run_ops(&cfg, ops.clone()).unwrap();
+    assert!(r.failures.is_empty());
+    assert_eq!(r.skipped_fence_points, 0, "{r:?}");
+    assert!(r.crash_points >= all.fences, "{r:?}");
+    // Room for half of them.
+    cfg.states = 2 * (all.fences + 1);
+    let r = pmindex::sim::run_ops(&cfg, ops).unwrap();
+    assert!(r.failures.is_empty());
+    assert!(
+        r.skipped_fence_points >= all.fences / 2 - 1,
+        "{} of {} fences skipped",
+        r.skipped_fence_points,
+        all.fences
+    );
+}

@@ -86,6 +86,13 @@ fn text(r: &CrashReport, cfg: &pmindex::sim::CrashConfig) -> String {
         r.seconds,
         r.images_per_second()
     );
+    if r.skipped_fence_points > 0 {
+        s.push_str(&format!(
+            "{} fence points not crashed: the rounds they were in had more crash points than \
+             what was left of --states {} (usually the last round)\n",
+            r.skipped_fence_points, cfg.states
+        ));
+    }
     if r.failures.is_empty() {
         s.push_str("0 failures\n");
         return s;

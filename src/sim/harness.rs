@@ -163,6 +163,12 @@ pub struct CrashReport {
     pub fences: usize,
     /// Crash points visited.
     pub crash_points: usize,
+    /// Points before a fence (or at a round's end) not visited: a round
+    /// with more crash points than its share of the image budget visits
+    /// every fence point only if they fit, after dropping the points
+    /// sampled between fences; 0 means every fence of every round was a
+    /// crash point.
+    pub skipped_fence_points: usize,
     /// Of which points with two or more operations in flight (several
     /// writers).
     pub overlapping_points: usize,
@@ -1258,6 +1264,8 @@ fn unfenced_message(model: &CacheModel) -> Option<String> {
 
 struct EnumStats {
     points: usize,
+    /// Points before a fence (or at the end) left out to fit the budget.
+    skipped_fence_points: usize,
     overlapping: usize,
     same_key: usize,
     duplicates: usize,
@@ -1281,11 +1289,14 @@ fn check_trace<'a>(
     };
     let mut rng = SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut points = crash_points(trace, cfg.between, &mut rng);
-    // Fit the budget: at least two images per point, so drop points evenly
-    // if there are too many.
+    // A point before a fence or at the end, as opposed to one sampled
+    // between two fences.
+    let at_fence = |p: usize| trace.events.get(p).is_none_or(|e| e.is_fence());
+    let fence_points = points.iter().filter(|&&p| at_fence(p)).count();
     // Fit the budget: the all-pending and durable-only images plus at least
-    // MIN_RANDOM random ones per point; drop points evenly if there are too
-    // many for that.
+    // MIN_RANDOM random ones per point. If there are too many points for
+    // that, the sampled points between fences go first (evenly), then
+    // fence points (evenly); the report counts the fence points skipped.
     const MIN_RANDOM: usize = 2;
     let budget = cfg.states.max(1);
     let randoms = (budget / points.len().max(1))
@@ -1294,16 +1305,31 @@ fn check_trace<'a>(
     let per_point = 2 + randoms;
     if points.len() * per_point > budget {
         let keep = (budget / per_point).max(1);
-        let step = points.len() as f64 / keep as f64;
-        points = (0..keep)
-            .map(|i| points[(i as f64 * step) as usize])
-            .collect();
+        let evenly = |pts: Vec<usize>, keep: usize| -> Vec<usize> {
+            let step = pts.len() as f64 / keep.max(1) as f64;
+            (0..keep.min(pts.len()))
+                .map(|i| pts[(i as f64 * step) as usize])
+                .collect()
+        };
+        let (fences, between): (Vec<usize>, Vec<usize>) =
+            points.into_iter().partition(|&p| at_fence(p));
+        points = if fences.len() >= keep {
+            evenly(fences, keep)
+        } else {
+            let rest = keep - fences.len();
+            let mut pts = fences;
+            pts.extend(evenly(between, rest));
+            pts.sort_unstable();
+            pts
+        };
     }
+    let skipped_fence_points = fence_points - points.iter().filter(|&&p| at_fence(p)).count();
     let recovery_every = budget
         .checked_div(cfg.recovery_checks)
         .map_or(usize::MAX, |n| n.max(1));
     let mut stats = EnumStats {
         points: 0,
+        skipped_fence_points,
         overlapping: 0,
         same_key: 0,
         duplicates: 0,
@@ -1399,6 +1425,7 @@ fn report_from(
         images: shared.checked.load(Ordering::Relaxed),
         recovery_images: shared.recovery_images.load(Ordering::Relaxed),
         duplicates: stats.duplicates,
+        skipped_fence_points: stats.skipped_fence_points,
         rounds: 1,
         seconds: t0.elapsed().as_secs_f64(),
         failures: live,
@@ -1521,6 +1548,7 @@ pub fn run(cfg: &CrashConfig) -> Result<CrashReport> {
                 t.images += r.images;
                 t.recovery_images += r.recovery_images;
                 t.duplicates += r.duplicates;
+                t.skipped_fence_points += r.skipped_fence_points;
                 t.rounds += 1;
                 if failed {
                     t.failures = r.failures;
