@@ -85,7 +85,9 @@ impl Options {
 
     /// These options with the engine setting `key = value` (the key with
     /// the engine's prefix; see each engine's settings in the README).
-    /// The engine checks it when the pool is made or opened.
+    /// The engine checks it when the pool is made or opened; a key that
+    /// names no engine (`hash_key_len` without `hart.`) is refused then
+    /// too, and one of another engine is ignored.
     ///
     /// ```
     /// use pmindex::{Db, Options};
@@ -121,7 +123,11 @@ pub struct Stats {
     pub keys: u64,
     /// DRAM bytes held by the index.
     pub dram_bytes: u64,
-    /// PM bytes in allocated blocks.
+    /// PM bytes in allocated blocks. Engines give PM back in whole units:
+    /// a chunk of nodes or leaves (`hart`, the radix trees), a leaf of up
+    /// to 40 records (`fptree`), a log segment (`pmlog`). A delete lowers
+    /// this only when it empties one; the room it frees inside one serves
+    /// that engine's later writes.
     pub pm_bytes: u64,
     /// Pool size.
     pub pool_size: u64,
@@ -212,6 +218,7 @@ impl Db {
     /// engine refuses (a bad setting, for one), the file this call made is
     /// removed again.
     pub fn create(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        engine::check_setting_keys(&opts.engine_config)?;
         let path = path.as_ref();
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
         let pool = Arc::new(Pool::create(
@@ -237,6 +244,7 @@ impl Db {
 
     /// Opens the pool at `path` and recovers its index.
     pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        engine::check_setting_keys(&opts.engine_config)?;
         if let Some(e) = &opts.engine {
             engine::find(e)?;
         }
@@ -264,6 +272,7 @@ impl Db {
     /// # Ok::<(), pmindex::Error>(())
     /// ```
     pub fn open_read_only(path: impl AsRef<Path>, opts: &Options) -> Result<Db> {
+        engine::check_setting_keys(&opts.engine_config)?;
         if let Some(e) = &opts.engine {
             engine::find(e)?;
         }
@@ -275,6 +284,7 @@ impl Db {
     /// Creates a database in anonymous memory (tests, simulation, benchmarks
     /// without a file).
     pub fn create_anonymous(opts: &Options) -> Result<Db> {
+        engine::check_setting_keys(&opts.engine_config)?;
         let info = engine::find(opts.engine.as_deref().unwrap_or(DEFAULT_ENGINE))?;
         let pool = Pool::create_anonymous(opts.pool_size, info.name, &opts.pool_config())?;
         Self::wrap((info.create)(Arc::new(pool), &opts.engine_config)?)
@@ -283,6 +293,7 @@ impl Db {
     /// Opens a pool image (for example a crash image) in anonymous memory and
     /// recovers its index.
     pub fn open_image(image: &[u8], opts: &Options) -> Result<Db> {
+        engine::check_setting_keys(&opts.engine_config)?;
         let pool = Pool::open_image(image, opts.engine.as_deref(), &opts.pool_config())?;
         Self::recover(pool, &opts.engine_config)
     }

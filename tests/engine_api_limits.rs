@@ -87,3 +87,73 @@ fn engines_refuse_what_their_layout_cannot_hold() {
         assert_check(&db, model.len(), &ctx);
     }
 }
+
+/// A setting without an engine's prefix, or with a prefix that is no
+/// engine's, is refused when a pool is made or opened (before, the engines
+/// ignored it and `hash_key_len=3` made a pool with 2); one of another
+/// engine is ignored.
+#[test]
+fn a_setting_that_names_no_engine_is_refused() {
+    use pmindex::{Db, Options};
+    for key in [
+        "hash_key_len",
+        "hrat.hash_key_len",
+        "hart.",
+        ".hash_key_len",
+    ] {
+        let opts = Options::with_engine("hart").setting(key, "3");
+        let e = Db::create_anonymous(&opts).expect_err(key);
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("names no engine")),
+            "{key}: {e:?}"
+        );
+        let t = TempPool::new();
+        assert!(Db::create(&t.path, &opts).is_err(), "{key}");
+        assert!(!t.path.exists(), "{key}: a refused create left its file");
+    }
+    let t = TempPool::new();
+    drop(create_db(&t.path, "hart", 64 << 20));
+    let opts = Options::default().setting("recovery_threads", "2");
+    assert!(matches!(
+        Db::open(&t.path, &opts),
+        Err(Error::InvalidArgument(_))
+    ));
+    let db =
+        Db::create_anonymous(&Options::with_engine("hart").setting("wort.format", "3")).unwrap();
+    assert_eq!(db.info().settings["hart.hash_key_len"], "2");
+}
+
+/// `hart.reads=optimistic` where it cannot run (no point index, or the
+/// hashed index of ARTs of `hash_key_len` above 2) is refused; before it
+/// ran locked without a word.
+#[test]
+fn optimistic_reads_where_they_cannot_run_are_refused() {
+    use pmindex::{Db, Options};
+    let ok = Options::with_engine("hart").setting("hart.reads", "optimistic");
+    let db = Db::create_anonymous(&ok).unwrap();
+    assert_eq!(db.info().settings["hart.reads"], "optimistic");
+    for (k, v) in [("hart.hash_key_len", "3"), ("hart.point_index", "off")] {
+        let opts = ok.clone().setting(k, v);
+        let e = Db::create_anonymous(&opts).expect_err(k);
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("hart.reads=optimistic")),
+            "{k}={v}: {e:?}"
+        );
+    }
+    // At open too: a pool made with hash_key_len=3.
+    let t = TempPool::new();
+    drop(
+        Db::create(
+            &t.path,
+            &Options::with_engine("hart").setting("hart.hash_key_len", "3"),
+        )
+        .unwrap(),
+    );
+    let e = Db::open(
+        &t.path,
+        &Options::default().setting("hart.reads", "optimistic"),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    Db::open(&t.path, &Options::default()).unwrap();
+}

@@ -326,6 +326,31 @@ pub const ENGINES: &[EngineInfo] = &[
     fptree::INFO,
 ];
 
+/// Refuses a setting whose key names no engine: one without a prefix
+/// (`hash_key_len` for `hart.hash_key_len`, which every engine would
+/// ignore: [`EngineConfig`]) or with a prefix that is no engine's. Keys of
+/// other engines pass. [`crate::Db`] checks this before it makes or opens
+/// a pool.
+pub fn check_setting_keys(config: &EngineConfig) -> crate::Result<()> {
+    for k in config.keys() {
+        let named = k
+            .split_once('.')
+            .is_some_and(|(e, rest)| !rest.is_empty() && ENGINES.iter().any(|i| i.name == e));
+        if !named {
+            return Err(crate::Error::InvalidArgument(format!(
+                "setting `{k}` names no engine: keys are ENGINE.KEY, such as \
+                 `hart.hash_key_len` (engines: {})",
+                ENGINES
+                    .iter()
+                    .map(|e| e.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Looks an engine up by name.
 pub fn find(name: &str) -> crate::Result<&'static EngineInfo> {
     ENGINES

@@ -146,7 +146,7 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     h.leaf_first = leaf_first;
     h.point_index = point_index;
     h.point_above = point_above;
-    h.set_reads(optimistic);
+    h.set_reads(optimistic)?;
     h.set_stripes(stripes)?;
     Ok(h)
 }
@@ -165,7 +165,7 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     let points = point_index.then_some(point_above);
     let mut h = recovery::open(pool, recovery_threads, k_h, points)?;
     h.leaf_first = leaf_first;
-    h.set_reads(optimistic);
+    h.set_reads(optimistic)?;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
@@ -615,9 +615,20 @@ impl Hart {
     }
 
     /// Applies `hart.reads`: searches without the ARTs' locks first
-    /// (`optimistic`) where the index of ARTs allows it.
-    fn set_reads(&mut self, optimistic: bool) {
+    /// (`optimistic`), which needs the point index and the direct index of
+    /// ARTs (`hash_key_len` 1 or 2); refused elsewhere (before 2026-12-02
+    /// it fell back to `locked` without a word).
+    fn set_reads(&mut self, optimistic: bool) -> Result<()> {
         self.optimistic = self.trees.read_unlocked(optimistic && self.point_index);
+        if optimistic && !self.optimistic {
+            return Err(Error::InvalidArgument(format!(
+                "hart.reads=optimistic needs hart.point_index=on and hart.hash_key_len 1 or 2 \
+                 (here: point_index={}, hash_key_len={})",
+                if self.point_index { "on" } else { "off" },
+                self.k_h
+            )));
+        }
+        Ok(())
     }
 
     fn leaves(&self, stripe: usize, lc: usize) -> &Mutex<ChunkList> {
