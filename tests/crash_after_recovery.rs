@@ -78,3 +78,23 @@ fn hart_survives_writes_and_a_second_crash_after_recovery() {
         r.images, r.recovery_images
     );
 }
+
+/// One put whose fence is dropped: the durable image at its end, where it
+/// is acknowledged, equals the one at its start, where it is in flight. A
+/// duplicate is judged by image and expected outcome together, so the end
+/// is checked too and the lost put is caught (keyed on the image alone,
+/// before 2026-12-02, it was skipped and this passed).
+#[test]
+fn an_image_is_checked_again_where_another_outcome_is_expected() {
+    let mut cfg = CrashConfig::new("pmlog");
+    cfg.fault = Some(Fault::PmlogSkipAppendFence);
+    cfg.shrink = false;
+    cfg.recovery_checks = 0;
+    let r = run_ops(&cfg, vec![Op::Put(key(1), Arc::from(&b"value"[..]))]).unwrap();
+    assert!(
+        r.failures.iter().any(|f| f.acked_ops == 1),
+        "{} images, failures {:?}",
+        r.images,
+        r.failures
+    );
+}

@@ -68,7 +68,9 @@ pub const MAX_POOL_SIZE: u64 = 1 << 46;
 pub trait PmObserver: Send + Sync {
     /// `bytes` were stored at `offset` (after the store happened).
     fn store(&self, offset: u64, bytes: &[u8]);
-    /// The cache line at `line` (a multiple of 64) was flushed.
+    /// The cache line at `line` (a multiple of 64) is flushed (called just
+    /// before the flush instruction, so that a store recorded before the
+    /// flush happened before it; see [`Pool::flush`]).
     fn flush(&self, line: u64);
     /// A fence was issued.
     fn fence(&self);
@@ -1076,6 +1078,15 @@ impl Pool {
         let mut line = first;
         let mut lines = 0;
         while line < end {
+            // Recorded before the flush, not after: another thread's store
+            // to the line recorded before this flush then happened before
+            // it too (stores are recorded after they happen), so the model
+            // never takes a flush to cover a store it missed. Recorded
+            // after, a store made between this flush and its record would
+            // be (found by review, 2026-12-02; writers on one line).
+            if let Some(o) = &self.observer {
+                o.flush(line);
+            }
             if kind != FlushKind::Eadr {
                 // `line` is inside the mapping: `first <= off < end <= len`.
                 persist::flush_line(kind, self.map.base.as_ptr().wrapping_add(line as usize));
@@ -1083,9 +1094,6 @@ impl Pool {
                 if self.persist.write_extra_ns != 0 {
                     persist::spin_ns(u64::from(self.persist.write_extra_ns));
                 }
-            }
-            if let Some(o) = &self.observer {
-                o.flush(line);
             }
             line += CACHE_LINE;
         }

@@ -1362,6 +1362,13 @@ fn check_trace<'a>(
             stats.points += 1;
             stats.overlapping += usize::from(subject.in_flight(p) >= 2);
             stats.same_key += usize::from(subject.in_flight_on_one_key(p));
+            // An image is a duplicate only where the same outcome is
+            // expected: one image at a point where an operation is in
+            // flight and at a later one where it is acknowledged must be
+            // checked at both (keyed on the image alone, a fence dropped
+            // from an operation left the durable image of its end equal to
+            // that of its start, and the check that must fail was skipped).
+            let expected = subject.at(p);
             let mut dup_streak = 0;
             for i in 0..2 + randoms {
                 if shared.stop.load(Ordering::Relaxed) || sent >= budget {
@@ -1372,7 +1379,7 @@ fn check_trace<'a>(
                     1 => ("durable", model.image_durable()),
                     _ => ("random", model.image_random(&mut rng)),
                 };
-                if !seen.insert(h) {
+                if !seen.insert((h, expected.clone())) {
                     stats.duplicates += 1;
                     dup_streak += 1;
                     // Few pending lines: the random images repeat; move on.
