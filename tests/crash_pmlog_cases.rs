@@ -46,7 +46,8 @@ fn workload(v: usize) -> Vec<Op> {
 
 /// A full pool whose first segment keeps one small live record among
 /// dead ones: the puts after the deletes find no room for a new segment
-/// and clean that one into a small new segment ("make room").
+/// and clean that one ("make room"); then segments left half live by
+/// deletes, cleaned into the room the log keeps for that.
 fn full_pool(v: usize) -> Vec<Op> {
     let k = |p: &str, i: usize| format!("{p}{i:03}").into_bytes();
     let val = |i: usize| -> Arc<[u8]> { vec![(i + v) as u8; 8 << 10].into() };
@@ -63,6 +64,14 @@ fn full_pool(v: usize) -> Vec<Op> {
     }
     for i in 0..20 {
         ops.push(Op::Put(k("b", i), val(i)));
+    }
+    // Every other one of the first 160 deleted (each segment half live),
+    // then 60 puts: they fit only once half-live segments are cleaned.
+    for i in (0..160).step_by(2) {
+        ops.push(Op::Delete(k("f", i)));
+    }
+    for i in 0..60 {
+        ops.push(Op::Put(k("g", i), val(i)));
     }
     ops
 }

@@ -30,10 +30,13 @@
 //!   value, which recovery resolves as for a replace. It runs when a new
 //!   segment starts and more than half the segments' record space is dead
 //!   (the sealed segment with the fewest live bytes, if they fit), and when
-//!   the pool has no room for a new segment (until one is made or no
-//!   sealed segment's live records fit in the active one). Without it, one
-//!   live record kept a whole segment: a cold key among hot updates pinned
-//!   256 KiB, and 63 of them filled a 16 MiB pool.
+//!   the pool has no room for a new segment beside the segment's worth it
+//!   keeps free for cleaning (into the active segment's rest, or into a
+//!   new segment made from that room, while some segment is at most three
+//!   quarters live). Without it, one live record kept a whole segment: a
+//!   cold key among hot updates pinned 256 KiB, and 63 of them filled a
+//!   16 MiB pool; and a full pool whose every other key was deleted took
+//!   back one in fifteen of them.
 //!
 //! # Recovery
 //! Read every segment in the directory, record by record, until the first
@@ -58,7 +61,7 @@ use super::{
     ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
-use crate::pm::{Fault, Pool};
+use crate::pm::{Fault, Pool, CHUNK_SIZE};
 use record::{RecordInfo, DEAD};
 use segment::{dir_slot, DIR_MAGIC, DIR_SIZE, DIR_SLOTS, SEG_HEADER, SEG_MAGIC, SEG_SIZE};
 
@@ -366,44 +369,63 @@ impl PmLog {
     /// and after it where dead records are most of the log.
     fn new_segment(&mut self, need: u64) -> Result<()> {
         let size = (need + SEG_HEADER).max(SEG_SIZE);
-        // Each turn frees a segment at least as large as the one wanted;
-        // the bound is for damage only.
+        // Each turn frees a segment (cleaning into the active one's rest),
+        // or moves a mostly dead one into a new segment whose rest may
+        // take the record; the bound is for damage only.
         for _ in 0..=DIR_SLOTS {
-            match self.start_segment(size) {
+            match self.start_segment(size, SEG_SIZE) {
                 Ok(()) => {
                     if self.mostly_dead() {
                         self.clean(need, 0)?;
                     }
                     return Ok(());
                 }
-                Err(e @ Error::PoolFull { .. }) => {
-                    if !self.make_room(size)? {
-                        return Err(e);
-                    }
-                }
+                Err(Error::PoolFull { .. }) => {}
                 Err(e) => return Err(e),
+            }
+            if !self.make_room(size)? {
+                break;
+            }
+            let room = self
+                .active
+                .and_then(|a| self.segments[a])
+                .map_or(0, |s| s.end - self.tail);
+            if room >= need {
+                return Ok(());
             }
         }
         Err(Error::PoolFull { requested: size })
     }
 
     /// Frees a sealed segment of at least `size` bytes, for a pool with no
-    /// room for a new segment of `size`: the one with the fewest live bytes
-    /// is cleaned into what is left of the active segment if they fit
-    /// there, else into a new segment just large enough for them, if the
-    /// pool has room for that. Returns whether one was freed.
+    /// room for a new segment of `size` beside the one kept for cleaning:
+    /// the one with the fewest live bytes is cleaned into what is left of
+    /// the active segment if they fit there, else into a new segment
+    /// (which may take the room kept), if at most
+    /// three quarters of its record space is live (so that each turn gains
+    /// room). Returns whether one was freed.
     fn make_room(&mut self, size: u64) -> Result<bool> {
         if self.clean(0, size)? {
             return Ok(true);
         }
-        let Some((_, seg)) = self.victim(u64::MAX, size) else {
+        let Some((_, seg)) = self
+            .victim(u64::MAX, size)
+            .filter(|(_, s)| s.live_bytes * 4 <= (s.end - s.off - SEG_HEADER) * 3)
+        else {
             return Ok(false);
         };
-        match self.start_segment(seg.live_bytes + SEG_HEADER) {
-            Ok(()) => self.clean(0, size),
-            Err(Error::PoolFull { .. }) => Ok(false),
-            Err(e) => Err(e),
+        // A whole segment where the pool has one (its rest then serves
+        // later appends, and the heap keeps to segments of one size), else
+        // one just large enough (a pool filled to the last byte).
+        let exact = seg.live_bytes + SEG_HEADER;
+        for len in [exact.max(SEG_SIZE), exact] {
+            match self.start_segment(len, 0) {
+                Ok(()) => return self.clean(0, size),
+                Err(Error::PoolFull { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
+        Ok(false)
     }
 
     /// Whether dead records fill more than half of the segments' record
@@ -489,8 +511,10 @@ impl PmLog {
     }
 
     /// Starts a new segment of `size` bytes (header included), without
-    /// cleaning: [`Self::new_segment`].
-    fn start_segment(&mut self, size: u64) -> Result<()> {
+    /// cleaning ([`Self::new_segment`]), if the pool keeps `keep` bytes free
+    /// beside it: appends keep a segment's worth, for the segment that
+    /// cleaning moves records into ([`Self::make_room`]), which keeps none.
+    fn start_segment(&mut self, size: u64, keep: u64) -> Result<()> {
         // An active segment with no live record is freed first, so that its
         // space can serve the new one (a full pool must not refuse a put into
         // an empty index).
@@ -508,6 +532,9 @@ impl PmLog {
             }
             None => return Err(Error::PoolFull { requested: size }),
         };
+        if keep > 0 && self.pool.usage().free_chunks * CHUNK_SIZE < size + keep {
+            return Err(Error::PoolFull { requested: size });
+        }
         let r = self.pool.reserve(size)?;
         let off = r.offset();
         let size = r.size();
