@@ -1,0 +1,74 @@
+//! The crash simulator on full pools of the block-heap engines (the radix
+//! trees and `fptree`): filled with 1,000-byte values until the pool
+//! refuses, every other key deleted, then keys with 100-byte values, whose
+//! leaves and nodes come from the freed larger blocks (`Chunks::reserve`
+//! falls back to a larger class when its own has no chunk and the pool has
+//! none to give), and a reopen.
+//!
+//! `PMINDEX_CRASH_STATES=20000 cargo test --release --test crash_full_pool`
+//! runs a longer budget (per engine).
+
+use std::sync::Arc;
+
+use pmindex::sim::workload::Op;
+use pmindex::sim::{states_from_env, CrashConfig};
+
+mod common;
+
+fn workload(v: u64) -> Vec<Op> {
+    let k = |p: &str, i: u64| format!("{p}{:x}/{i}", (i * 2_654_435_761 + v) % 61).into_bytes();
+    let big: Arc<[u8]> = vec![7u8; 1000].into();
+    let small: Arc<[u8]> = vec![8u8; 100].into();
+    let mut ops = Vec::new();
+    // More than a 2 MiB pool holds: the last puts fail (PoolFull).
+    for i in 0..1900 {
+        ops.push(Op::Put(k("a", i), Arc::clone(&big)));
+    }
+    for i in (0..1900).step_by(2) {
+        ops.push(Op::Delete(k("a", i)));
+    }
+    for i in 0..700 {
+        ops.push(Op::Put(k("n", i), Arc::clone(&small)));
+    }
+    ops.push(Op::Reopen);
+    for i in 700..760 {
+        ops.push(Op::Put(k("n", i), Arc::clone(&small)));
+    }
+    ops
+}
+
+/// How many of the workload's 100-byte puts succeed, run live on a pool
+/// of the simulator's size.
+fn small_puts_live(engine: &str) -> usize {
+    let db = pmindex::Db::create_anonymous(&pmindex::Options {
+        pool_size: CrashConfig::new(engine).pool_size,
+        ..pmindex::Options::with_engine(engine)
+    })
+    .unwrap();
+    let mut ok = 0;
+    for op in workload(0) {
+        match op {
+            Op::Put(k, v) => ok += usize::from(db.put(&k, &v).is_ok() && v.len() == 100),
+            Op::Delete(k) => drop(db.delete(&k).unwrap()),
+            _ => {}
+        }
+    }
+    ok
+}
+
+#[test]
+fn full_pools_survive_every_crash() {
+    let states = states_from_env(1500);
+    for engine in ["wort", "woart", "art-cow", "fptree"] {
+        // The workload reaches the fallback: most small puts fit.
+        let ok = small_puts_live(engine);
+        assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");
+        let mut cfg = CrashConfig::new(engine);
+        cfg.recovery_checks = 20;
+        let t = common::crash_budget(&mut cfg, states, workload);
+        println!(
+            "{engine}: {} images, {} crash points, {} variants, {:.1} s",
+            t.images, t.points, t.rounds, t.seconds
+        );
+    }
+}
