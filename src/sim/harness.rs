@@ -1187,24 +1187,13 @@ impl Shared<'_> {
                 model.apply(trace, &trace.events[idx]);
                 idx += 1;
             }
-            for kind in ["recovery/all", "recovery/durable", "recovery/random"] {
-                let (img, h) = match kind {
-                    "recovery/all" => model.image_all(),
-                    "recovery/durable" => model.image_durable(),
-                    _ => model.image_random(&mut rng),
-                };
-                if !seen.insert(h) {
-                    continue;
-                }
-                self.recovery_images.fetch_add(1, Ordering::Relaxed);
-                self.checked.fetch_add(1, Ordering::Relaxed);
-                if let Err(m) = self.subject.verify(&img, job.point) {
-                    return self.fail(
-                        job.point,
-                        kind,
-                        format!("after a crash at event {p} of recovery: {m}"),
-                    );
-                }
+            let check = |img: &[u8]| self.subject.verify(img, job.point);
+            if let Some((kind, m)) = self.check_images(&model, &mut rng, 1, &mut seen, check) {
+                return self.fail(
+                    job.point,
+                    &format!("recovery/{kind}"),
+                    format!("after a crash at event {p} of recovery: {m}"),
+                );
             }
         }
         // A recovery's threads end with their flushes fenced, each by its
@@ -1227,25 +1216,45 @@ impl Shared<'_> {
             model.apply(trace, &trace.events[idx]);
             idx += 1;
         }
-        for kind in ["after/durable", "after/all", "after/random", "after/random"] {
-            let (img, h) = match kind {
-                "after/all" => model.image_all(),
-                "after/durable" => model.image_durable(),
-                _ => model.image_random(&mut rng),
+        let check = |img: &[u8]| self.subject.verify_after(img, expected);
+        if let Some((kind, m)) = self.check_images(&model, &mut rng, 2, &mut HashSet::new(), check)
+        {
+            self.fail(
+                job.point,
+                &format!("after/{kind}"),
+                format!("after recovery, durable writes and a second crash: {m}"),
+            );
+        }
+    }
+
+    /// Checks with `check` the all-pending, durable-only and `randoms`
+    /// random images of `model` that `seen` does not hold yet (a
+    /// recovery's, counted as such); returns the first failure's image
+    /// kind and message.
+    fn check_images(
+        &self,
+        model: &CacheModel,
+        rng: &mut SmallRng,
+        randoms: usize,
+        seen: &mut HashSet<u64>,
+        check: impl Fn(&[u8]) -> std::result::Result<(), String>,
+    ) -> Option<(&'static str, String)> {
+        for i in 0..2 + randoms {
+            let (kind, (img, h)) = match i {
+                0 => ("all", model.image_all()),
+                1 => ("durable", model.image_durable()),
+                _ => ("random", model.image_random(rng)),
             };
             if !seen.insert(h) {
                 continue;
             }
             self.recovery_images.fetch_add(1, Ordering::Relaxed);
             self.checked.fetch_add(1, Ordering::Relaxed);
-            if let Err(m) = self.subject.verify_after(&img, expected) {
-                return self.fail(
-                    job.point,
-                    kind,
-                    format!("after recovery, durable writes and a second crash: {m}"),
-                );
+            if let Err(m) = check(&img) {
+                return Some((kind, m));
             }
         }
+        None
     }
 }
 
