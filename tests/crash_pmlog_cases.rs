@@ -19,6 +19,9 @@ use pmindex::sim::{states_from_env, CrashConfig};
 mod common;
 
 const POOL: u64 = 2 << 20;
+/// The full-pool workload's: large enough that the log keeps a segment's
+/// worth free for cleaning (pools of 4 MiB and more).
+const FULL_POOL: u64 = 4 << 20;
 
 /// Variant `v`: cold keys, each followed by hot updates that fill more
 /// than a segment; a reopen, deletes of some cold keys, and more.
@@ -56,7 +59,7 @@ fn full_pool(v: usize) -> Vec<Op> {
         ops.push(Op::Put(k("a", i), val(i)));
     }
     // More than the pool holds: the last ones fail (PoolFull).
-    for i in 0..240 {
+    for i in 0..480 {
         ops.push(Op::Put(k("f", i), val(i)));
     }
     for i in 0..28 {
@@ -65,12 +68,12 @@ fn full_pool(v: usize) -> Vec<Op> {
     for i in 0..20 {
         ops.push(Op::Put(k("b", i), val(i)));
     }
-    // Every other one of the first 160 deleted (each segment half live),
-    // then 60 puts: they fit only once half-live segments are cleaned.
-    for i in (0..160).step_by(2) {
+    // Every other one of the first 320 deleted (each segment half live),
+    // then 120 puts: they fit only once half-live segments are cleaned.
+    for i in (0..320).step_by(2) {
         ops.push(Op::Delete(k("f", i)));
     }
-    for i in 0..60 {
+    for i in 0..120 {
         ops.push(Op::Put(k("g", i), val(i)));
     }
     ops
@@ -78,9 +81,9 @@ fn full_pool(v: usize) -> Vec<Op> {
 
 /// Runs `ops` live on a pool of the simulator's size; panics if a put
 /// fails for want of room, except those of keys that `may_fail` names.
-fn run_live(ops: &[Op], may_fail: impl Fn(&[u8]) -> bool, ctx: &str) {
+fn run_live(ops: &[Op], pool_size: u64, may_fail: impl Fn(&[u8]) -> bool, ctx: &str) {
     let db = pmindex::Db::create_anonymous(&pmindex::Options {
-        pool_size: POOL,
+        pool_size,
         ..pmindex::Options::with_engine("pmlog")
     })
     .unwrap();
@@ -101,8 +104,9 @@ fn run_live(ops: &[Op], may_fail: impl Fn(&[u8]) -> bool, ctx: &str) {
 #[test]
 fn cleaning_and_every_recovery_case_are_reached_and_survived() {
     for v in 0..2 {
-        run_live(&workload(v), |_| false, &format!("variant {v}"));
-        run_live(&full_pool(v), |k| k[0] == b'f', &format!("full pool {v}"));
+        run_live(&workload(v), POOL, |_| false, &format!("variant {v}"));
+        let ctx = format!("full pool {v}");
+        run_live(&full_pool(v), FULL_POOL, |k| k[0] == b'f', &ctx);
     }
     let states = states_from_env(4000);
     let mut cfg = CrashConfig::new("pmlog");
@@ -115,6 +119,7 @@ fn cleaning_and_every_recovery_case_are_reached_and_survived() {
             "pmlog cases: {} images, {} crash points, {} variants, {:.1} s",
             t.images, t.points, t.rounds, t.seconds
         );
+        cfg.pool_size = FULL_POOL;
         let t = common::crash_budget(&mut cfg, states / 2, |v| full_pool(v as usize));
         println!(
             "pmlog, a full pool: {} images, {} crash points, {} variants, {:.1} s",

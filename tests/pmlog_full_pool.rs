@@ -339,3 +339,56 @@ fn every_other_key_deleted_from_a_full_pool_can_be_put_back() {
     drop(db);
     verify(&open_db(&t.path), &model, "reopened");
 }
+
+/// A put of a record larger than what cleaning can leave in a new
+/// segment's rest, in a full pool of segments half to three quarters
+/// live: refused after a few turns of cleaning, not after thousands (found
+/// by review, 2026-12-02: one refused 100 KiB put moved 1.4 GB of records,
+/// 2.8 million fences). Counted on this thread alone.
+#[test]
+fn a_refused_large_put_in_a_full_pool_moves_little() {
+    use pmindex::pm::counters;
+    let t = TempPool::new();
+    let db = create_db(&t.path, "pmlog", 8 << 20);
+    let mut model = Model::new();
+    let failed = fill(&db, &mut model, 0, 1000);
+    for i in (0..failed).step_by(3) {
+        assert!(db.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    let before = counters::this_thread();
+    let r = db.put(b"large", &vec![1u8; 100 << 10]);
+    let after = counters::this_thread();
+    let moved = after.bytes_persisted - before.bytes_persisted;
+    println!(
+        "100 KiB put: {:?}, {moved} bytes persisted",
+        r.as_ref().map(|_| ())
+    );
+    assert!(moved < 4 << 20, "{moved} bytes persisted for one put");
+    if r.is_ok() {
+        model.insert(b"large".to_vec(), vec![1u8; 100 << 10]);
+    }
+    verify(&db, &model, "after the large put");
+}
+
+/// An empty log in a small pool takes any record that fits: the room kept
+/// for cleaning is kept only where there is something to clean, and only
+/// in pools of 4 MiB or more (review, 2026-12-02: a 1 MiB pool refused a
+/// 700 KiB value, and held a third fewer 1,000-byte values).
+#[test]
+fn a_small_pool_keeps_no_room_it_cannot_use() {
+    let t = TempPool::new();
+    let db = create_db(&t.path, "pmlog", 1 << 20);
+    db.put(b"big", &vec![3u8; 700 << 10])
+        .expect("an empty 1 MiB pool takes a 700 KiB value");
+    drop(db);
+    let t = TempPool::new();
+    let db = create_db(&t.path, "pmlog", 1 << 20);
+    let mut model = Model::new();
+    let failed = fill(&db, &mut model, 0, 1000);
+    assert!(
+        failed >= 700,
+        "a 1 MiB pool held {failed} values of 1,000 bytes"
+    );
+    verify(&db, &model, "1 MiB pool, full");
+}

@@ -65,6 +65,11 @@ use crate::pm::{Fault, Pool, CHUNK_SIZE};
 use record::{RecordInfo, DEAD};
 use segment::{dir_slot, DIR_MAGIC, DIR_SIZE, DIR_SLOTS, SEG_HEADER, SEG_MAGIC, SEG_SIZE};
 
+/// Pools of at least this many segments' worth of heap keep one free for
+/// cleaning ([`PmLog::keep`]): 3 MiB, which a pool of 4 MiB has and one
+/// of 2 MiB has not.
+const KEEP_FROM: u64 = 12;
+
 /// The engine's entry in [`super::ENGINES`].
 pub const INFO: EngineInfo = EngineInfo {
     name: "pmlog",
@@ -369,11 +374,15 @@ impl PmLog {
     /// and after it where dead records are most of the log.
     fn new_segment(&mut self, need: u64) -> Result<()> {
         let size = (need + SEG_HEADER).max(SEG_SIZE);
-        // Each turn frees a segment (cleaning into the active one's rest),
-        // or moves a mostly dead one into a new segment whose rest may
-        // take the record; the bound is for damage only.
-        for _ in 0..=DIR_SLOTS {
-            match self.start_segment(size, SEG_SIZE) {
+        // A turn frees a segment (cleaning into the active one's rest), or
+        // moves a mostly dead one into a new segment whose rest may take
+        // the record. A turn that frees no room is allowed once in a row:
+        // a second would move the records just moved (found by review:
+        // one refused 100 KiB put rewrote a 2 MiB pool's log for 1.4 GB).
+        let mut idle = 0;
+        loop {
+            let keep = self.keep();
+            match self.start_segment(size, keep) {
                 Ok(()) => {
                     if self.mostly_dead() {
                         self.clean(need, 0)?;
@@ -383,6 +392,7 @@ impl PmLog {
                 Err(Error::PoolFull { .. }) => {}
                 Err(e) => return Err(e),
             }
+            let free = self.pool.usage().free_chunks;
             if !self.make_room(size)? {
                 break;
             }
@@ -393,8 +403,34 @@ impl PmLog {
             if room >= need {
                 return Ok(());
             }
+            if self.pool.usage().free_chunks > free {
+                idle = 0;
+            } else {
+                idle += 1;
+                if idle == 2 {
+                    break;
+                }
+            }
         }
         Err(Error::PoolFull { requested: size })
+    }
+
+    /// The room a new segment for appends leaves free, for cleaning
+    /// ([`Self::make_room`]): a segment's worth, in a pool of at least
+    /// [`KEEP_FROM`] segments whose log has a sealed segment; none in a
+    /// smaller pool (a segment's worth would be a large share of it) or
+    /// with nothing to clean (an empty log takes any record that fits).
+    fn keep(&self) -> u64 {
+        let sealed = self
+            .segments
+            .iter()
+            .enumerate()
+            .any(|(i, s)| s.is_some() && self.active != Some(i));
+        if sealed && self.pool.usage().heap_bytes >= KEEP_FROM * SEG_SIZE {
+            SEG_SIZE
+        } else {
+            0
+        }
     }
 
     /// Frees a sealed segment of at least `size` bytes, for a pool with no
