@@ -43,6 +43,16 @@ fn fill(db: &Db, model: &mut Model, start: usize, len: usize) -> usize {
 fn verify(db: &Db, model: &Model, ctx: &str) {
     assert_db_eq(db, model, ctx);
     assert_check(db, model.len(), ctx);
+    // The cheap count of free heap that cleaning uses agrees with the walk.
+    let u = db.pool().usage();
+    assert_eq!(
+        db.pool().free_heap_bytes(),
+        (
+            u.free_chunks * pmindex::pm::CHUNK_SIZE,
+            u.total_chunks * pmindex::pm::CHUNK_SIZE
+        ),
+        "{ctx}"
+    );
 }
 
 #[test]

@@ -1118,6 +1118,15 @@ impl Heap {
         Ok(out)
     }
 
+    /// `(free, heap)`: chunks in free runs, and all heap chunks. O(free
+    /// runs), as a reservation's search is; [`Heap::usage`] walks every
+    /// chunk.
+    pub(crate) fn free_chunks(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        let free = st.free_runs.values().map(|&n| u64::from(n)).sum();
+        (free, self.geometry.chunk_count)
+    }
+
     pub(crate) fn usage(&self) -> Usage {
         let st = self.state.lock();
         let mut u = Usage {

@@ -90,6 +90,14 @@ impl Pool {
         self.heap().usage()
     }
 
+    /// `(free, heap)` bytes: in whole free chunks, and of the whole heap.
+    /// Cheaper than [`Pool::usage`] (which walks every chunk) for a caller
+    /// that asks often.
+    pub fn free_heap_bytes(&self) -> (u64, u64) {
+        let (free, all) = self.heap().free_chunks();
+        (free * CHUNK_SIZE, all * CHUNK_SIZE)
+    }
+
     /// For an engine whose open finds its root slot `slot` null, before it
     /// creates the index again: creation crashed before it published its
     /// root, and every engine allocates that root first (activated into

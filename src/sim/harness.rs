@@ -223,17 +223,30 @@ fn live_failure(i: usize, op: &impl std::fmt::Display, message: String) -> Failu
 trait Subject: Sync {
     /// Recovers `image` and checks it against what must hold at `point`.
     fn verify(&self, image: &[u8], point: usize) -> std::result::Result<(), String>;
+    /// How a key-value subject's pools are opened; `None` for the
+    /// allocator subject, which overrides [`Subject::record_recovery`].
+    fn kv(&self) -> Option<&KvSettings> {
+        None
+    }
     /// Recovers `image` while recording, then (key-value subjects) makes
     /// [`writes_after_recovery`]; returns the trace of both.
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String>;
+    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
+        match self.kv() {
+            Some(kv) => kv.record_recovery(image),
+            None => Err("this subject cannot record a recovery".into()),
+        }
+    }
     /// Recovers `image`, an image taken after [`Subject::record_recovery`]'s
     /// writes were durable, and checks that it holds exactly `expected`.
     fn verify_after(
         &self,
-        _image: &[u8],
-        _expected: &[(Vec<u8>, Vec<u8>)],
+        image: &[u8],
+        expected: &[(Vec<u8>, Vec<u8>)],
     ) -> std::result::Result<(), String> {
-        Err("this subject makes no writes after recovery".into())
+        match self.kv() {
+            Some(kv) => kv.verify_after(image, expected),
+            None => Err("this subject makes no writes after recovery".into()),
+        }
     }
     /// Describes the state expected at `point`: (acked ops, op in flight).
     fn at(&self, point: usize) -> (usize, Option<String>);
@@ -786,16 +799,8 @@ impl Subject for KvSubject {
         })
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
-        self.settings.record_recovery(image)
-    }
-
-    fn verify_after(
-        &self,
-        image: &[u8],
-        expected: &[(Vec<u8>, Vec<u8>)],
-    ) -> std::result::Result<(), String> {
-        self.settings.verify_after(image, expected)
+    fn kv(&self) -> Option<&KvSettings> {
+        Some(&self.settings)
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
@@ -1036,16 +1041,8 @@ impl Subject for ConcurrentKvSubject {
         })
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
-        self.settings.record_recovery(image)
-    }
-
-    fn verify_after(
-        &self,
-        image: &[u8],
-        expected: &[(Vec<u8>, Vec<u8>)],
-    ) -> std::result::Result<(), String> {
-        self.settings.verify_after(image, expected)
+    fn kv(&self) -> Option<&KvSettings> {
+        Some(&self.settings)
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {

@@ -61,7 +61,7 @@ use super::{
     ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
-use crate::pm::{Fault, Pool, CHUNK_SIZE};
+use crate::pm::{Fault, Pool};
 use record::{RecordInfo, DEAD};
 use segment::{dir_slot, DIR_MAGIC, DIR_SIZE, DIR_SLOTS, SEG_HEADER, SEG_MAGIC, SEG_SIZE};
 
@@ -392,7 +392,7 @@ impl PmLog {
                 Err(Error::PoolFull { .. }) => {}
                 Err(e) => return Err(e),
             }
-            let free = self.pool.usage().free_chunks;
+            let free = self.pool.free_heap_bytes().0;
             if !self.make_room(size)? {
                 break;
             }
@@ -403,7 +403,7 @@ impl PmLog {
             if room >= need {
                 return Ok(());
             }
-            if self.pool.usage().free_chunks > free {
+            if self.pool.free_heap_bytes().0 > free {
                 idle = 0;
             } else {
                 idle += 1;
@@ -426,7 +426,7 @@ impl PmLog {
             .iter()
             .enumerate()
             .any(|(i, s)| s.is_some() && self.active != Some(i));
-        if sealed && self.pool.usage().heap_bytes >= KEEP_FROM * SEG_SIZE {
+        if sealed && self.pool.free_heap_bytes().1 >= KEEP_FROM * SEG_SIZE {
             SEG_SIZE
         } else {
             0
@@ -568,7 +568,7 @@ impl PmLog {
             }
             None => return Err(Error::PoolFull { requested: size }),
         };
-        if keep > 0 && self.pool.usage().free_chunks * CHUNK_SIZE < size + keep {
+        if keep > 0 && self.pool.free_heap_bytes().0 < size + keep {
             return Err(Error::PoolFull { requested: size });
         }
         let r = self.pool.reserve(size)?;

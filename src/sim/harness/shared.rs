@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use super::{
     expected_at, live_check, live_failure, panic_message, recorded_db, run_op, run_writers,
-    scan_range, writers_at, writers_in_flight, Failure, KvSettings, RecoveryRun, Subject,
-    WRITER_FENCE_DELAY,
+    scan_range, writers_at, writers_in_flight, Failure, KvSettings, Subject, WRITER_FENCE_DELAY,
 };
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -343,16 +342,8 @@ impl Subject for SharedKvSubject {
         })
     }
 
-    fn record_recovery(&self, image: &[u8]) -> std::result::Result<RecoveryRun, String> {
-        self.settings.record_recovery(image)
-    }
-
-    fn verify_after(
-        &self,
-        image: &[u8],
-        expected: &[(Vec<u8>, Vec<u8>)],
-    ) -> std::result::Result<(), String> {
-        self.settings.verify_after(image, expected)
+    fn kv(&self) -> Option<&KvSettings> {
+        Some(&self.settings)
     }
 
     fn at(&self, point: usize) -> (usize, Option<String>) {
