@@ -5,6 +5,12 @@
 //! falls back to a larger class when its own has no chunk and the pool has
 //! none to give), and a reopen.
 //!
+//! And `hart` in a full pool whose stripes have room unevenly: with
+//! `hart.stripes=round_robin` the keys take the stripes in turn, the
+//! deletes free half of the stripes, and the puts after them that meet a
+//! full stripe take their leaves and value objects from another
+//! (`Hart::take_leaf`).
+//!
 //! `PMINDEX_CRASH_STATES=20000 cargo test --release --test crash_full_pool`
 //! runs a longer budget (per engine).
 
@@ -54,6 +60,78 @@ fn small_puts_live(engine: &str) -> usize {
         }
     }
     ok
+}
+
+/// `hart` with `hart.stripes=round_robin`: 1,000-byte values until the
+/// pool refuses (key `i` from stripe `i % 16`, as the turn starts at 0 and
+/// every put takes one), half the keys of stripes 0 to 7 deleted, then new keys
+/// of the same size, half of whose turns name a stripe with no room, and a
+/// reopen.
+fn hart_workload(v: u64) -> Vec<Op> {
+    let k = |p: &str, i: u64| format!("{p}{:x}/{i}", (i * 2_654_435_761 + v) % 61).into_bytes();
+    let big: Arc<[u8]> = vec![7u8; 1000].into();
+    let mut ops = Vec::new();
+    for i in 0..1900 {
+        ops.push(Op::Put(k("a", i), Arc::clone(&big)));
+    }
+    // Every other key of stripes 0 to 7: their chunks keep live leaves,
+    // so none is recycled into room that any stripe could take.
+    for i in (0..1900).filter(|i| i % 16 < 8 && i / 16 % 2 == 0) {
+        ops.push(Op::Delete(k("a", i)));
+    }
+    for i in 0..450 {
+        ops.push(Op::Put(k("n", i), Arc::clone(&big)));
+    }
+    ops.push(Op::Reopen);
+    for i in 450..480 {
+        ops.push(Op::Put(k("n", i), Arc::clone(&big)));
+    }
+    ops
+}
+
+const HART_STRIPES: (&str, &str) = ("hart.stripes", "round_robin");
+
+#[test]
+fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
+    // Live first: the new keys take the room the deletes made, through
+    // the fallback (without it, the puts whose turn names a full stripe
+    // fail: about half).
+    let cfg = {
+        let mut c = CrashConfig::new("hart");
+        c.engine_config
+            .insert(HART_STRIPES.0.into(), HART_STRIPES.1.into());
+        c
+    };
+    let db = pmindex::Db::create_anonymous(&pmindex::Options {
+        pool_size: cfg.pool_size,
+        engine_config: cfg.engine_config.clone(),
+        ..pmindex::Options::with_engine("hart")
+    })
+    .unwrap();
+    let (mut deleted, mut refilled) = (0, 0);
+    for op in hart_workload(0) {
+        match op {
+            Op::Put(k, v) => {
+                let ok = db.put(&k, &v).is_ok();
+                refilled += usize::from(ok && k.starts_with(b"n"));
+            }
+            Op::Delete(k) => deleted += usize::from(db.delete(&k).unwrap()),
+            _ => {}
+        }
+    }
+    println!("hart: {deleted} deleted, {refilled} of 480 new keys put");
+    assert!(deleted > 350, "{deleted}");
+    assert!(
+        refilled * 10 >= deleted * 9,
+        "{refilled} new keys in the room of {deleted} deleted ones"
+    );
+    let mut cfg = cfg;
+    cfg.recovery_checks = 20;
+    let t = common::crash_budget(&mut cfg, states_from_env(1500), hart_workload);
+    println!(
+        "hart (round-robin stripes): {} images, {} crash points, {} variants, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
+    );
 }
 
 #[test]

@@ -402,14 +402,18 @@ impl Hart {
         for (i, &(key, value)) in batch.iter().enumerate() {
             let taken = (|| {
                 if found[i].is_none() {
-                    let l = self.alloc_leaf(stripe[i], key.len())?;
+                    // In a full pool, maybe from another stripe, which is
+                    // then the item's (`Hart::take_leaf`).
+                    let (s, l, o) = self.take_leaf(stripe[i], key.len(), value.len())?;
+                    stripe[i] = s;
                     self.pool.prefetch_write(l);
                     new_leaf[i] = Some(l);
+                    obj[i] = o;
+                } else if Self::takes_object(value.len()) {
+                    obj[i] = Some(self.alloc_value(stripe[i], value.len())?);
                 }
-                if Self::takes_object(value.len()) {
-                    let o = self.alloc_value(stripe[i], value.len())?;
+                if let Some(o) = obj[i] {
                     self.pool.prefetch_write(o);
-                    obj[i] = Some(o);
                 }
                 Ok(())
             })();

@@ -1018,7 +1018,9 @@ impl Engine for Hart {
             // lines 10-18) at the point where the ART will hold it, and
             // linked there only once that succeeded.
             let was_empty = t.art.is_empty();
-            let mut made = 0;
+            // The new leaf, whose stripe is `st`'s unless the pool was full
+            // (`Hart::take_leaf`).
+            let mut made = None;
             let inserted = t.art.insert_with(ak, &keys, || {
                 let leaf = match early {
                     // Persist order (leaf first): the leaf was written and
@@ -1026,11 +1028,11 @@ impl Engine for Hart {
                     // durable, and only then does the ART link it.
                     Some(e) => {
                         self.pool.fence();
-                        Ok(LeafRef::new(e, st))
+                        Ok(e)
                     }
                     None => self.insert_leaf(st, key, value),
                 };
-                made = leaf.as_ref().map_or(0, |l| l.off());
+                made = leaf.as_ref().ok().copied();
                 leaf
             });
             self.trees.note_root(hk_bytes, &t.art);
@@ -1044,19 +1046,22 @@ impl Engine for Hart {
                     }
                     let _w = self.writing(hk_bytes);
                     match early {
-                        Some(e) => self.update_instead(st, e, leaf, key, value)?,
+                        Some(e) => self.update_instead(e.stripe(), e.off(), leaf, key, value)?,
                         None => self.update_leaf(leaf.stripe(), leaf.off(), key, value)?,
                     }
                     Ok(PutOutcome::Replaced)
                 }
                 Ok(None) => {
+                    let made = made.expect("an inserted key's leaf was made");
                     if self.point_index {
-                        self.link_point(&mut t, h, key, LeafRef::new(made, st));
+                        self.link_point(&mut t, h, key, made);
                     }
                     if was_empty {
                         self.trees.filled(&hk);
                     }
-                    self.stripes[st].len.fetch_add(1, Ordering::Relaxed);
+                    self.stripes[made.stripe()]
+                        .len
+                        .fetch_add(1, Ordering::Relaxed);
                     if mode == PutMode::Upsert {
                         self.note_upsert(st, true);
                     }
@@ -1069,7 +1074,7 @@ impl Engine for Hart {
                     if let Some(l) = early {
                         // Never linked (the closure, which cannot fail
                         // with an early leaf, was not what failed).
-                        self.abandon_early(st, l, key.len())?;
+                        self.abandon_early(l.stripe(), l.off(), key.len())?;
                     }
                     Err(e)
                 }

@@ -172,19 +172,79 @@ impl Hart {
         let leaf = self.new_leaf(st, key, value)?;
         self.pool.fence();
         // Algorithm 1 line 18 (paper order): persist the leaf bit.
-        self.persist_leaf_bit(st, leaf, key.len());
-        Ok(LeafRef::new(leaf, st))
+        self.persist_leaf_bit(leaf.stripe(), leaf.off(), key.len());
+        Ok(leaf)
     }
 
-    /// Algorithm 1, lines 10-16: takes a free leaf of stripe `st` and
-    /// writes and flushes it ([`Self::write_leaf`]); the caller fences.
-    pub(super) fn new_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<u64> {
-        let leaf = self.alloc_leaf(st, key.len())?;
-        if let Err(e) = self.write_leaf(st, leaf, key, value, None) {
+    /// Algorithm 1, lines 10-16: takes a free leaf, of stripe `st` or, in a
+    /// full pool, of another ([`Self::take_leaf`]), and writes and flushes
+    /// it ([`Self::write_leaf`]); the caller fences. The leaf's stripe is
+    /// in the returned reference.
+    pub(super) fn new_leaf(&self, st: usize, key: &[u8], value: &[u8]) -> Result<LeafRef> {
+        let (st, leaf, obj) = self.take_leaf(st, key.len(), value.len())?;
+        if let Err(e) = self.write_leaf(st, leaf, key, value, obj) {
+            // The value object, if one was taken, may hold the value, which
+            // no commit word names: it stays taken until the next open, as
+            // when `write_leaf` takes it itself.
             self.release_leaf(st, leaf, key.len())?;
             return Err(e);
         }
-        Ok(leaf)
+        Ok(LeafRef::new(leaf, st))
+    }
+
+    /// Takes (in DRAM) a free leaf for a key of `key_len` bytes and, if a
+    /// value of `value_len` bytes takes one ([`Self::takes_object`]), a
+    /// value object, both from stripe `st`. Returns the stripe they came
+    /// from, the leaf and the object.
+    ///
+    /// **A full pool** (docs/design.md §7, "A full pool: leaves from
+    /// another stripe"): when `st` has no free leaf or object of the
+    /// classes needed and the pool gives no new chunk, both come from the
+    /// first other stripe, in turn from `st`, that has them, where the
+    /// format lets a leaf live in any stripe (format 5). Deletes free into
+    /// the stripe that holds the leaf, whatever thread deletes, so without
+    /// this a thread whose stripe is full could not reuse the room that
+    /// other threads' deletes made. A leaf and its value objects still
+    /// share one stripe, as recovery requires; nothing in PM changes.
+    pub(super) fn take_leaf(
+        &self,
+        st: usize,
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<(usize, u64, Option<u64>)> {
+        let first = self.take_leaf_in(st, key_len, value_len);
+        if !matches!(first, Err(Error::PoolFull { .. })) || !self.any_stripe {
+            return first.map(|(leaf, obj)| (st, leaf, obj));
+        }
+        for s in (1..superblock::STRIPES).map(|d| (st + d) % superblock::STRIPES) {
+            match self.take_leaf_in(s, key_len, value_len) {
+                Ok((leaf, obj)) => return Ok((s, leaf, obj)),
+                Err(Error::PoolFull { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        first.map(|(leaf, obj)| (st, leaf, obj))
+    }
+
+    /// [`Self::take_leaf`] in stripe `st` only: the leaf, then the object;
+    /// the leaf goes back if no object can be taken.
+    fn take_leaf_in(
+        &self,
+        st: usize,
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<(u64, Option<u64>)> {
+        let leaf = self.alloc_leaf(st, key_len)?;
+        if !Self::takes_object(value_len) {
+            return Ok((leaf, None));
+        }
+        match self.alloc_value(st, value_len) {
+            Ok(obj) => Ok((leaf, Some(obj))),
+            Err(e) => {
+                self.release_leaf(st, leaf, key_len)?;
+                Err(e)
+            }
+        }
     }
 
     /// Whether an upsert writes its leaf before the descent ("Leaf first",
