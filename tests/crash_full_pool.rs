@@ -1,9 +1,10 @@
 //! The crash simulator on full pools of the block-heap engines (the radix
-//! trees and `fptree`): filled with 1,000-byte values until the pool
-//! refuses, every other key deleted, then keys with 100-byte values, whose
-//! leaves and nodes come from the freed larger blocks (`Chunks::reserve`
-//! falls back to a larger class when its own has no chunk and the pool has
-//! none to give), and a reopen.
+//! trees and `fptree`) and `hart`: filled with 1,000-byte values until the
+//! pool refuses, every other key deleted, then keys with 100-byte values,
+//! whose leaves and nodes (the block-heap engines: `Chunks::reserve` falls
+//! back to a larger class when its own has no chunk and the pool has none
+//! to give) or value objects (`hart`, format 6: `Hart::alloc_value`) come
+//! from the freed larger ones, and a reopen.
 //!
 //! And `hart` in a full pool whose stripes have room unevenly: with
 //! `hart.stripes=round_robin` the keys take the stripes in turn, the
@@ -137,7 +138,7 @@ fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
 #[test]
 fn full_pools_survive_every_crash() {
     let states = states_from_env(1500);
-    for engine in ["wort", "woart", "art-cow", "fptree"] {
+    for engine in ["wort", "woart", "art-cow", "fptree", "hart"] {
         // The workload reaches the fallback: most small puts fit.
         let ok = small_puts_live(engine);
         assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");

@@ -113,3 +113,72 @@ fn another_thread_takes_the_room_deletes_made() {
     assert_db_eq(&db, &model, "reopened");
     assert_check(&db, model.len(), "reopened");
 }
+
+/// Format 6: with every other 1,000-byte value deleted, a full pool takes
+/// new keys with 100-byte values, and updates of present keys to 100 bytes,
+/// in the freed 1,024-byte value objects (their own class has no chunk
+/// and the pool none to give); a reopen finds them all (recovery accepts
+/// an object of a larger class in format 6), and deleting them gives the
+/// larger objects back.
+#[test]
+fn smaller_values_take_the_room_of_deleted_larger_ones() {
+    let t = TempPool::new();
+    let db = create_db(&t.path, "hart", POOL);
+    let mut model = Model::new();
+    let n = fill(&db, &mut model);
+    for i in (0..n).step_by(2) {
+        assert!(db.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    let small = vec![3u8; 100];
+    // Updates to a smaller value: the new object comes from the freed
+    // larger ones (its own class has no chunk), and the old one is freed.
+    let upd: Vec<Vec<u8>> = model.keys().take(50).cloned().collect();
+    for k in &upd {
+        db.update(k, &small).expect("an update in a full pool");
+        model.insert(k.clone(), small.clone());
+    }
+    // New keys: their leaves come from the deleted keys' freed leaves (of
+    // the same class), their values from the freed 1,024-byte objects.
+    let new_keys = (n..n + n / 2)
+        .filter(|&i| match db.put(&key(i), &small) {
+            Ok(_) => {
+                model.insert(key(i), small.clone());
+                true
+            }
+            Err(e) => {
+                assert!(is_pool_full(&e), "{e:?}");
+                false
+            }
+        })
+        .count();
+    // Every freed 1,024-byte object holds one: a few may go to leaves'
+    // chunks first, nothing else.
+    println!(
+        "{n} values filled the pool; {new_keys} new 100-byte values after deleting {}",
+        n.div_ceil(2)
+    );
+    assert!(new_keys * 10 >= n / 2 * 9, "{new_keys} of {}", n / 2);
+    assert_db_eq(&db, &model, "smaller values");
+    assert_check(&db, model.len(), "smaller values");
+    drop(db);
+    let db = open_db(&t.path);
+    assert_db_eq(&db, &model, "reopened");
+    assert_check(&db, model.len(), "reopened");
+    // Deletes give the larger objects back: once every key is gone, the
+    // pool takes as many 1,000-byte values as it first did.
+    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    for k in &keys {
+        assert!(db.delete(k).unwrap());
+    }
+    model.clear();
+    assert_check(&db, 0, "emptied");
+    let again = fill(&db, &mut model);
+    assert!(
+        again * 100 >= n * 99,
+        "{again} values fit again, {n} at first"
+    );
+    drop(db);
+    let db = open_db(&t.path);
+    assert_db_eq(&db, &model, "filled again, reopened");
+}

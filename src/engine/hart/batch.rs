@@ -10,7 +10,6 @@ use parking_lot::{RwLock, RwLockWriteGuard};
 use super::art::{Art, ProbeCursor};
 use super::leaf;
 use super::points::{self, Points};
-use super::superblock::value_class;
 use super::trees::{HashKey, Tree, TreeRef};
 use super::{Hart, LeafRef, OldValue};
 use crate::engine::locked::Writing;
@@ -455,10 +454,7 @@ impl Hart {
                 }
             }
             if let Some(o) = obj[i].take().filter(|_| write_failed != Some(i)) {
-                let released = self
-                    .values(stripe[i], value_class(value.len()))
-                    .lock()
-                    .release(&self.pool, o);
+                let released = self.release_value(stripe[i], value.len(), o);
                 if let Err(e) = released {
                     first_err.get_or_insert(e);
                 }

@@ -230,6 +230,17 @@ impl ChunkList {
     /// Takes a free object (DRAM only), adding a chunk if every chunk is full.
     pub fn alloc(&mut self, pool: &Pool) -> Result<u64> {
         loop {
+            if let Some(obj) = self.take_free(pool)? {
+                return Ok(obj);
+            }
+            self.add_chunk(pool)?;
+        }
+    }
+
+    /// Takes a free object of the list's chunks (DRAM only), if one has
+    /// room; adds no chunk.
+    pub fn take_free(&mut self, pool: &Pool) -> Result<Option<u64>> {
+        loop {
             match self.open.last().copied() {
                 Some((id, c)) => {
                     let st = &mut self.slab[id as usize];
@@ -249,9 +260,9 @@ impl ChunkList {
                         // The caller persists it (`paper` order).
                         pool.store_u64(c, header_word(taken))?;
                     }
-                    return Ok(c + CHUNK_HEADER + i * self.obj_size);
+                    return Ok(Some(c + CHUNK_HEADER + i * self.obj_size));
                 }
-                None => self.add_chunk(pool)?,
+                None => return Ok(None),
             }
         }
     }
@@ -330,13 +341,32 @@ impl ChunkList {
     /// A chunk left with no object in use is recycled if another chunk of
     /// the list has room.
     pub fn release(&mut self, pool: &Pool, obj: u64) -> Result<()> {
-        let Some((id, i)) = self.find(obj) else {
-            return Err(Error::corrupt(
+        self.try_release(pool, obj).unwrap_or_else(|| {
+            Err(Error::corrupt(
                 obj,
                 "hart: released object is not in its chunk list",
-            ));
-        };
+            ))
+        })
+    }
+
+    /// [`Self::release`], or `None` (and nothing changed) if `obj` is not
+    /// an object of this list.
+    pub fn try_release(&mut self, pool: &Pool, obj: u64) -> Option<Result<()>> {
+        let (id, i) = self.find(obj)?;
+        Some(self.release_at(pool, id, i))
+    }
+
+    fn release_at(&mut self, pool: &Pool, id: u32, i: u64) -> Result<()> {
         let st = &mut self.slab[id as usize];
+        if st.taken & (1 << i) == 0 {
+            // Released twice, or a damaged pointer read from PM that names
+            // another free object (of this class or, in format 6, of a
+            // larger one): nothing changes.
+            return Err(Error::corrupt(
+                st.offset + CHUNK_HEADER + i * self.obj_size,
+                "hart: released object is free already",
+            ));
+        }
         st.taken &= !(1 << i);
         let (c, taken) = (st.offset, st.taken);
         if taken == 0 && self.index.len() > 1 {
@@ -535,6 +565,35 @@ mod tests {
     /// on an object boundary, and the one `next_free` named when it named
     /// one; empty chunks are recycled (slab entries and stale `open` entries
     /// reused) and the persistent list matches the DRAM view.
+    /// A second release of an object is refused and changes nothing (a
+    /// damaged value pointer can name a free object, and in format 6 in
+    /// any of several lists); `take_free` adds no chunk.
+    #[test]
+    fn a_second_release_is_refused_and_take_free_adds_no_chunk() {
+        let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
+        let head_slot = pool.root_slot(0).unwrap();
+        let mut list = ChunkList::new(64, head_slot, 40);
+        assert_eq!(
+            list.take_free(&pool).unwrap(),
+            None,
+            "an empty list adds no chunk"
+        );
+        assert_eq!(pool.load_u64(head_slot).unwrap(), 0);
+        let a = list.alloc(&pool).unwrap();
+        let b = list.alloc(&pool).unwrap();
+        list.release(&pool, a).unwrap();
+        let e = list.release(&pool, a).unwrap_err().to_string();
+        assert!(e.contains("free already"), "{e}");
+        assert!(
+            list.try_release(&pool, a + 1).is_none(),
+            "not an object of the list"
+        );
+        // The first release stands and the list is whole: `a` is taken
+        // again, next to `b`, from the same chunk.
+        assert_eq!(list.take_free(&pool).unwrap(), Some(a));
+        assert_eq!(list.locate(a).unwrap().0, list.locate(b).unwrap().0);
+    }
+
     #[test]
     fn alloc_and_release_agree_with_a_model_through_recycling() {
         let pool = Pool::create_anonymous(64 << 20, "hart", &Default::default()).unwrap();

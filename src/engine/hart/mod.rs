@@ -181,11 +181,11 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
 /// "Stripes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StripeChoice {
-    /// The inserting thread's stripe (format 5 only).
+    /// The inserting thread's stripe (format 5 and later).
     Thread,
     /// The stripe the hash key's hash selects (as formats 3 and 4 must).
     HashKey,
-    /// The next stripe in turn, whatever thread inserts (format 5 only):
+    /// The next stripe in turn, whatever thread inserts (format 5 and later):
     /// one thread spreads the leaves of each hash key over every stripe, as
     /// many threads inserting into it would. For the crash simulator, which
     /// runs one thread.
@@ -462,9 +462,13 @@ pub struct Hart {
     optimistic: bool,
     /// The slots' checksum (by the superblock's format).
     checksum: Checksum,
-    /// Whether a leaf may be in any stripe (format 5) rather than only its
-    /// hash key's (formats 3 and 4).
+    /// Whether a leaf may be in any stripe (format 5 and later) rather than
+    /// only its hash key's (formats 3 and 4).
     any_stripe: bool,
+    /// Whether a value object may come from a larger class than its
+    /// value's (format 6; [`superblock`], "Value objects of a larger
+    /// class").
+    any_class: bool,
     /// Where new leaves come from: `hart.stripes`.
     stripe_choice: StripeChoice,
     /// The last stripe taken, for [`StripeChoice::RoundRobin`].
@@ -475,7 +479,7 @@ pub struct Hart {
 }
 
 /// One allocation stripe (see [`superblock`]): its chunk lists (of the
-/// leaves its threads inserted in format 5, of the hash keys routed to it
+/// leaves its threads inserted in formats 5 and 6, of the hash keys routed to it
 /// in formats 3 and 4, or with `hart.stripes=hash_key`), and how many
 /// leaves they hold. Aligned so that two stripes' counters never share a
 /// cache line.
@@ -564,6 +568,7 @@ impl Hart {
             optimistic: false,
             checksum: Checksum::Crc32c,
             any_stripe: true,
+            any_class: true,
             stripe_choice: StripeChoice::Thread,
             turn: AtomicUsize::new(0),
             frees: frees::Frees::default(),
@@ -591,7 +596,7 @@ impl Hart {
     }
 
     /// The stripe a new leaf of a hash key routed by `r` (and its value
-    /// object) comes from: the thread's in format 5, the hash key's before.
+    /// object) comes from: the thread's in formats 5 and 6, the hash key's before.
     #[inline]
     fn insert_stripe(&self, r: trees::Route) -> usize {
         match self.stripe_choice {
@@ -1284,8 +1289,10 @@ impl Engine for Hart {
                             )));
                         }
                         let v = self.slot(leaf, c.active)?;
-                        let in_stripe =
-                            |vc: usize, p: u64| self.values(st, vc).lock().locate(p).is_some();
+                        let in_stripe = |len: usize, p: u64| {
+                            superblock::value_classes(len, self.any_class)
+                                .any(|vc| self.values(st, vc).lock().locate(p).is_some())
+                        };
                         if !slot_is_valid(&self.pool, self.checksum, v, full, &in_stripe)? {
                             return Err(Error::CheckFailed(format!(
                                 "leaf {leaf:#x}: value fails its CRC"

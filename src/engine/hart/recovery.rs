@@ -120,9 +120,11 @@ impl StripeLists {
 }
 
 /// Whether a slot holds a complete value for `key`: written, a plausible
-/// length, a pointer to an object of the right class (`in_stripe(class, p)`
-/// says whether `p` is an object of the stripe's list for that class) or to
-/// an allocated block big enough, and a CRC of key ‖ value that matches.
+/// length, a pointer to an object of a class that may hold it
+/// (`in_stripe(len, p)` says whether `p` is an object of one of the
+/// stripe's lists [`superblock::value_classes`] names for a value of `len`
+/// bytes) or to an allocated block big enough, and a CRC of key ‖ value
+/// that matches.
 pub(super) fn slot_is_valid(
     pool: &Pool,
     checksum: Checksum,
@@ -155,14 +157,23 @@ pub(super) fn slot_is_valid(
         // A length above the largest object's in a slot not marked large
         // is damage (found by tests/damaged_engine_pools.rs: it panicked
         // in `value_class`).
-        if len > MAX_OBJECT || !in_stripe(value_class(len), v.p) {
+        if len > MAX_OBJECT || !in_stripe(len, v.p) {
             return Ok(false);
         }
-        // SAFETY: `p` is an object of at least `len` bytes (its class);
+        // SAFETY: `p` is an object of at least `len` bytes (its class or
+        // a larger one);
         // as above, nobody writes it meanwhile.
         unsafe { pool.bytes(v.p, len as u64)? }
     };
     Ok(checksum.of(key, value) == v.meta.crc)
+}
+
+/// The value list of `lists` that holds object `p` of a value of `len`
+/// bytes (`1..=MAX_OBJECT`), with the object's chunk and index: its class's
+/// list, or in format 6 a larger class's ([`superblock::value_classes`]).
+fn object_of(lists: &StripeLists, format: Format, len: usize, p: u64) -> Option<(usize, u64, u64)> {
+    superblock::value_classes(len, format.any_class)
+        .find_map(|vc| lists.values[vc].locate(p).map(|(c, i)| (vc, c, i)))
 }
 
 /// A leaf found live in phase 2.
@@ -221,7 +232,7 @@ fn scan_leaf(
     let checksum = format.checksum;
     let commit =
         leaf::commit(pool, leaf)?.filter(|c| c.key_len > 0 && leaf::class_for_key(c.key_len) == lc);
-    let in_stripe = |vc: usize, p: u64| lists.values[vc].locate(p).is_some();
+    let in_stripe = |len: usize, p: u64| object_of(lists, format, len, p).is_some();
     let mut live_slot = None;
     if let Some(c) = commit {
         // SAFETY: recovery runs before the engine is shared; the commit word
@@ -250,8 +261,8 @@ fn scan_leaf(
                     ));
                 }
                 if v.meta.value_len > 0 && !v.meta.large && !v.meta.inline() {
-                    let vc = value_class(v.meta.value_len);
-                    let (chunk, i) = lists.values[vc].locate(v.p).expect("validated");
+                    let (vc, chunk, i) =
+                        object_of(lists, format, v.meta.value_len, v.p).expect("validated");
                     stripes[s].values.push((vc, chunk, i));
                 }
                 stripes[s].held += 1;
@@ -621,7 +632,9 @@ pub(super) fn open(
         if v.meta.large {
             pool.free(v.at)?;
         } else if v.meta.value_len > 0 && !v.meta.inline() {
-            lists[s].values[value_class(v.meta.value_len)].release(pool_ref, v.p)?;
+            let vc = object_of(&lists[s], format, v.meta.value_len, v.p)
+                .map_or(value_class(v.meta.value_len), |(vc, _, _)| vc);
+            lists[s].values[vc].release(pool_ref, v.p)?;
         }
         lists[s].leaves[lc].release(pool_ref, l.off())?;
     }
@@ -633,6 +646,7 @@ pub(super) fn open(
     let mut h = Hart::with_stripes(pool, sb, k_h, stripes);
     h.checksum = format.checksum;
     h.any_stripe = format.any_stripe;
+    h.any_class = format.any_class;
     h.set_stripes(None)?;
     h.point_index = point_index;
     h.point_above = point_above;

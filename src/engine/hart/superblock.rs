@@ -17,7 +17,7 @@
 //! has one list per object type). A leaf's value objects come from the
 //! leaf's own stripe, so recovery can rebuild the stripes' free state in
 //! parallel: a stripe's leaves only ever point to its own value objects.
-//! - **Format 5:** a new leaf comes from the inserting thread's stripe
+//! - **Formats 5 and 6:** a new leaf comes from the inserting thread's stripe
 //!   (threads take stripes in turn), so up to [`STRIPES`] inserting threads
 //!   never share a list's lock, its DRAM state or its counters: when the
 //!   stripe was the hash key's, two threads met on every stripe and its
@@ -29,16 +29,30 @@
 //!   another. This version keeps that rule in such pools, so the versions
 //!   that wrote them still read them.
 //!
+//! # Value objects of a larger class (format 6)
+//! A value object normally comes from the list of its value's class
+//! ([`value_class`]). In format 6, when that list has no free object and
+//! the pool gives no new chunk, it may come from a larger class's list of
+//! the same stripe, so that the room that deletes of large values make in
+//! a full pool serves smaller values (docs/design.md §7, "A full pool").
+//! Recovery then accepts a slot whose object is in the list of its class
+//! or of any larger class; format 5 and older accept only the value's own
+//! class, and a version that reads only those refuses a format 6 pool
+//! rather than drop such values as torn.
+//!
 //! Version history: format 1 (magic `...\x01`) had one list per object type
 //! at offsets 64 and 128; format 2 kept values of 1..=8 bytes in value
 //! objects (format 3 keeps them inline in the leaf's slot). Both are refused
 //! with a clear error. Format 3 differs from format 4 only in the slot
 //! checksum (CRC-32 instead of CRC-32C, [`super::leaf::Checksum`]); format 5
-//! differs from format 4 only in where new leaves come from (above). Each
-//! is read and written as it is, never converted.
+//! differs from format 4 only in where new leaves come from (above), and
+//! format 6 from format 5 only in where value objects may come from
+//! (above). Each is read and written as it is, never converted.
 
-/// "HARTSB\0\x05".
-pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x05");
+/// "HARTSB\0\x06": format 6, what new pools get.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x06");
+/// Format 5: as format 6, but every value object in its value's class.
+pub const MAGIC_5: u64 = u64::from_le_bytes(*b"HARTSB\x00\x05");
 /// Format 4: CRC-32C slots, every leaf in its hash key's stripe.
 pub const MAGIC_4: u64 = u64::from_le_bytes(*b"HARTSB\x00\x04");
 /// Format 3: slots carry CRC-32 (IEEE), every leaf in its hash key's stripe.
@@ -49,23 +63,28 @@ pub const MAGIC_3: u64 = u64::from_le_bytes(*b"HARTSB\x00\x03");
 pub struct Format {
     /// The slots' checksum.
     pub checksum: super::leaf::Checksum,
-    /// Whether a leaf may be in any stripe (format 5), not only its hash
-    /// key's.
+    /// Whether a leaf may be in any stripe (format 5 and later), not only
+    /// its hash key's.
     pub any_stripe: bool,
+    /// Whether a value object may be of a larger class than its value's
+    /// (format 6).
+    pub any_class: bool,
 }
 
 /// The format of a superblock with this magic, if this version reads it.
 pub fn format_of(magic: u64) -> Option<Format> {
     use super::leaf::Checksum;
-    let (checksum, any_stripe) = match magic {
-        MAGIC => (Checksum::Crc32c, true),
-        MAGIC_4 => (Checksum::Crc32c, false),
-        MAGIC_3 => (Checksum::Crc32, false),
+    let (checksum, any_stripe, any_class) = match magic {
+        MAGIC => (Checksum::Crc32c, true, true),
+        MAGIC_5 => (Checksum::Crc32c, true, false),
+        MAGIC_4 => (Checksum::Crc32c, false, false),
+        MAGIC_3 => (Checksum::Crc32, false, false),
         _ => return None,
     };
     Some(Format {
         checksum,
         any_stripe,
+        any_class,
     })
 }
 /// The magics of the formats this version no longer reads: 1 (one chunk
@@ -123,4 +142,12 @@ pub fn value_class(len: usize) -> usize {
         .iter()
         .position(|&s| len as u64 <= s)
         .expect("small values fit a class")
+}
+
+/// The value lists whose objects may hold a value of `len` bytes
+/// (1..=MAX_OBJECT), its own class's first: only that one, or, where
+/// `any_class` (format 6), every larger class's too.
+pub fn value_classes(len: usize, any_class: bool) -> std::ops::Range<usize> {
+    let vc = value_class(len);
+    vc..if any_class { VALUE_SIZES.len() } else { vc + 1 }
 }

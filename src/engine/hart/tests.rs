@@ -591,7 +591,8 @@ fn a_format_4_pool_keeps_each_hash_key_in_its_stripe() {
 
 /// `hart.stripes`: by thread by default in a new pool, by hash key on
 /// request (every leaf in its hash key's stripe, whatever thread
-/// inserts, in a format 5 pool too); by thread is refused in a pool of
+/// inserts, in a format 5 or 6 pool too, until that stripe is full:
+/// `Hart::take_leaf`); by thread is refused in a pool of
 /// format 4, where it would write leaves that pool's format forbids;
 /// a bad value is refused.
 #[test]
@@ -674,7 +675,7 @@ fn the_stripes_setting_chooses_where_new_leaves_come_from() {
 }
 
 /// Pools of format 3 (slots with CRC-32) open, stay format 3 and keep
-/// writing CRC-32; new pools are format 5 (CRC-32C, as format 4). Read as the other
+/// writing CRC-32; new pools are format 6 (CRC-32C, as formats 4 and 5). Read as the other
 /// format, every slot fails its checksum: the checksum is really
 /// checked at recovery.
 #[test]
@@ -711,6 +712,62 @@ fn a_format_3_pool_opens_and_keeps_its_crc32_slots() {
     pool.store_u64(sb, superblock::MAGIC).unwrap();
     let h = Hart::open(Arc::clone(&pool)).unwrap();
     assert_eq!(h.len(), 0, "CRC-32 slots read as CRC-32C are all torn");
+}
+
+/// Format 5 pools, which the versions before format 6 wrote and read,
+/// keep every value object in its value's class: with half of its
+/// 1,000-byte values deleted, a full format 5 pool refuses a 100-byte
+/// value, where format 6 takes a freed 1,024-byte object. And a format 6
+/// pool read as format 5 finds such a value torn (the key is gone), which
+/// is why format 6 has its own magic: a version that reads only format 5
+/// refuses the pool instead.
+#[test]
+fn a_format_5_pool_keeps_each_value_in_its_class() {
+    for format_5 in [true, false] {
+        let pool = Arc::new(Pool::create_anonymous(8 << 20, "hart", &Default::default()).unwrap());
+        let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        let sb = h.sb;
+        assert!(h.any_class);
+        if format_5 {
+            pool.store_u64(sb, superblock::MAGIC_5).unwrap();
+            drop(h);
+            h = Hart::open(Arc::clone(&pool)).unwrap();
+            assert!(!h.any_class && h.any_stripe);
+        }
+        let key = |i: u32| format!("{:02}/{i:06}", i % 37).into_bytes();
+        let big = [7u8; 1000];
+        let n = (0..)
+            .find(|&i| match h.put(&key(i), &big, PutMode::Upsert) {
+                Ok(_) => false,
+                Err(Error::PoolFull { .. }) => true,
+                Err(e) => panic!("{e}"),
+            })
+            .unwrap();
+        for i in (0..n).step_by(2) {
+            assert!(h.delete(&key(i)).unwrap());
+        }
+        let small = [3u8; 100];
+        let put = h.put(&key(n + 1), &small, PutMode::Upsert);
+        if format_5 {
+            assert!(matches!(put, Err(Error::PoolFull { .. })), "{put:?}");
+            h.check().unwrap();
+            continue;
+        }
+        put.unwrap();
+        h.check().unwrap();
+        drop(h);
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        let mut got = None;
+        assert!(h
+            .get_with(&key(n + 1), &mut |v| got = Some(v.to_vec()))
+            .unwrap());
+        assert_eq!(got.as_deref(), Some(&small[..]));
+        drop(h);
+        pool.store_u64(sb, superblock::MAGIC_5).unwrap();
+        let h = Hart::open(Arc::clone(&pool)).unwrap();
+        assert!(!h.get_with(&key(n + 1), &mut |_| {}).unwrap());
+        assert!(h.get_with(&key(1), &mut |_| {}).unwrap());
+    }
 }
 
 #[test]

@@ -21,9 +21,43 @@ impl Hart {
         len > leaf::INLINE_MAX && len <= MAX_OBJECT
     }
 
-    /// Takes a free value object for a value of `len` bytes (DRAM only).
+    /// Takes a free value object of stripe `st` for a value of `len` bytes
+    /// (DRAM only): from its class's list, or, in format 6 when that list
+    /// has no free object and the pool no new chunk, a free object of the
+    /// next larger class that has one ([`superblock`], "Value objects of a
+    /// larger class"; docs/design.md §7, "A full pool").
     pub(super) fn alloc_value(&self, st: usize, len: usize) -> Result<u64> {
-        self.retry_when_full(|| self.values(st, value_class(len)).lock().alloc(&self.pool))
+        let vc = value_class(len);
+        let own = self.retry_when_full(|| self.values(st, vc).lock().alloc(&self.pool));
+        if !matches!(own, Err(Error::PoolFull { .. })) {
+            return own;
+        }
+        for c in superblock::value_classes(len, self.any_class).skip(1) {
+            if let Some(obj) = self.values(st, c).lock().take_free(&self.pool)? {
+                return Ok(obj);
+            }
+        }
+        own
+    }
+
+    /// Gives back value object `p` of stripe `st`, which holds a value of
+    /// `len` bytes: to its class's list, or to the larger class's list
+    /// that holds it ([`Self::alloc_value`]).
+    pub(super) fn release_value(&self, st: usize, len: usize, p: u64) -> Result<()> {
+        let mut classes = superblock::value_classes(len, self.any_class);
+        let own = classes.next().expect("a value's own class");
+        if let Some(r) = self.values(st, own).lock().try_release(&self.pool, p) {
+            return r;
+        }
+        for c in classes {
+            if let Some(r) = self.values(st, c).lock().try_release(&self.pool, p) {
+                return r;
+            }
+        }
+        Err(Error::corrupt(
+            p,
+            "hart: released object is not in its chunk list",
+        ))
     }
 
     /// Writes `value` into a fresh value object (`obj` if the caller took
@@ -77,9 +111,7 @@ impl Hart {
         }
         // At once, not through the thread's shard ([`frees`]): the pointer
         // was read from PM, and a damaged one is an error of this operation.
-        self.values(st, value_class(v.meta.value_len))
-            .lock()
-            .release(&self.pool, v.p)
+        self.release_value(st, v.meta.value_len, v.p)
     }
 
     /// Writes slot `s` of `leaf`, in this order within its cache line:
@@ -143,7 +175,9 @@ impl Hart {
         if self.order != PersistOrder::Paper || len <= leaf::INLINE_MAX || len > MAX_OBJECT {
             return;
         }
-        if let Some((c, _)) = self.values(st, value_class(len)).lock().locate(p) {
+        let chunk = superblock::value_classes(len, self.any_class)
+            .find_map(|vc| self.values(st, vc).lock().locate(p));
+        if let Some((c, _)) = chunk {
             self.pool.persist(c, 8);
         }
     }
@@ -200,12 +234,14 @@ impl Hart {
     /// **A full pool** (docs/design.md §7, "A full pool: leaves from
     /// another stripe"): when `st` has no free leaf or object of the
     /// classes needed and the pool gives no new chunk, both come from the
-    /// first other stripe, in turn from `st`, that has them, where the
-    /// format lets a leaf live in any stripe (format 5). Deletes free into
-    /// the stripe that holds the leaf, whatever thread deletes, so without
-    /// this a thread whose stripe is full could not reuse the room that
-    /// other threads' deletes made. A leaf and its value objects still
-    /// share one stripe, as recovery requires; nothing in PM changes.
+    /// first other stripe, in turn from `st`, that has them free in its
+    /// chunks (no chunk is added there), where the format lets a leaf live
+    /// in any stripe (format 5 and later), whatever `hart.stripes` says.
+    /// Deletes free into the stripe that holds the leaf, whatever thread
+    /// deletes, so without this a thread whose stripe is full could not
+    /// reuse the room that other threads' deletes made. A leaf and its
+    /// value objects still share one stripe, as recovery requires; nothing
+    /// in PM changes.
     pub(super) fn take_leaf(
         &self,
         st: usize,
@@ -216,14 +252,40 @@ impl Hart {
         if !matches!(first, Err(Error::PoolFull { .. })) || !self.any_stripe {
             return first.map(|(leaf, obj)| (st, leaf, obj));
         }
+        // The frees the threads gathered were handed over by the failed
+        // attempt's `retry_when_full`.
         for s in (1..superblock::STRIPES).map(|d| (st + d) % superblock::STRIPES) {
-            match self.take_leaf_in(s, key_len, value_len) {
-                Ok((leaf, obj)) => return Ok((s, leaf, obj)),
-                Err(Error::PoolFull { .. }) => {}
-                Err(e) => return Err(e),
+            if let Some((leaf, obj)) = self.take_free_leaf_in(s, key_len, value_len)? {
+                return Ok((s, leaf, obj));
             }
         }
         first.map(|(leaf, obj)| (st, leaf, obj))
+    }
+
+    /// [`Self::take_leaf`]'s fallback in stripe `st`: a free leaf and, if
+    /// the value takes one, a free object of a class that may hold it,
+    /// both from the stripe's chunks as they are (none added); `None` if
+    /// either is missing (a leaf taken goes back).
+    fn take_free_leaf_in(
+        &self,
+        st: usize,
+        key_len: usize,
+        value_len: usize,
+    ) -> Result<Option<(u64, Option<u64>)>> {
+        let lc = leaf::class_for_key(key_len);
+        let Some(leaf) = self.leaves(st, lc).lock().take_free(&self.pool)? else {
+            return Ok(None);
+        };
+        if !Self::takes_object(value_len) {
+            return Ok(Some((leaf, None)));
+        }
+        for c in superblock::value_classes(value_len, self.any_class) {
+            if let Some(obj) = self.values(st, c).lock().take_free(&self.pool)? {
+                return Ok(Some((leaf, Some(obj))));
+            }
+        }
+        self.release_leaf(st, leaf, key_len)?;
+        Ok(None)
     }
 
     /// [`Self::take_leaf`] in stripe `st` only: the leaf, then the object;
