@@ -208,7 +208,7 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(
         settings(h, &[]),
-        serde_json::json!({"hart.hash_key_len": "3", "hart.persist_order": "tight",
+        serde_json::json!({"hart.format": "6", "hart.hash_key_len": "3", "hart.persist_order": "tight",
                            "hart.stripes": "thread", "hart.leaf_first": "on",
                            "hart.point_index": "on", "hart.point_index_above": "64",
                            "hart.reads": "locked"})
@@ -225,7 +225,7 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     let text_info = text(&pmindex(&["info", h]).stdout);
     assert!(
         text_info.contains(
-            "settings    hart.hash_key_len=3 hart.leaf_first=on hart.persist_order=tight"
+            "settings    hart.format=6 hart.hash_key_len=3 hart.leaf_first=on hart.persist_order=tight"
         ),
         "{text_info}"
     );

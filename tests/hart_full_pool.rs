@@ -182,3 +182,53 @@ fn smaller_values_take_the_room_of_deleted_larger_ones() {
     let db = open_db(&t.path);
     assert_db_eq(&db, &model, "filled again, reopened");
 }
+
+/// `hart.format=5` makes a pool that the versions before format 6 read:
+/// each value in its own class, so the full pool of the test above
+/// refuses the 100-byte values; the format is fixed at creation (another
+/// value at open is refused by name, as is a format this version cannot
+/// make).
+#[test]
+fn a_format_5_pool_is_made_on_request_and_keeps_it() {
+    let t = TempPool::new();
+    let db = create_db(&t.path, "hart:format=5", POOL);
+    let mut model = Model::new();
+    let n = fill(&db, &mut model);
+    for i in (0..n).step_by(2) {
+        assert!(db.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    match db.put(&key(n + 1), &[3u8; 100]) {
+        Err(e) => assert!(is_pool_full(&e), "{e:?}"),
+        Ok(_) => panic!("format 5 keeps each value in its class"),
+    }
+    // The freed 1,024-byte objects still take 1,000-byte values.
+    db.put(&key(0), &[4u8; 1000]).unwrap();
+    model.insert(key(0), vec![4u8; 1000]);
+    drop(db);
+    let e = pmindex::Db::open(&t.path, &common::options("hart:format=6", POOL))
+        .map(drop)
+        .expect_err("another format at open is refused")
+        .to_string();
+    assert!(
+        e.contains("hart.format=6, but this pool has format 5"),
+        "{e}"
+    );
+    let db = pmindex::Db::open(&t.path, &common::options("hart:format=5", POOL)).unwrap();
+    assert_db_eq(&db, &model, "reopened as format 5");
+    drop(db);
+    let t2 = TempPool::new();
+    let e = pmindex::Db::create(&t2.path, &common::options("hart:format=4", POOL))
+        .map(drop)
+        .expect_err("format 4 cannot be made")
+        .to_string();
+    assert!(e.contains("hart.format=4: only formats 5 and 6"), "{e}");
+    let e = pmindex::Db::create(&t2.path, &common::options("hart:format=7", POOL))
+        .map(drop)
+        .expect_err("format 7 is refused")
+        .to_string();
+    assert!(e.contains("hart.format `7`"), "{e}");
+    // `info` names the format.
+    let db = open_db(&t.path);
+    assert_eq!(db.info().settings["hart.format"], "5");
+}

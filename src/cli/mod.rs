@@ -397,7 +397,8 @@ struct PoolArg {
 struct EngineOpts {
     /// An engine setting, KEY=VALUE (repeatable); the key with or without
     /// the engine's prefix. Fixed at create (at open, a value other than
-    /// the pool's is refused): hart.hash_key_len=3 (1 to 8), wort.format=3
+    /// the pool's is refused): hart.hash_key_len=3 (1 to 8), hart.format=5
+    /// (a pool that builds before HART format 6 read), wort.format=3
     /// or 2 (a radix pool older builds read; 4, the default, tags leaf
     /// pointers and maps WORT slots; also woart, art-cow),
     /// fptree.leaf_slots=N (2 to 40, default 40). For this

@@ -139,9 +139,14 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         point_index,
         point_above,
         optimistic,
+        format,
         ..
     } = parse_config(config)?;
-    let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
+    let mut h = Hart::create_format(
+        pool,
+        k_h.unwrap_or(DEFAULT_HASH_KEY_LEN),
+        format.unwrap_or(superblock::FORMAT),
+    )?;
     h.set_order(order);
     h.leaf_first = leaf_first;
     h.point_index = point_index;
@@ -161,15 +166,22 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         point_index,
         point_above,
         optimistic,
+        format,
     } = parse_config(config)?;
     let points = point_index.then_some(point_above);
-    let mut h = recovery::open(pool, recovery_threads, k_h, points)?;
+    let mut h = recovery::open(pool, recovery_threads, (k_h, format), points)?;
     h.leaf_first = leaf_first;
     h.set_reads(optimistic)?;
     if let Some(k) = k_h.filter(|&k| k != h.k_h) {
         return Err(Error::InvalidArgument(format!(
             "hart.hash_key_len={k}, but this pool was created with {}; it is fixed at creation",
             h.k_h
+        )));
+    }
+    if let Some(f) = format.filter(|&f| f != h.format()) {
+        return Err(Error::InvalidArgument(format!(
+            "hart.format={f}, but this pool has format {}; it is fixed at creation",
+            h.format()
         )));
     }
     h.set_order(order);
@@ -248,6 +260,9 @@ struct Settings {
     /// `hart.reads` (default locked): whether searches probe the point
     /// index without the ART's lock first ([`indexed`]).
     optimistic: bool,
+    /// `hart.format` (creation only; default [`superblock::FORMAT`]): 5 for
+    /// a pool that the versions before format 6 read.
+    format: Option<u8>,
 }
 
 /// The value of an on/off setting `name`.
@@ -270,6 +285,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut point_index = true;
     let mut point_above = points::BUILD_ABOVE;
     let mut optimistic = false;
+    let mut format = None;
     for (k, v) in super::settings(
         config,
         INFO.name,
@@ -282,9 +298,26 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "point_index",
             "point_index_above",
             "reads",
+            "format",
         ],
     )? {
         match k {
+            "format" => {
+                // 3 and 4 name older pools at open; only 5 and 6 can be
+                // made (`Hart::create_format`).
+                format = Some(
+                    v.parse::<u8>()
+                        .ok()
+                        .filter(|f| (3..=6).contains(f))
+                        .ok_or_else(|| {
+                            Error::InvalidArgument(format!(
+                                "hart.format `{v}`: expected 6 (the default: a value may take a \
+                             larger class's object in a full pool) or 5 (each value in its \
+                             own class; read by the versions before format 6)"
+                            ))
+                        })?,
+                )
+            }
             "reads" => {
                 optimistic = super::Reads::parse("hart.reads", v)? == super::Reads::Optimistic;
             }
@@ -344,6 +377,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         point_index,
         point_above,
         optimistic,
+        format,
     })
 }
 
@@ -644,25 +678,54 @@ impl Hart {
         &self.stripes[stripe].values[vc]
     }
 
-    /// Creates an empty HART in a new pool, with hash keys of `k_h` bytes.
+    /// Creates an empty HART in a new pool, with hash keys of `k_h` bytes,
+    /// of the newest format.
     pub fn create(pool: Arc<Pool>, k_h: usize) -> Result<Hart> {
+        Self::create_format(pool, k_h, superblock::FORMAT)
+    }
+
+    /// Creates an empty HART of format `format` (5 or 6) in a new pool,
+    /// with hash keys of `k_h` bytes.
+    pub fn create_format(pool: Arc<Pool>, k_h: usize, format: u8) -> Result<Hart> {
         if !(1..=8).contains(&k_h) {
             return Err(Error::InvalidArgument(format!(
                 "hart: hash key length {k_h} is not in 1..=8"
             )));
         }
-        let sb = Self::make_superblock(&pool, k_h)?;
-        Ok(Self::empty(pool, sb, k_h))
+        let magic = match format {
+            6 => superblock::MAGIC,
+            5 => superblock::MAGIC_5,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "hart.format={format}: only formats 5 and 6 can be created (3 and 4 \
+                     are read and written where older pools have them)"
+                )))
+            }
+        };
+        let sb = Self::make_superblock(&pool, k_h, magic)?;
+        let mut h = Self::empty(pool, sb, k_h);
+        h.any_class = superblock::format_of(magic).is_some_and(|f| f.any_class);
+        Ok(h)
     }
 
-    /// Persist order: zero the block, write magic and `k_h`, flush; activate
-    /// it into root slot 0.
-    fn make_superblock(pool: &Pool, k_h: usize) -> Result<u64> {
+    /// The format this HART's pool has (3 to 6, [`superblock`]).
+    pub fn format(&self) -> u8 {
+        match (self.any_class, self.any_stripe, self.checksum) {
+            (true, _, _) => 6,
+            (false, true, _) => 5,
+            (false, false, Checksum::Crc32c) => 4,
+            (false, false, Checksum::Crc32) => 3,
+        }
+    }
+
+    /// Persist order: zero the block, write `magic` and `k_h`, flush;
+    /// activate it into root slot 0.
+    fn make_superblock(pool: &Pool, k_h: usize, magic: u64) -> Result<u64> {
         let r = pool.reserve(superblock::SIZE)?;
         let sb = r.offset();
         // SAFETY: the block is reserved by us and not yet published.
         unsafe { pool.zero_bytes(sb, superblock::SIZE)? };
-        pool.store_u64(sb, superblock::MAGIC)?;
+        pool.store_u64(sb, magic)?;
         pool.store_u64(sb + superblock::K_H, k_h as u64)?;
         pool.store_u64(sb + superblock::ORDER, 0)?;
         pool.store_u64(sb + superblock::STRIPE_COUNT, STRIPES as u64)?;
@@ -852,7 +915,7 @@ impl Hart {
 
     /// Recovers a HART from its pool (Algorithm 7) on every core.
     pub fn open(pool: Arc<Pool>) -> Result<Hart> {
-        recovery::open(pool, None, None, Some(points::BUILD_ABOVE))
+        recovery::open(pool, None, (None, None), Some(points::BUILD_ABOVE))
     }
 }
 
@@ -868,6 +931,7 @@ impl Engine for Hart {
         };
         [
             ("hart.hash_key_len", self.k_h.to_string()),
+            ("hart.format", self.format().to_string()),
             ("hart.persist_order", order.to_string()),
             ("hart.stripes", self.stripe_choice.name().to_string()),
             (

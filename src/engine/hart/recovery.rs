@@ -342,14 +342,15 @@ struct Rebuilt {
 }
 
 /// Recovers a HART from its pool with `threads` threads (default: every
-/// core). `k_h` is the hash key length the caller asked for, if any: it
-/// only matters if creation crashed before the superblock was published,
-/// and the engine is then created again with it. `points`: where ARTs get
+/// core). `(k_h, format)` are the hash key length and format the caller
+/// asked for, if any: they only matter if creation crashed before the
+/// superblock was published, and the engine is then created again with
+/// them. `points`: where ARTs get
 /// a point index (`hart.point_index_above`), `None` for none.
 pub(super) fn open(
     pool: Arc<Pool>,
     threads: Option<usize>,
-    k_h: Option<usize>,
+    (k_h, format): (Option<usize>, Option<u8>),
     points: Option<usize>,
 ) -> Result<Hart> {
     let point_index = points.is_some();
@@ -362,7 +363,11 @@ pub(super) fn open(
         // and an open that named another one then failed), unless blocks
         // say the superblock was lost instead.
         pool.check_unpublished_root(root, "hart")?;
-        let mut h = Hart::create(pool, k_h.unwrap_or(DEFAULT_HASH_KEY_LEN))?;
+        let mut h = Hart::create_format(
+            pool,
+            k_h.unwrap_or(DEFAULT_HASH_KEY_LEN),
+            format.unwrap_or(superblock::FORMAT),
+        )?;
         h.point_index = point_index;
         h.point_above = point_above;
         return Ok(h);

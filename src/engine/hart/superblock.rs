@@ -51,6 +51,9 @@
 
 /// "HARTSB\0\x06": format 6, what new pools get.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HARTSB\x00\x06");
+/// The format new pools get ([`MAGIC`]).
+pub const FORMAT: u8 = 6;
+const _: () = assert!(MAGIC >> 56 == FORMAT as u64);
 /// Format 5: as format 6, but every value object in its value's class.
 pub const MAGIC_5: u64 = u64::from_le_bytes(*b"HARTSB\x00\x05");
 /// Format 4: CRC-32C slots, every leaf in its hash key's stripe.

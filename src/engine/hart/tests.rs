@@ -153,7 +153,7 @@ fn built_above_and_dropped_below(above: usize) {
     }
     // Reopened: rebuilt by recovery.
     drop(h);
-    let h = recovery::open(Arc::clone(&pool), None, None, Some(above)).unwrap();
+    let h = recovery::open(Arc::clone(&pool), None, (None, None), Some(above)).unwrap();
     assert!(built(&h), "rebuilt above {above}");
     h.check().unwrap();
     // Down to `below - 1` keys: dropped, and the ART is searched.
@@ -173,7 +173,7 @@ fn built_above_and_dropped_below(above: usize) {
         assert!(lines_of_get(&h, &key(i)).0, "key {i}");
     }
     drop(h);
-    let h = recovery::open(Arc::clone(&pool), None, None, Some(above)).unwrap();
+    let h = recovery::open(Arc::clone(&pool), None, (None, None), Some(above)).unwrap();
     assert!(!built(&h), "not built by recovery for {left} keys");
     h.check().unwrap();
     // Grown again past the threshold: built again.
@@ -404,7 +404,7 @@ fn a_small_slot_longer_than_any_object_is_damage_not_a_panic() {
     meta.value_len = leaf::MAX_OBJECT + 904;
     pool.store_u64(meta_at, meta.encode()).unwrap();
     drop(h);
-    let h = recovery::open(pool, Some(1), None, Some(points::BUILD_ABOVE)).unwrap();
+    let h = recovery::open(pool, Some(1), (None, None), Some(points::BUILD_ABOVE)).unwrap();
     assert!(!h.get_with(b"ab-object", &mut |_| {}).unwrap());
     let mut got = Vec::new();
     assert!(h.get_with(b"ab-other", &mut |v| got = v.to_vec()).unwrap());
@@ -1173,7 +1173,7 @@ fn which_of_two_live_leaves_recovery_keeps_does_not_depend_on_its_threads() {
     drop(pool);
     let recovered = || {
         let p = Arc::new(Pool::open_image(&image, Some("hart"), &Default::default()).unwrap());
-        let h = recovery::open(Arc::clone(&p), Some(2), None, None).unwrap();
+        let h = recovery::open(Arc::clone(&p), Some(2), (None, None), None).unwrap();
         h.check().unwrap();
         assert_eq!(h.len(), 81);
         drop(h);
