@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use pmindex::pm::Fault;
 use pmindex::sim::workload::Op;
-use pmindex::sim::{run_ops, CrashConfig};
+use pmindex::sim::{run_ops, states_from_env, CrashConfig};
+
+mod common;
 
 fn key(i: usize) -> Vec<u8> {
     format!("rc{i:04}").into_bytes()
@@ -96,5 +98,78 @@ fn an_image_is_checked_again_where_another_outcome_is_expected() {
         "{} images, failures {:?}",
         r.images,
         r.failures
+    );
+}
+
+/// pmlog: 60 keys of 4,000-byte values fill the first segment, then each
+/// gets a new value, most of them in the second segment. A crash between
+/// a replace's append and its kill leaves the old record alive in the
+/// first segment, which recovery kills. Variant `v` has values 24 bytes
+/// smaller per variant (so the second segment starts at another key) and
+/// deletes every `v + 2`th key between the two rounds.
+fn replaces_across_segments(v: usize) -> Vec<Op> {
+    let len = 4000 - 24 * (v % 40);
+    let mut ops = Vec::new();
+    for round in 0..2u8 {
+        for i in 0..60 {
+            ops.push(Op::Put(key(i), Arc::from(vec![round; len])));
+        }
+        if round == 0 && v > 0 {
+            for i in (0..60).step_by(v + 2) {
+                ops.push(Op::Delete(key(i)));
+            }
+        }
+    }
+    ops
+}
+
+fn pmlog_config(fault: Option<Fault>) -> CrashConfig {
+    let mut cfg = CrashConfig::new("pmlog");
+    cfg.states = 1000;
+    cfg.recovery_checks = cfg.states;
+    // Two segments' worth: the one appends resumed in is sealed, and
+    // cleaned or freed.
+    cfg.after_churn = 512 << 10;
+    cfg.shrink = false;
+    cfg.fault = fault;
+    cfg
+}
+
+/// Recovery's kill of a superseded record left unflushed: the record
+/// outlives the one that superseded it only once the writes after
+/// recovery free the newer record's segment, which the churn makes them
+/// do (without it, 20,000 images passed).
+#[test]
+fn a_superseded_record_killed_without_a_flush_is_caught_after_recovery() {
+    let r = run_ops(
+        &pmlog_config(Some(Fault::PmlogRecoveryLoserUnflushed)),
+        replaces_across_segments(0),
+    )
+    .expect("crash test runs");
+    let caught = r.failures.iter().find(|f| f.image.starts_with("after/"));
+    assert!(
+        caught.is_some(),
+        "not caught after recovery: {} images, failures {:?}",
+        r.images,
+        r.failures
+    );
+    println!(
+        "caught after {} images: {}",
+        r.images,
+        caught.unwrap().message
+    );
+}
+
+/// `PMINDEX_CRASH_STATES=20000 cargo test --release --test
+/// crash_after_recovery pmlog` runs a long budget.
+#[test]
+fn pmlog_survives_churn_and_a_second_crash_after_recovery() {
+    let mut cfg = pmlog_config(None);
+    let states = states_from_env(cfg.states);
+    cfg.recovery_checks = usize::MAX;
+    let t = common::crash_budget(&mut cfg, states, |v| replaces_across_segments(v as usize));
+    println!(
+        "{} images, {} variants, {:.1} s",
+        t.images, t.rounds, t.seconds
     );
 }

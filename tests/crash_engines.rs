@@ -111,6 +111,14 @@ fn hart_round_robin_stripes() {
     crash_test_with("hart", false, &[("hart.stripes", "round_robin")]);
 }
 
+/// HART in format 5 (`hart.format=5`, the format before 2026-12-02): each
+/// value in an object of its own class, which builds of format 5 read.
+/// Pools of that format still open here and keep it.
+#[test]
+fn hart_format_5() {
+    crash_test_with("hart", false, &[("hart.format", "5")]);
+}
+
 /// The radix trees in format 2 (`<engine>.format=2`: block sizes powers
 /// of two only), which older builds still read and this build still
 /// writes into such pools.

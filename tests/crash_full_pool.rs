@@ -4,7 +4,8 @@
 //! whose leaves and nodes (the block-heap engines: `Chunks::reserve` falls
 //! back to a larger class when its own has no chunk and the pool has none
 //! to give) or value objects (`hart`, format 6: `Hart::alloc_value`) come
-//! from the freed larger ones, and a reopen.
+//! from the freed larger ones, and a reopen; `hart` in format 5 too, where
+//! those puts are refused.
 //!
 //! And `hart` in a full pool whose stripes have room unevenly: with
 //! `hart.stripes=round_robin` the keys take the stripes in turn, the
@@ -46,9 +47,10 @@ fn workload(v: u64) -> Vec<Op> {
 
 /// How many of the workload's 100-byte puts succeed, run live on a pool
 /// of the simulator's size.
-fn small_puts_live(engine: &str) -> usize {
+fn small_puts_live(engine: &str, cfg: &CrashConfig) -> usize {
     let db = pmindex::Db::create_anonymous(&pmindex::Options {
-        pool_size: CrashConfig::new(engine).pool_size,
+        pool_size: cfg.pool_size,
+        engine_config: cfg.engine_config.clone(),
         ..pmindex::Options::with_engine(engine)
     })
     .unwrap();
@@ -140,9 +142,9 @@ fn full_pools_survive_every_crash() {
     let states = states_from_env(1500);
     for engine in ["wort", "woart", "art-cow", "fptree", "hart"] {
         // The workload reaches the fallback: most small puts fit.
-        let ok = small_puts_live(engine);
-        assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");
         let mut cfg = CrashConfig::new(engine);
+        let ok = small_puts_live(engine, &cfg);
+        assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");
         cfg.recovery_checks = 20;
         let t = common::crash_budget(&mut cfg, states, workload);
         println!(
@@ -150,4 +152,24 @@ fn full_pools_survive_every_crash() {
             t.images, t.points, t.rounds, t.seconds
         );
     }
+}
+
+/// `hart` in format 5 (`hart.format=5`): no value object from a larger
+/// class, so the small puts after the deletes fit only where a value
+/// chunk of their class was freed or can still be made, and a refused
+/// put must leave nothing behind.
+#[test]
+fn a_full_hart_pool_of_format_5_survives_every_crash() {
+    let mut cfg = CrashConfig::new("hart");
+    cfg.engine_config.insert("hart.format".into(), "5".into());
+    let ok = small_puts_live("hart", &cfg);
+    let ok6 = small_puts_live("hart", &CrashConfig::new("hart"));
+    println!("hart: {ok} of 760 small puts fit live in format 5, {ok6} in format 6");
+    assert!(ok < ok6, "format 5: {ok}, format 6: {ok6}");
+    cfg.recovery_checks = 20;
+    let t = common::crash_budget(&mut cfg, states_from_env(1500), workload);
+    println!(
+        "hart (format 5): {} images, {} crash points, {} variants, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
+    );
 }

@@ -33,6 +33,10 @@ pub enum Fault {
     /// pmlog: a delete sets `DEAD` without flushing it (an acknowledged
     /// delete can be undone).
     PmlogSkipKillFlush,
+    /// pmlog: recovery sets `DEAD` on a superseded record that a crash left
+    /// alive without flushing it (the record comes back once the segment of
+    /// the record that superseded it is freed).
+    PmlogRecoveryLoserUnflushed,
     /// hart: an insert or update flushes the value but not the leaf's line 0
     /// (an acknowledged insert or update can be lost).
     HartSkipLeafFlush,
@@ -106,6 +110,7 @@ impl Fault {
         Fault::AllocFrontierUnflushed,
         Fault::PmlogSkipAppendFence,
         Fault::PmlogSkipKillFlush,
+        Fault::PmlogRecoveryLoserUnflushed,
         Fault::HartSkipLeafFlush,
         Fault::HartCommitBeforeSlot,
         Fault::HartBatchSkipFence,
@@ -132,6 +137,7 @@ impl Fault {
             Fault::AllocFrontierUnflushed => "alloc-frontier-unflushed",
             Fault::PmlogSkipAppendFence => "pmlog-skip-append-fence",
             Fault::PmlogSkipKillFlush => "pmlog-skip-kill-flush",
+            Fault::PmlogRecoveryLoserUnflushed => "pmlog-recovery-loser-unflushed",
             Fault::HartSkipLeafFlush => "hart-skip-leaf-flush",
             Fault::HartCommitBeforeSlot => "hart-commit-before-slot",
             Fault::HartBatchSkipFence => "hart-batch-skip-fence",
@@ -157,7 +163,9 @@ impl Fault {
             Fault::AllocSkipMarkFlush
             | Fault::AllocSkipRecordFence
             | Fault::AllocFrontierUnflushed => None,
-            Fault::PmlogSkipAppendFence | Fault::PmlogSkipKillFlush => Some("pmlog"),
+            Fault::PmlogSkipAppendFence
+            | Fault::PmlogSkipKillFlush
+            | Fault::PmlogRecoveryLoserUnflushed => Some("pmlog"),
             Fault::HartSkipLeafFlush
             | Fault::HartCommitBeforeSlot
             | Fault::HartBatchSkipFence

@@ -68,6 +68,12 @@ pub struct CrashConfig {
     pub eadr: bool,
     /// Images that are also crashed during their recovery.
     pub recovery_checks: usize,
+    /// Bytes of churn in the writes after a recovery (0: none): where not
+    /// zero, those writes leave every third key as it is, and then put
+    /// and at once delete this many bytes of filler values, so that a log
+    /// seals and frees (or cleans) the segments that recovery's winners
+    /// were in ([`writes_after_recovery`]).
+    pub after_churn: u64,
     /// A persist to drop on purpose (self-test).
     pub fault: Option<Fault>,
     /// Stop after this many failures.
@@ -118,6 +124,7 @@ impl CrashConfig {
             between: 1,
             eadr: false,
             recovery_checks: 50,
+            after_churn: 0,
             fault: None,
             max_failures: 5,
             threads: std::thread::available_parallelism()
@@ -277,6 +284,12 @@ struct RecoveryRun {
 /// The key [`writes_after_recovery`] adds (no workload key has a `~`).
 const AFTER_RECOVERY_KEY: &[u8] = b"~after-recovery";
 
+/// The prefix of the filler keys of [`writes_after_recovery`]'s churn.
+const CHURN_KEY: &str = "~churn";
+
+/// The size of one filler value of [`writes_after_recovery`]'s churn.
+const CHURN_VALUE: usize = 4 << 10;
+
 /// The writes made on a recovered database before the second crash of
 /// [`Shared::verify`]: of the keys `got` holds (in key order), the 2nd,
 /// 4th, ... get a new value and the others are deleted; then
@@ -286,9 +299,26 @@ const AFTER_RECOVERY_KEY: &[u8] = b"~after-recovery";
 /// store it never made durable would come back once the key it shadowed
 /// is deleted or updated. Returns the contents they leave; a write that
 /// finds the pool full ends them there.
-fn writes_after_recovery(db: &Db, got: Pairs) -> std::result::Result<Pairs, String> {
+///
+/// With `churn` bytes ([`CrashConfig::after_churn`]), the 3rd, 6th, ...
+/// keys are left as they are (so that the places that hold them stay),
+/// and after the new key, filler values of 4 KiB are put and each deleted
+/// at once until `churn` bytes were put. In pmlog that seals the segment
+/// appends resumed in and cleans or frees it: a superseded record that
+/// recovery killed without a flush, in an older segment that a kept key
+/// holds, outlives the record that superseded it only then.
+fn writes_after_recovery(db: &Db, got: Pairs, churn: u64) -> std::result::Result<Pairs, String> {
     let keys: Vec<Vec<u8>> = got.iter().map(|(k, _)| k.clone()).collect();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = got.into_iter().collect();
+    let fail = |i: usize, key: &[u8], e: Error| -> std::result::Result<bool, String> {
+        match e {
+            Error::PoolFull { .. } => Ok(false),
+            e => Err(format!(
+                "write {i} after recovery ({}): {e}",
+                super::show_key(key)
+            )),
+        }
+    };
     let mut write = |i: usize, key: &[u8]| -> std::result::Result<bool, String> {
         let r = if i.is_multiple_of(2) {
             db.delete(key).map(|_| {
@@ -302,19 +332,33 @@ fn writes_after_recovery(db: &Db, got: Pairs) -> std::result::Result<Pairs, Stri
         };
         match r {
             Ok(()) => Ok(true),
-            Err(Error::PoolFull { .. }) => Ok(false),
-            Err(e) => Err(format!(
-                "write {i} after recovery ({}): {e}",
-                super::show_key(key)
-            )),
+            Err(e) => fail(i, key, e),
         }
     };
     for (i, k) in keys.iter().enumerate() {
+        if churn > 0 && i % 3 == 2 {
+            continue;
+        }
         if !write(i, k)? {
             return Ok(model.into_iter().collect());
         }
     }
-    write(keys.len() | 1, AFTER_RECOVERY_KEY)?;
+    if !write(keys.len() | 1, AFTER_RECOVERY_KEY)? {
+        return Ok(model.into_iter().collect());
+    }
+    let filler = vec![0x5a; CHURN_VALUE];
+    for j in 0..churn.div_ceil(CHURN_VALUE as u64) {
+        let key = format!("{CHURN_KEY}{j:06}").into_bytes();
+        let r = db
+            .put(&key, &filler)
+            .and_then(|_| db.delete(&key).map(|_| ()));
+        if let Err(e) = r {
+            // A put refused leaves nothing; a delete refused (it needs no
+            // room, so an error of another kind) fails the image.
+            fail(j as usize, &key, e)?;
+            break;
+        }
+    }
     Ok(model.into_iter().collect())
 }
 
@@ -333,6 +377,7 @@ struct KvSettings {
     engine: String,
     engine_config: crate::engine::EngineConfig,
     fault: Option<Fault>,
+    after_churn: u64,
 }
 
 impl KvSettings {
@@ -341,6 +386,7 @@ impl KvSettings {
             engine: cfg.engine.clone(),
             engine_config: cfg.engine_config.clone(),
             fault: cfg.fault,
+            after_churn: cfg.after_churn,
         }
     }
 
@@ -397,7 +443,7 @@ impl KvSettings {
         let got = db
             .scan(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, None)
             .map_err(|e| format!("scan after recovery failed: {e}"))?;
-        let after = writes_after_recovery(&db, got)?;
+        let after = writes_after_recovery(&db, got, self.after_churn)?;
         drop(db);
         Ok(RecoveryRun {
             trace: rec.take(),

@@ -284,7 +284,9 @@ impl PmLog {
         for &rec in &losers_alive {
             crate::pm::cases::record(crate::pm::cases::Case::PmlogLoserKilled);
             pool.fetch_or_u64(rec, DEAD)?;
-            pool.flush(rec, 8);
+            if !pool.fault(Fault::PmlogRecoveryLoserUnflushed) {
+                pool.flush(rec, 8);
+            }
         }
         pool.fence();
         let mut index = BTreeMap::new();
