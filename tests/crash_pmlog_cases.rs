@@ -112,10 +112,6 @@ fn cleaning_and_every_recovery_case_are_reached_and_survived() {
     let mut cfg = CrashConfig::new("pmlog");
     cfg.pool_size = POOL;
     cfg.per_point = cfg.per_point.max(states / 600);
-    // The writes after each recovery seal, clean and free segments too
-    // (`crash_after_recovery.rs` has the workload that shows a superseded
-    // record recovery killed without a flush).
-    cfg.after_churn = 512 << 10;
     let wanted = [Case::PmlogTornTail, Case::PmlogLoserKilled];
     let missing = common::cases_missed(&wanted, || {
         let t = common::crash_budget(&mut cfg, states, |v| workload(v as usize));

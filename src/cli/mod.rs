@@ -379,6 +379,14 @@ struct CrashtestArgs {
     /// what some order of them (each writer's own, and real time) leaves.
     #[arg(long)]
     shared_keys: bool,
+    /// After each recovery checked, the writes made before the second
+    /// crash leave every third key as it is and then put and delete SIZE
+    /// of 4 KiB filler values (K, M suffixes) [default: 512K; 0: none]: a
+    /// log then seals and cleans or frees the segments that recovery's
+    /// records were in, so that a store recovery made and never
+    /// persisted, and that matters only then, shows.
+    #[arg(long, value_name = "SIZE", value_parser = parse::parse_size)]
+    after_churn: Option<u64>,
     #[command(flatten)]
     settings: EngineOpts,
 }
@@ -894,6 +902,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
             cfg.writers = a.writers.into();
             cfg.shared_keys = a.shared_keys;
+            if let Some(c) = a.after_churn {
+                cfg.after_churn = c;
+            }
+            if a.engine == pmindex::sim::ALLOC_SUBJECT && a.after_churn.is_some() {
+                return Err(CliError::Usage(
+                    "--after-churn: the allocator workload (`--engine alloc`) makes no writes after recovery".into(),
+                ));
+            }
             if a.engine == pmindex::sim::ALLOC_SUBJECT && a.shared_keys {
                 return Err(CliError::Usage(
                     "--shared-keys: the allocator workload (`--engine alloc`) has no keys".into(),

@@ -41,6 +41,9 @@ pub const ALLOC_SUBJECT: &str = "alloc";
 /// The most writers a crash test runs at once ([`CrashConfig::writers`]).
 pub const MAX_WRITERS: usize = 16;
 
+/// [`CrashConfig::after_churn`]'s default: two of pmlog's segments.
+pub const DEFAULT_AFTER_CHURN: u64 = 512 << 10;
+
 /// A progress callback: images checked so far, and the budget.
 pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
 
@@ -68,8 +71,8 @@ pub struct CrashConfig {
     pub eadr: bool,
     /// Images that are also crashed during their recovery.
     pub recovery_checks: usize,
-    /// Bytes of churn in the writes after a recovery (0: none): where not
-    /// zero, those writes leave every third key as it is, and then put
+    /// Bytes of churn in the writes after a recovery (default
+    /// [`DEFAULT_AFTER_CHURN`]; 0: none): where not zero, those writes leave every third key as it is, and then put
     /// and at once delete this many bytes of filler values, so that a log
     /// seals and frees (or cleans) the segments that recovery's winners
     /// were in ([`writes_after_recovery`]).
@@ -124,7 +127,7 @@ impl CrashConfig {
             between: 1,
             eadr: false,
             recovery_checks: 50,
-            after_churn: 0,
+            after_churn: DEFAULT_AFTER_CHURN,
             fault: None,
             max_failures: 5,
             threads: std::thread::available_parallelism()
@@ -1490,7 +1493,7 @@ fn report_from(
         failures: live,
         shrunk: None,
         reproduce: format!(
-            "pmindex crashtest --engine {} --ops {} --keys {} --states {} --seed {}{}{}{}{}{}",
+            "pmindex crashtest --engine {} --ops {} --keys {} --states {} --seed {}{}{}{}{}{}{}",
             cfg.engine,
             cfg.ops,
             cfg.keys,
@@ -1507,6 +1510,11 @@ fn report_from(
                 ""
             },
             if cfg.eadr { " --eadr" } else { "" },
+            if cfg.after_churn != DEFAULT_AFTER_CHURN && cfg.engine != ALLOC_SUBJECT {
+                format!(" --after-churn {}", cfg.after_churn)
+            } else {
+                String::new()
+            },
             cfg.fault
                 .map(|f| format!(" --fault {f}"))
                 .unwrap_or_default(),
