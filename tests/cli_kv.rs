@@ -287,15 +287,30 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     assert_eq!(text(&pmindex(&["put", w, "k", "v"]).stdout), "inserted\n");
     assert_eq!(
         settings(w, &["--engine-opt", "reads=locked"]),
-        serde_json::json!({"wort.format": "2", "wort.reads": "locked", "wort.writers": "striped"})
+        serde_json::json!({"wort.compact": "on", "wort.format": "2", "wort.reads": "locked", "wort.writers": "striped"})
     );
     assert_eq!(
         settings(w, &[]),
-        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic", "wort.writers": "striped"})
+        serde_json::json!({"wort.compact": "on", "wort.format": "2", "wort.reads": "optimistic", "wort.writers": "striped"})
     );
     assert_eq!(
-        settings(w, &["--engine-opt", "writers=locked"]),
-        serde_json::json!({"wort.format": "2", "wort.reads": "optimistic", "wort.writers": "locked"})
+        settings(
+            w,
+            &[
+                "--engine-opt",
+                "writers=locked",
+                "--engine-opt",
+                "compact=off"
+            ]
+        ),
+        serde_json::json!({"wort.compact": "off", "wort.format": "2", "wort.reads": "optimistic", "wort.writers": "locked"})
+    );
+    let o = pmindex(&["info", w, "--engine-opt", "compact=maybe"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("wort.compact `maybe`"),
+        "{}",
+        text(&o.stderr)
     );
     // A refused setting at create leaves no pool behind.
     let bad = dir.path().join("bad.pool");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use pmindex::pm::Fault;
 use pmindex::sim::workload::Op;
-use pmindex::sim::{run_ops, states_from_env, CrashConfig};
+use pmindex::sim::{run_ops, states_from_env, CrashConfig, CrashReport};
 
 mod common;
 
@@ -31,6 +31,18 @@ fn duplicate_leaves() -> Vec<Op> {
     ops
 }
 
+/// The run failed on an image crashed after its recovery (`after/...`).
+fn expect_caught_after_recovery(r: &CrashReport) {
+    let caught = r.failures.iter().find(|f| f.image.starts_with("after/"));
+    let Some(caught) = caught else {
+        panic!(
+            "not caught after recovery: {} images, failures {:?}",
+            r.images, r.failures
+        );
+    };
+    println!("caught after {} images: {}", r.images, caught.message);
+}
+
 fn config(fault: Option<Fault>) -> CrashConfig {
     let mut cfg = CrashConfig::new("hart");
     cfg.engine_config
@@ -50,18 +62,7 @@ fn a_duplicate_leaf_killed_without_a_flush_is_caught_after_recovery() {
         duplicate_leaves(),
     )
     .expect("crash test runs");
-    let caught = r.failures.iter().find(|f| f.image.starts_with("after/"));
-    assert!(
-        caught.is_some(),
-        "not caught after recovery: {} images, failures {:?}",
-        r.images,
-        r.failures
-    );
-    println!(
-        "caught after {} images: {}",
-        r.images,
-        caught.unwrap().message
-    );
+    expect_caught_after_recovery(&r);
 }
 
 #[test]
@@ -147,18 +148,7 @@ fn a_superseded_record_killed_without_a_flush_is_caught_after_recovery() {
         replaces_across_segments(0),
     )
     .expect("crash test runs");
-    let caught = r.failures.iter().find(|f| f.image.starts_with("after/"));
-    assert!(
-        caught.is_some(),
-        "not caught after recovery: {} images, failures {:?}",
-        r.images,
-        r.failures
-    );
-    println!(
-        "caught after {} images: {}",
-        r.images,
-        caught.unwrap().message
-    );
+    expect_caught_after_recovery(&r);
 }
 
 /// `PMINDEX_CRASH_STATES=20000 cargo test --release --test

@@ -163,3 +163,90 @@ fn smaller_values_fill_the_room_larger_ones_left() {
         smaller_after_larger(engine);
     }
 }
+
+/// A full pool of 100-byte values with every other key deleted takes new
+/// keys with 1,000-byte values: a put that finds the pool full compacts
+/// the heap, moving blocks out of half-empty chunks of the small classes
+/// so that those chunks go back to the pool for the larger class
+/// (`engine/radix/compact.rs`; before 2026-12-03, 11 new keys in WORT).
+/// `batched`: the new keys in `put_many` calls of 16.
+fn larger_after_smaller(engine: &str, batched: bool) -> (usize, usize) {
+    let t = TempPool::new();
+    let db = create_db(&t.path, engine, 8 << 20);
+    let mut model = Model::new();
+    let mut n = 0;
+    loop {
+        match db.put(&key(n), &[7u8; 100]) {
+            Ok(_) => {
+                model.insert(key(n), vec![7u8; 100]);
+                n += 1;
+            }
+            Err(e) => {
+                assert!(is_pool_full(&e), "{engine}: {e:?}");
+                break;
+            }
+        }
+    }
+    for i in (0..n).step_by(2) {
+        assert!(db.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    let big = vec![8u8; 1000];
+    let new_key = |i: usize| format!("new/{i}").into_bytes();
+    let mut added = 0;
+    let mut full = false;
+    for group in 0.. {
+        if full {
+            break;
+        }
+        let keys: Vec<Vec<u8>> = (group * 16..group * 16 + 16).map(new_key).collect();
+        let refused = if batched {
+            let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &big[..])).collect();
+            db.put_many(&items).err()
+        } else {
+            keys.iter().find_map(|k| db.put(k, &big).err())
+        };
+        if let Some(e) = refused {
+            assert!(is_pool_full(&e), "{engine}: {e:?}");
+            full = true;
+        }
+        // A refused batch keeps the items before the refused one.
+        for k in &keys {
+            if let Some(v) = db.get(k).unwrap() {
+                model.insert(k.clone(), v);
+                added += 1;
+            }
+        }
+    }
+    println!(
+        "{engine}{}: {n} keys of 100 B, half deleted, then {added} of 1,000 B",
+        if batched { " (batched)" } else { "" }
+    );
+    assert_db_eq(&db, &model, engine);
+    assert_check(&db, model.len(), engine);
+    drop(db);
+    let db = open_db(&t.path);
+    assert_db_eq(&db, &model, engine);
+    assert_check(&db, model.len(), engine);
+    (n, added)
+}
+
+#[test]
+fn larger_values_take_the_room_smaller_ones_left() {
+    for engine in ["wort", "woart", "art-cow", "wort:writers=locked"] {
+        // Without compactions (`<engine>.compact=off`), as before
+        // 2026-12-03.
+        let sep = if engine.contains(':') { ',' } else { ':' };
+        let (_, without) = larger_after_smaller(&format!("{engine}{sep}compact=off"), false);
+        for batched in [false, true] {
+            let (n, added) = larger_after_smaller(engine, batched);
+            // The deletes freed n/2 leaves of 128 bytes: room for about
+            // n/16 leaves of 1,024 bytes, less the nodes.
+            assert!(
+                added * 20 >= n && added > 10 * without.max(1),
+                "{engine}: {added} new keys after deleting {} ({without} without compactions)",
+                n / 2
+            );
+        }
+    }
+}

@@ -413,7 +413,9 @@ struct EngineOpts {
     /// command only: hart.persist_order=paper, hart.stripes=hash_key,
     /// hart.leaf_first=off, hart.point_index=off,
     /// hart.point_index_above=N (default 64), hart.reads=optimistic,
-    /// wort.reads=locked, wort.writers=locked; at open,
+    /// wort.reads=locked, wort.writers=locked, wort.compact=off (a
+    /// put that finds the pool full fails at once, without moving blocks
+    /// to empty chunks; also woart, art-cow); at open,
     /// hart.recovery_threads=N. An unknown key
     /// is refused with the engine's list of settings.
     #[arg(long = "engine-opt", value_name = "KEY=VALUE")]

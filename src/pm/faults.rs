@@ -94,6 +94,10 @@ pub enum Fault {
     /// without the fence before them (a commit can reach PM before the
     /// node or pointer it publishes).
     RadixBatchHeldUnfenced,
+    /// Radix trees: a compaction does not flush the copy of a block it
+    /// moves before it swings the pointer to it (a crash can leave the
+    /// pointer durable and the copy not).
+    RadixCompactSkipCopyFlush,
     /// fptree: an insert stores its bitmap bit without the fence before it
     /// (the commit can reach PM before the record or the slot it names).
     FptreeInsertSkipFence,
@@ -125,6 +129,7 @@ impl Fault {
         Fault::ArtCowSkipCopyFlush,
         Fault::RadixBatchReleaseEarly,
         Fault::RadixBatchHeldUnfenced,
+        Fault::RadixCompactSkipCopyFlush,
         Fault::FptreeInsertSkipFence,
         Fault::FptreeSplitBitmapFirst,
     ];
@@ -152,6 +157,7 @@ impl Fault {
             Fault::ArtCowSkipCopyFlush => "art-cow-skip-copy-flush",
             Fault::RadixBatchReleaseEarly => "radix-batch-release-early",
             Fault::RadixBatchHeldUnfenced => "radix-batch-held-unfenced",
+            Fault::RadixCompactSkipCopyFlush => "radix-compact-skip-copy-flush",
             Fault::FptreeInsertSkipFence => "fptree-insert-skip-fence",
             Fault::FptreeSplitBitmapFirst => "fptree-split-bitmap-first",
         }
@@ -173,7 +179,9 @@ impl Fault {
             | Fault::HartEarlyLeafLeftLive
             | Fault::HartPointIndexKeptOnDelete
             | Fault::HartRecoveryDuplicateUnflushed => Some("hart"),
-            Fault::WortSkipLeafFlush | Fault::WortTornHeader => Some("wort"),
+            Fault::WortSkipLeafFlush | Fault::WortTornHeader | Fault::RadixCompactSkipCopyFlush => {
+                Some("wort")
+            }
             Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
             Fault::ArtCowSkipCopyFlush
             | Fault::RadixBatchReleaseEarly

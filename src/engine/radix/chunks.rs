@@ -58,8 +58,13 @@
 //!   so it is never handed out while a crash could still bring back the
 //!   pointer to it. A small block goes back under the heap's read lock
 //!   ([`Chunks::free_shared`]), which changes DRAM only.
-//! - **Release a large block, an empty chunk at open, or the empty chunks
-//!   when the pool is full**:
+//! - **Move a block** (a compaction, `super::compact`): the copy written
+//!   and flushed; `publish(slot, copy)`; the old block back to the DRAM
+//!   map. The chunks being emptied are marked draining
+//!   ([`Chunks::begin_evacuation`]) and given back when empty
+//!   ([`Chunks::end_evacuation`]).
+//! - **Release a large block, an empty chunk at open, the empty chunks
+//!   when the pool is full, or the chunks a compaction emptied**:
 //!   `free_and_store(previous chunk's next (or the head slot), next)`, the
 //!   substrate's failure-atomic unlink.
 //!
@@ -258,6 +263,10 @@ struct Chunk {
     /// gave the chunk untouched (DRAM only: the capacity for a chunk loaded
     /// at open, whose blocks may all have been written before).
     zero_from: u32,
+    /// Being emptied by a compaction ([`Chunks::begin_evacuation`]): out
+    /// of `partial`, so that no block of it is handed out, and kept out
+    /// when a block of it is freed.
+    draining: bool,
 }
 
 impl Chunk {
@@ -272,6 +281,7 @@ impl Chunk {
             low: AtomicUsize::new(0),
             free: AtomicU32::new(0),
             zero_from: 0,
+            draining: false,
         };
         ch.used = (0..ch.capacity().div_ceil(64))
             .map(|_| AtomicU64::new(0))
@@ -641,7 +651,7 @@ impl Chunks {
         let word = ch.used[w].get_mut();
         debug_assert_ne!(*word & 1 << b, 0, "checked by in_use_at");
         *word &= !(1 << b);
-        let (start, class) = (ch.start, ch.class);
+        let (start, class, draining) = (ch.start, ch.class, ch.draining);
         let low = ch.low.get_mut();
         *low = (*low).min(w);
         let free = ch.free.get_mut();
@@ -655,7 +665,7 @@ impl Chunks {
         // in), so only its first free block puts it back: no search of the
         // set on every release. (One freed under the read lock is listed in
         // `refilled` first: `absorb_refilled`.)
-        if first_free {
+        if first_free && !draining {
             self.partial[usize::from(class)].insert((start, c));
         }
         Ok(())
@@ -725,7 +735,7 @@ impl Chunks {
                 continue;
             }
             let ch = self.chunk_mut(c);
-            if *ch.free.get_mut() > 0 {
+            if *ch.free.get_mut() > 0 && !ch.draining {
                 let class = usize::from(ch.class);
                 self.partial[class].insert((start, c));
             }
@@ -844,6 +854,96 @@ impl Chunks {
             self.chunk_mut(p).next = next;
         }
         Ok(())
+    }
+
+    /// Chooses chunks for a compaction to empty (docs/design.md §11, "A
+    /// full heap moves blocks to empty chunks"): per small class, the
+    /// chunks with the fewest blocks in use, fewest first, as long as the
+    /// blocks in use of those chosen fit in the free blocks of the class's
+    /// other chunks and all of them come to at most `max_move` bytes.
+    /// Chunks with nothing in use are taken too. The chosen ones leave
+    /// `partial` and are marked draining until [`Self::end_evacuation`];
+    /// returns their offsets (none: nothing to gain, as in a pool whose
+    /// chunks are all full).
+    pub fn begin_evacuation(&mut self, max_move: u64) -> Vec<u64> {
+        self.absorb_refilled();
+        let mut by_class: Vec<Vec<(u32, u32, u64, usize)>> = vec![Vec::new(); CLASSES];
+        for (&start, &c) in &self.index {
+            let ch = self.chunk(c);
+            if ch.class == LARGE || ch.draining {
+                continue;
+            }
+            let free = ch.free.load(Relaxed);
+            by_class[usize::from(ch.class)].push((ch.capacity() - free, free, start, c));
+        }
+        let mut chosen = Vec::new();
+        let mut moved = 0u64;
+        for (k, mut chunks) in by_class.into_iter().enumerate() {
+            let mut available: u64 = chunks.iter().map(|c| u64::from(c.1)).sum();
+            let mut required = 0u64;
+            chunks.sort_unstable();
+            for (live, free, start, c) in chunks {
+                let (live, free) = (u64::from(live), u64::from(free));
+                let bytes = live * SIZES[k];
+                if free == 0
+                    || required + live > available - free
+                    || (live > 0 && moved + bytes > max_move)
+                {
+                    break;
+                }
+                required += live;
+                available -= free;
+                moved += bytes;
+                self.partial[k].remove(&(start, c));
+                self.chunk_mut(c).draining = true;
+                chosen.push(start);
+            }
+        }
+        chosen
+    }
+
+    /// Whether the block at `off` is in a chunk being emptied.
+    pub fn draining(&self, off: u64) -> bool {
+        self.locate(off)
+            .is_some_and(|(c, _)| self.chunk(c).draining)
+    }
+
+    /// Ends a compaction: each chunk of `chosen` (from
+    /// [`Self::begin_evacuation`]) with no block in use goes back to the
+    /// substrate (persist order: [`Self::unlink`]); one that still has
+    /// some (a block the walk could not move: the pool gave no block for
+    /// it) stops draining and takes blocks again. Returns how many went
+    /// back.
+    pub fn end_evacuation(&mut self, pool: &Pool, chosen: &[u64]) -> Result<usize> {
+        let mut released = 0;
+        let mut first_error = None;
+        for &start in chosen {
+            // `reserve` may have given an emptied one back already
+            // (`release_empty`).
+            let Some(&c) = self.index.get(&start) else {
+                released += 1;
+                continue;
+            };
+            let ch = self.chunk_mut(c);
+            ch.draining = false;
+            let free = *ch.free.get_mut();
+            if free == ch.capacity() {
+                match self.unlink(pool, start) {
+                    Ok(()) => released += 1,
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                        self.partial[usize::from(self.chunk(c).class)].insert((start, c));
+                    }
+                }
+            } else if free > 0 {
+                let class = usize::from(ch.class);
+                self.partial[class].insert((start, c));
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(released),
+        }
     }
 
     /// The heap carves the sizes between powers of two too (format 3).
@@ -1072,6 +1172,54 @@ mod tests {
         assert!(matches!(c.reserve(&pool, 64), Err(Error::PoolFull { .. })));
         c.release(&pool, small.offset()).unwrap();
         assert_eq!(c.reserve(&pool, 512).unwrap().offset(), freed);
+    }
+
+    /// Three chunks of 512-byte blocks with 100, 60 and 20 blocks in use
+    /// (of 127): the sparsest is chosen (its 20 fit in the others' 27 + 67
+    /// free blocks; the next, 60 more, would not fit in 27), unless moving
+    /// its blocks would pass the budget; no block of a draining chunk is
+    /// handed out, and the emptied one goes back.
+    #[test]
+    fn an_evacuation_takes_the_sparsest_chunks_that_fit_elsewhere() {
+        let (pool, mut c) = fresh();
+        let per = ((CHUNK_SIZE - FIRST) / 512) as usize;
+        let blocks: Vec<Block> = (0..3 * per)
+            .map(|_| c.reserve(&pool, 512).unwrap())
+            .collect();
+        assert_eq!(c.offsets().count(), 3);
+        let chunk_of = |b: &Block| c.offsets().filter(|&o| o <= b.offset()).max().unwrap();
+        let starts: Vec<u64> = blocks.iter().map(chunk_of).collect();
+        let mut kept: Vec<Vec<u64>> = vec![Vec::new(); 3];
+        for (n, in_use) in [100, 60, 20].into_iter().enumerate() {
+            let mine: Vec<&Block> = blocks.iter().skip(n * per).take(per).collect();
+            for b in &mine[in_use..] {
+                c.release(&pool, b.offset()).unwrap();
+            }
+            kept[n] = mine[..in_use].iter().map(|b| b.offset()).collect();
+        }
+        assert!(c.begin_evacuation(19 * 512).is_empty(), "over the budget");
+        let chosen = c.begin_evacuation(u64::MAX);
+        assert_eq!(chosen, vec![starts[2 * per]], "the sparsest only");
+        assert!(c.draining(kept[2][0]) && !c.draining(kept[1][0]));
+        // Its 20 blocks move: every block handed out now is elsewhere.
+        let mut moved = Vec::new();
+        for &old in &kept[2] {
+            let b = c.reserve(&pool, 512).unwrap();
+            assert!(
+                !c.draining(b.offset()),
+                "a block of a draining chunk handed out"
+            );
+            c.release(&pool, old).unwrap();
+            moved.push(b.offset());
+        }
+        assert_eq!(c.end_evacuation(&pool, &chosen).unwrap(), 1);
+        assert_eq!(c.offsets().count(), 2);
+        // Nothing left to gain: the moved blocks filled the first chunk
+        // (7 free of 127), and the second's 60 do not fit there.
+        assert!(c.begin_evacuation(u64::MAX).is_empty());
+        for b in moved {
+            assert!(!c.draining(b));
+        }
     }
 
     #[test]

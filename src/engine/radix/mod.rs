@@ -41,6 +41,8 @@
 mod batch;
 mod caches;
 pub mod chunks;
+mod compact;
+pub use compact::{compactions, MOVE_MAX};
 pub mod header;
 pub mod leaf;
 pub mod nodes;
@@ -141,9 +143,26 @@ fn make(
     // "Writers of different root children at once").
     let mut striped = true;
     let mut asked = None;
-    for (k, v) in super::settings(config, flavor.name(), &["reads", "format", "writers"])? {
+    let mut compact = true;
+    for (k, v) in super::settings(
+        config,
+        flavor.name(),
+        &["reads", "format", "writers", "compact"],
+    )? {
         if k == "reads" {
             reads = Reads::parse(&format!("{}.reads", flavor.name()), v)?;
+        } else if k == "compact" {
+            compact = match v {
+                "on" => true,
+                "off" => false,
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}.compact `{v}`: expected on (a put that finds the pool full \
+                         moves blocks to empty chunks for it, the default) or off",
+                        flavor.name()
+                    )))
+                }
+            };
         } else if k == "writers" {
             striped = match v {
                 "striped" => true,
@@ -176,11 +195,12 @@ fn make(
     // creation that crashed before its superblock was published); at the
     // open of a tree of another format it is refused, as `hart.hash_key_len`.
     let version = asked.unwrap_or(superblock::VERSION);
-    let tree = if create {
+    let mut tree = if create {
         RadixTree::create_format(Arc::clone(&pool), flavor, version)?
     } else {
         RadixTree::open_format(Arc::clone(&pool), flavor, version)?
     };
+    tree.compact = compact;
     if let Some(v) = asked.filter(|&v| v != tree.version) {
         return Err(Error::InvalidArgument(format!(
             "{}.format={v}, but this pool has format {}; it is fixed at creation",
@@ -224,6 +244,9 @@ pub struct RadixTree {
     /// What a pointer to a leaf carries: [`nodes::LEAF_TAG`] in format 4,
     /// else 0.
     leaf_tag: u64,
+    /// A put that finds the pool full compacts the heap and tries again
+    /// (`<engine>.compact`, on by default: `compact.rs`).
+    compact: bool,
 }
 
 thread_local! {
@@ -325,6 +348,7 @@ impl RadixTree {
             batch: Batch::default(),
             version,
             leaf_tag: if version >= 4 { nodes::LEAF_TAG } else { 0 },
+            compact: true,
         })
     }
 
@@ -825,10 +849,14 @@ impl SerialEngine for RadixTree {
 
     /// The format (`<engine>.reads` is [`Locked`]'s).
     fn settings(&self) -> EngineConfig {
-        EngineConfig::from([(
-            format!("{}.format", self.flavor.name()),
-            self.version.to_string(),
-        )])
+        let name = self.flavor.name();
+        EngineConfig::from([
+            (format!("{name}.format"), self.version.to_string()),
+            (
+                format!("{name}.compact"),
+                if self.compact { "on" } else { "off" }.to_string(),
+            ),
+        ])
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -855,12 +883,17 @@ impl SerialEngine for RadixTree {
     }
 
     fn put(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        self.put_impl(key, value, mode, Scope::Tree)?
-            .ok_or_else(whole_tree_refused)
+        let op = |t: &mut RadixTree| {
+            t.put_impl(key, value, mode, Scope::Tree)?
+                .ok_or_else(whole_tree_refused)
+        };
+        let r = op(self);
+        self.with_compaction(r, op)
     }
 
     fn put_many(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        self.put_many_impl(items)
+        let r = self.put_many_impl(items);
+        self.with_compaction(r, |t| t.put_many_impl(items))
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {

@@ -68,7 +68,7 @@ use crate::engine::{
     Capabilities, CheckReport, Engine, EngineConfig, OptimisticRead, Probe, PutMode, PutOutcome,
     Reads, ScanFn, SerialEngine, ValueBuf, BATCH, OPTIMISTIC_TRIES,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pm::Pool;
 
 /// Stripes of the root node's units (an ART unit `u` takes stripe
@@ -457,20 +457,30 @@ impl Engine for Striped {
             t.put_impl(key, value, mode, Scope::Below { root_path })
                 .transpose()
         };
-        if let Some(r) = self.in_stripe(key, true, below) {
-            return r;
-        }
-        self.whole(|t| {
+        let whole = |t: &mut RadixTree| {
             t.put_impl(key, value, mode, Scope::Tree)?
                 .ok_or_else(whole_tree_refused)
-        })
+        };
+        let r = match self.in_stripe(key, true, below) {
+            Some(r) => r,
+            None => self.whole(whole),
+        };
+        if !matches!(r, Err(Error::PoolFull { .. })) {
+            return r;
+        }
+        // A full pool: a compaction, holding the whole tree, may make room
+        // (`compact.rs`).
+        self.whole(|t| t.with_compaction(r, whole))
     }
     /// [`BATCH`] items per hold of the whole tree, so that other writers and
     /// readers wait for at most one batch.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
         crate::engine::check_items(items)?;
         for batch in items.chunks(BATCH) {
-            self.whole(|t| t.put_many_impl(batch))?;
+            self.whole(|t| {
+                let r = t.put_many_impl(batch);
+                t.with_compaction(r, |t| t.put_many_impl(batch))
+            })?;
         }
         Ok(())
     }

@@ -1,0 +1,82 @@
+//! What a compaction of the radix trees costs and what it gives back
+//! (`engine/radix/compact.rs`, docs/design.md §11, "A full heap moves
+//! blocks to empty chunks").
+//!
+//! `cargo run --release --example compaction -- [POOL_MIB] [ENGINES]`
+//! (default 64 and `wort,woart,art-cow`). For each engine, with
+//! `<engine>.compact` on and off, in a pool of anonymous memory: 100-byte
+//! values under 16-byte keys until the pool is full, every other key
+//! deleted, then 1,000-byte values until the pool is full again. Prints
+//! the keys of each phase; for the large puts, their time, the slowest
+//! one (a compaction runs inside a put, with its walk of the tree), the
+//! compactions, the blocks they moved and the fences of the phase.
+
+use std::time::{Duration, Instant};
+
+use pmindex::engine::radix::compactions;
+use pmindex::{Db, Options};
+
+fn key(prefix: &str, i: u64) -> Vec<u8> {
+    // Spread over the tree: a hashed prefix, then a counter.
+    format!(
+        "{prefix}{:04x}/{i:010}",
+        (i.wrapping_mul(2_654_435_761)) % 65_521
+    )
+    .into_bytes()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mib: u64 = args
+        .next()
+        .map(|s| s.parse().expect("POOL_MIB: a whole number"))
+        .unwrap_or(64);
+    let engines = args.next().unwrap_or_else(|| "wort,woart,art-cow".into());
+    println!("| engine | compact | 100-B keys | deleted | 1,000-B keys after | their puts | slowest put | compactions | blocks moved | fences |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for engine in engines.split(',') {
+        for compact in ["on", "off"] {
+            let db = Db::create_anonymous(
+                &Options {
+                    pool_size: mib << 20,
+                    ..Options::with_engine(engine)
+                }
+                .setting(&format!("{engine}.compact"), compact),
+            )
+            .unwrap_or_else(|e| panic!("{engine}: {e}"));
+            let small = vec![7u8; 100];
+            let mut n = 0;
+            while db.put(&key("s", n), &small).is_ok() {
+                n += 1;
+            }
+            for i in (0..n).step_by(2) {
+                db.delete(&key("s", i)).expect("delete");
+            }
+            let large = vec![8u8; 1000];
+            let (c0, f0) = (compactions(), pmindex::pm::counters::snapshot().fences);
+            let t = Instant::now();
+            let (mut m, mut slowest) = (0u64, Duration::ZERO);
+            loop {
+                let one = Instant::now();
+                let ok = db.put(&key("l", m), &large).is_ok();
+                slowest = slowest.max(one.elapsed());
+                if !ok {
+                    break;
+                }
+                m += 1;
+            }
+            let took = t.elapsed();
+            let (c1, f1) = (compactions(), pmindex::pm::counters::snapshot().fences);
+            db.check().unwrap_or_else(|e| panic!("{engine}: {e}"));
+            println!(
+                "| {engine} | {compact} | {n} | {} | {m} | {:.0} ms | {:.1} ms | {} | {} | {} |",
+                n.div_ceil(2),
+                took.as_secs_f64() * 1e3,
+                slowest.as_secs_f64() * 1e3,
+                c1.0 - c0.0,
+                c1.1 - c0.1,
+                f1 - f0
+            );
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Compaction of a full heap: blocks moved out of sparse chunks so that
+//! those chunks go back to the substrate, for blocks of another class
+//! (docs/design.md §11, "A full heap moves blocks to empty chunks").
+//!
+//! A chunk carves blocks of one class and goes back to the substrate only
+//! when none of them is in use. So a pool filled with small leaves, half
+//! of them then deleted, keeps every chunk half full: the room is there,
+//! but only for blocks of those classes, and a new key whose leaf or nodes
+//! need a larger class finds none (11 new keys in a WORT pool with every
+//! other 100-byte key deleted, before this). When a put finds the pool
+//! full, [`RadixTree::compact`] chooses the chunks with the fewest blocks
+//! in use whose blocks fit in the free blocks of their class's other
+//! chunks ([`Chunks::begin_evacuation`]), walks the tree, copies each
+//! block it reaches in one of them into a block elsewhere and swings the
+//! pointer to it, then gives the emptied chunks back. The caller holds the
+//! whole tree (every stripe, or the tree-wide lock), with the versions
+//! that optimistic readers check odd, so no reader validates a read that
+//! ran across a move.
+//!
+//! # Persist order (one block moved)
+//! The copy written and flushed; `publish(slot, copy)`: **fence**, the
+//! 8-byte pointer store (with the pointer's tags: a leaf's, a WORT node's
+//! slot map), flush, **fence**; then the old block goes back to the DRAM
+//! free map. This is an update's order: before the store's fence a crash
+//! leaves the old block reached and the copy unreachable, hence free; after
+//! it, the copy reached and the old block free. The block is in use because
+//! the tree reaches it (`chunks.rs`), so nothing else is written. An
+//! emptied chunk goes back with the substrate's failure-atomic
+//! `free_and_store` (`Chunks::unlink`), as an empty chunk always has.
+//! Each move is two fences: a compaction that moves `n` blocks costs `2n`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::chunks::Chunks;
+use super::header;
+use super::nodes::{self, Kind, END};
+use super::{leaf, RadixTree};
+use crate::error::{Error, Result};
+use crate::pm::Fault;
+
+/// At most this many bytes of blocks in use are moved by one compaction,
+/// so that one put in a large full pool waits for a bounded copy (the walk
+/// of the tree it also waits for reads every node and leaf pointer).
+pub const MOVE_MAX: u64 = 64 << 20;
+
+/// Compactions that gave a chunk back, and blocks moved, in this process.
+static COMPACTIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// How many compactions of the radix trees in this process gave back a
+/// chunk, and how many blocks they moved (for tests and measurements).
+pub fn compactions() -> (u64, u64) {
+    (
+        COMPACTIONS[0].load(Ordering::Relaxed),
+        COMPACTIONS[1].load(Ordering::Relaxed),
+    )
+}
+
+impl RadixTree {
+    /// Makes room in a full heap by moving blocks out of sparse chunks
+    /// (see the module doc). The caller holds the whole tree. Returns
+    /// whether a chunk went back to the substrate: then a put that failed
+    /// with `PoolFull` may fit.
+    pub(super) fn compact(&mut self) -> Result<bool> {
+        self.caches.give_all_back(&self.heap, &self.pool)?;
+        let chosen = self.heap.get_mut().begin_evacuation(MOVE_MAX);
+        if chosen.is_empty() {
+            return Ok(false);
+        }
+        let walked = self.evacuate(self.root_slot(), 0);
+        let released = self.heap.get_mut().end_evacuation(&self.pool, &chosen);
+        walked?;
+        let gave_back = released? > 0;
+        COMPACTIONS[0].fetch_add(u64::from(gave_back), Ordering::Relaxed);
+        Ok(gave_back)
+    }
+
+    /// Moves the block that `slot` (at tree level `level`) points to if
+    /// its chunk is being emptied, then does the same below it.
+    fn evacuate(&mut self, slot: u64, level: usize) -> Result<()> {
+        let mut pw = self.pool.load_u64(slot)?;
+        let mut p = nodes::block_of(pw);
+        if p == 0 {
+            return Ok(());
+        }
+        if level > header::MAX_POS + 1 {
+            return Err(Error::corrupt(p, "radix: tree deeper than any key"));
+        }
+        let word = self.pool.load_u64(p)?;
+        let kind = Kind::of(p, word)?;
+        if self.heap.get_mut().draining(p) {
+            let size = match kind {
+                Kind::Leaf => leaf::LeafWord::decode(p, word)?.size(),
+                _ => kind.size(),
+            };
+            if let Some(moved) = self.move_block(slot, pw, size)? {
+                pw = moved;
+                p = nodes::block_of(pw);
+            }
+        }
+        if kind == Kind::Leaf {
+            return Ok(());
+        }
+        self.evacuate(p + END, level + 1)?;
+        for e in nodes::entries(&self.pool, pw, kind)? {
+            if e.ptr != 0 {
+                self.evacuate(e.slot, level + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the first `size` bytes of the block `pw` (the pointer word
+    /// in `slot`) into a new block and publishes it in `slot` (persist
+    /// order: the module doc); returns the new pointer word, or `None`
+    /// when the heap has no block for it (it stays; its chunk is not
+    /// emptied).
+    fn move_block(&mut self, slot: u64, pw: u64, size: u64) -> Result<Option<u64>> {
+        let p = nodes::block_of(pw);
+        let heap: &mut Chunks = self.heap.get_mut();
+        let b = match heap.reserve(&self.pool, size) {
+            Ok(b) => b,
+            Err(Error::PoolFull { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // SAFETY: `p` is a block the tree reaches and the caller holds the
+        // whole tree, so no writer changes it meanwhile; the bytes are
+        // copied out before anything is written.
+        let image = unsafe { self.pool.bytes(p, size) }.map(<[u8]>::to_vec);
+        let written = image.and_then(|image| {
+            // SAFETY: `b` is reserved by us and not yet published.
+            unsafe { self.pool.write_bytes(b.offset(), &image) }
+        });
+        if let Err(e) = written {
+            self.heap.get_mut().cancel(&self.pool, b)?;
+            return Err(e);
+        }
+        if !self.pool.fault(Fault::RadixCompactSkipCopyFlush) {
+            self.pool.flush(b.offset(), size);
+        }
+        let moved = b.offset() + (pw - p);
+        if let Err(e) = self.publish(slot, moved) {
+            self.heap.get_mut().cancel(&self.pool, b)?;
+            return Err(e);
+        }
+        self.heap.get_mut().release(&self.pool, p)?;
+        COMPACTIONS[1].fetch_add(1, Ordering::Relaxed);
+        Ok(Some(moved))
+    }
+}
+
+/// Compactions one write may run before it gives up with `PoolFull`
+/// (each walks the whole tree; one gives back at least a chunk).
+const TRIES: usize = 8;
+
+impl RadixTree {
+    /// `first`, the result of a write; if that is `PoolFull`, a
+    /// compaction and `op` (the same write) again, for as long as the
+    /// write finds the pool full and a compaction gives a chunk back (at
+    /// most [`TRIES`] times). The caller holds the whole tree; a write
+    /// that failed with `PoolFull` changed nothing (a batch of puts, the
+    /// items before the failing one: run again, they are upserts to the
+    /// same values).
+    pub(super) fn with_compaction<T>(
+        &mut self,
+        first: Result<T>,
+        mut op: impl FnMut(&mut RadixTree) -> Result<T>,
+    ) -> Result<T> {
+        let mut r = first;
+        if !self.compact {
+            return r;
+        }
+        for _ in 0..TRIES {
+            if !matches!(r, Err(Error::PoolFull { .. })) || !self.compact()? {
+                break;
+            }
+            r = op(self);
+        }
+        r
+    }
+}
