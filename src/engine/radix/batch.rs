@@ -301,7 +301,7 @@ mod tests {
             let keys: Vec<Vec<u8>> = (n..2 * n).map(key).collect();
             let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"x"[..])).collect();
             let f0 = this_thread().fences;
-            t.put_many_impl(&items).unwrap();
+            t.put_many_impl(&items, &mut 0).unwrap();
             let batched = this_thread().fences - f0;
             // The leaves' fence and the last one; NODE48's adds keep the
             // fence between pointer and index byte, but these are updates.
@@ -340,7 +340,7 @@ mod tests {
             let keys: Vec<Vec<u8>> = (0..n).map(|j| key(j, 250)).collect();
             let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"x"[..])).collect();
             let f0 = this_thread().fences;
-            t.put_many_impl(&items).unwrap();
+            t.put_many_impl(&items, &mut 0).unwrap();
             let batched = this_thread().fences - f0;
             match flavor {
                 // Empty WORT slots: the leaves' fence made what each
@@ -383,7 +383,7 @@ mod tests {
             let mut batch = |t: &mut RadixTree, items: &[(Vec<u8>, Vec<u8>)]| {
                 let refs: Vec<(&[u8], &[u8])> =
                     items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
-                t.put_many_impl(&refs).unwrap();
+                t.put_many_impl(&refs, &mut 0).unwrap();
                 for (k, v) in items {
                     model.insert(k.clone(), v.clone());
                 }
@@ -473,7 +473,7 @@ mod tests {
                         .collect();
                     let refs: Vec<(&[u8], &[u8])> =
                         items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
-                    match t.put_many_impl(&refs) {
+                    match t.put_many_impl(&refs, &mut 0) {
                         Ok(()) => model.extend(items),
                         Err(Error::PoolFull { .. }) => {
                             let applied = (0..=items.len()).rev().find_map(|n| {

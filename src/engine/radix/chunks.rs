@@ -864,8 +864,8 @@ impl Chunks {
     /// Chunks with nothing in use are taken too. The chosen ones leave
     /// `partial` and are marked draining until [`Self::end_evacuation`];
     /// returns their offsets (none: nothing to gain, as in a pool whose
-    /// chunks are all full).
-    pub fn begin_evacuation(&mut self, max_move: u64) -> Vec<u64> {
+    /// chunks are all full) and how many blocks in use they hold.
+    pub fn begin_evacuation(&mut self, max_move: u64) -> (Vec<u64>, u64) {
         self.absorb_refilled();
         let mut by_class: Vec<Vec<(u32, u32, u64, usize)>> = vec![Vec::new(); CLASSES];
         for (&start, &c) in &self.index {
@@ -877,7 +877,7 @@ impl Chunks {
             by_class[usize::from(ch.class)].push((ch.capacity() - free, free, start, c));
         }
         let mut chosen = Vec::new();
-        let mut moved = 0u64;
+        let (mut moved, mut blocks) = (0u64, 0u64);
         for (k, mut chunks) in by_class.into_iter().enumerate() {
             let mut available: u64 = chunks.iter().map(|c| u64::from(c.1)).sum();
             let mut required = 0u64;
@@ -894,12 +894,13 @@ impl Chunks {
                 required += live;
                 available -= free;
                 moved += bytes;
+                blocks += live;
                 self.partial[k].remove(&(start, c));
                 self.chunk_mut(c).draining = true;
                 chosen.push(start);
             }
         }
-        chosen
+        (chosen, blocks)
     }
 
     /// Whether the block at `off` is in a chunk being emptied.
@@ -919,8 +920,9 @@ impl Chunks {
         let mut first_error = None;
         for &start in chosen {
             // `reserve` may have given an emptied one back already
-            // (`release_empty`).
-            let Some(&c) = self.index.get(&start) else {
+            // (`release_empty`), and even taken its room again for a new
+            // chunk, which is not draining.
+            let Some(&c) = self.index.get(&start).filter(|&&c| self.chunk(c).draining) else {
                 released += 1;
                 continue;
             };
@@ -1197,9 +1199,10 @@ mod tests {
             }
             kept[n] = mine[..in_use].iter().map(|b| b.offset()).collect();
         }
-        assert!(c.begin_evacuation(19 * 512).is_empty(), "over the budget");
-        let chosen = c.begin_evacuation(u64::MAX);
+        assert!(c.begin_evacuation(19 * 512).0.is_empty(), "over the budget");
+        let (chosen, to_move) = c.begin_evacuation(u64::MAX);
         assert_eq!(chosen, vec![starts[2 * per]], "the sparsest only");
+        assert_eq!(to_move, 20);
         assert!(c.draining(kept[2][0]) && !c.draining(kept[1][0]));
         // Its 20 blocks move: every block handed out now is elsewhere.
         let mut moved = Vec::new();
@@ -1216,7 +1219,7 @@ mod tests {
         assert_eq!(c.offsets().count(), 2);
         // Nothing left to gain: the moved blocks filled the first chunk
         // (7 free of 127), and the second's 60 do not fit there.
-        assert!(c.begin_evacuation(u64::MAX).is_empty());
+        assert!(c.begin_evacuation(u64::MAX).0.is_empty());
         for b in moved {
             assert!(!c.draining(b));
         }

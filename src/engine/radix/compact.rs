@@ -6,8 +6,8 @@
 //! when none of them is in use. So a pool filled with small leaves, half
 //! of them then deleted, keeps every chunk half full: the room is there,
 //! but only for blocks of those classes, and a new key whose leaf or nodes
-//! need a larger class finds none (11 new keys in a WORT pool with every
-//! other 100-byte key deleted, before this). When a put finds the pool
+//! need a larger class finds none (0 new keys with 1,000-byte values in a
+//! full 8 MiB pool with every other 100-byte key deleted, before this). When a put finds the pool
 //! full, [`RadixTree::compact`] chooses the chunks with the fewest blocks
 //! in use whose blocks fit in the free blocks of their class's other
 //! chunks ([`Chunks::begin_evacuation`]), walks the tree, copies each
@@ -62,11 +62,16 @@ impl RadixTree {
     /// with `PoolFull` may fit.
     pub(super) fn compact(&mut self) -> Result<bool> {
         self.caches.give_all_back(&self.heap, &self.pool)?;
-        let chosen = self.heap.get_mut().begin_evacuation(MOVE_MAX);
+        let (chosen, to_move) = self.heap.get_mut().begin_evacuation(MOVE_MAX);
         if chosen.is_empty() {
             return Ok(false);
         }
-        let walked = self.evacuate(self.root_slot(), 0);
+        // Only empty chunks chosen: nothing to find in the tree.
+        let walked = if to_move > 0 {
+            self.evacuate(self.root_slot(), 0)
+        } else {
+            Ok(())
+        };
         let released = self.heap.get_mut().end_evacuation(&self.pool, &chosen);
         walked?;
         let gave_back = released? > 0;
@@ -117,7 +122,11 @@ impl RadixTree {
     fn move_block(&mut self, slot: u64, pw: u64, size: u64) -> Result<Option<u64>> {
         let p = nodes::block_of(pw);
         let heap: &mut Chunks = self.heap.get_mut();
-        let b = match heap.reserve(&self.pool, size) {
+        // A block of the old one's size, so that the room counted for the
+        // move (`Chunks::begin_evacuation`) is the room it takes (a block
+        // that a full heap served from a larger class stays in it).
+        let block = heap.block_size(p)?;
+        let b = match heap.reserve(&self.pool, block) {
             Ok(b) => b,
             Err(Error::PoolFull { .. }) => return Ok(None),
             Err(e) => return Err(e),
@@ -154,12 +163,10 @@ const TRIES: usize = 8;
 
 impl RadixTree {
     /// `first`, the result of a write; if that is `PoolFull`, a
-    /// compaction and `op` (the same write) again, for as long as the
-    /// write finds the pool full and a compaction gives a chunk back (at
-    /// most [`TRIES`] times). The caller holds the whole tree; a write
-    /// that failed with `PoolFull` changed nothing (a batch of puts, the
-    /// items before the failing one: run again, they are upserts to the
-    /// same values).
+    /// compaction and `op` (the same write, or what is left of it) again,
+    /// for as long as the write finds the pool full and a compaction gives
+    /// a chunk back (at most [`TRIES`] times). The caller holds the whole
+    /// tree; a put that failed with `PoolFull` changed nothing.
     pub(super) fn with_compaction<T>(
         &mut self,
         first: Result<T>,
@@ -176,5 +183,26 @@ impl RadixTree {
             r = op(self);
         }
         r
+    }
+}
+
+impl RadixTree {
+    /// [`Self::put_many_impl`], and after a compaction the items from the
+    /// first one not applied on (those before it stand: run again, a key
+    /// given twice could end with its earlier value).
+    pub(super) fn put_many_compacting(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut applied = 0;
+        let r = self.put_many_impl(items, &mut applied);
+        self.with_compaction(r, |t| {
+            let mut more = 0;
+            let r = t.put_many_impl(&items[applied..], &mut more);
+            applied += more;
+            r
+        })
+    }
+
+    /// Whether a put that finds the pool full compacts (`<engine>.compact`).
+    pub(super) fn compacts(&self) -> bool {
+        self.compact
     }
 }

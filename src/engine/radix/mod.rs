@@ -892,8 +892,7 @@ impl SerialEngine for RadixTree {
     }
 
     fn put_many(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        let r = self.put_many_impl(items);
-        self.with_compaction(r, |t| t.put_many_impl(items))
+        self.put_many_compacting(items)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool> {

@@ -114,6 +114,9 @@ pub struct Striped {
     /// [`UNIT_STRIPES`] + 1 (the last is [`END_STRIPE`]).
     stripes: Box<[Stripe]>,
     reader: Option<Box<dyn OptimisticRead>>,
+    /// The tree's `<engine>.compact` (fixed at open): a put that finds the
+    /// pool full takes the whole tree to compact only if it is on.
+    compact: bool,
     /// Shared (`&`) by the holders of a stripe; mutable (`&mut`) only to a
     /// holder of every stripe.
     tree: UnsafeCell<RadixTree>,
@@ -222,6 +225,7 @@ impl Striped {
                 Reads::Optimistic => tree.optimistic_reader(),
                 Reads::Locked => None,
             },
+            compact: tree.compacts(),
             tree: UnsafeCell::new(tree),
             root_path: UnsafeCell::new(root_path),
         }
@@ -465,7 +469,7 @@ impl Engine for Striped {
             Some(r) => r,
             None => self.whole(whole),
         };
-        if !matches!(r, Err(Error::PoolFull { .. })) {
+        if !matches!(r, Err(Error::PoolFull { .. })) || !self.compact {
             return r;
         }
         // A full pool: a compaction, holding the whole tree, may make room
@@ -477,10 +481,7 @@ impl Engine for Striped {
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
         crate::engine::check_items(items)?;
         for batch in items.chunks(BATCH) {
-            self.whole(|t| {
-                let r = t.put_many_impl(batch);
-                t.with_compaction(r, |t| t.put_many_impl(batch))
-            })?;
+            self.whole(|t| t.put_many_compacting(batch))?;
         }
         Ok(())
     }

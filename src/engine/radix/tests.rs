@@ -399,7 +399,7 @@ fn a_batch_whose_leaf_cannot_be_reserved_applies_the_items_before() {
             vec![1u8; 20_000],
         );
         let e = t
-            .put_many_impl(&[(&k0[..], &b"w"[..]), (&k1[..], &big[..])])
+            .put_many_impl(&[(&k0[..], &b"w"[..]), (&k1[..], &big[..])], &mut 0)
             .unwrap_err();
         assert!(matches!(e, Error::PoolFull { .. }), "{flavor:?}: {e}");
         assert!(t.search().lookup(&k0).unwrap().is_some(), "{flavor:?}");
@@ -464,8 +464,13 @@ fn a_batch_whose_replaced_leaf_cannot_be_released_applies_every_item() {
     let mut keys: Vec<Vec<u8>> = vec![vec![0x10]];
     keys.extend((0..40u8).map(|i| vec![0x50, i]));
     let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"new"[..])).collect();
-    let e = t.put_many_impl(&items).unwrap_err().to_string();
+    let mut applied = 0;
+    let e = t
+        .put_many_impl(&items, &mut applied)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no block"), "{e}");
+    assert_eq!(applied, items.len());
     for k in &keys {
         let mut got = Vec::new();
         t.get_with(k, &mut |v| got = v.to_vec()).unwrap();
@@ -1065,4 +1070,35 @@ fn a_child_pointing_back_at_an_ancestor_is_an_error_not_an_endless_walk() {
         cyclic(db.put_many(&[(&[1, 1, 1, 7], b"z")]));
         cyclic(db.delete(key).map(|_| ()));
     }
+}
+
+/// A batch of puts in a full pool counts the items it applied: two
+/// deletes free two leaves, and of five updates of other keys to values
+/// of the same size, the first two fit (the replaced leaves go back only
+/// at the batch's end) and the third fails. A compaction's retry goes on
+/// from there (`RadixTree::put_many_compacting`).
+#[test]
+fn a_batch_in_a_full_pool_counts_what_it_applied() {
+    let pool = Arc::new(Pool::create_anonymous(1 << 20, "wort", &Default::default()).unwrap());
+    let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+    t.compact = false;
+    let key = |i: u32| i.to_be_bytes().to_vec();
+    let mut n = 0;
+    while t.put(&key(n), &[1u8; 200], PutMode::Upsert).is_ok() {
+        n += 1;
+    }
+    assert!(n > 1000, "{n}");
+    assert!(t.delete(&key(0)).unwrap() && t.delete(&key(1)).unwrap());
+    let keys: Vec<Vec<u8>> = (10..15).map(key).collect();
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &[2u8; 200][..])).collect();
+    let mut applied = 0;
+    let e = t.put_many_impl(&items, &mut applied).unwrap_err();
+    assert!(matches!(e, Error::PoolFull { .. }), "{e}");
+    assert_eq!(applied, 2);
+    for (i, k) in keys.iter().enumerate() {
+        let mut got = Vec::new();
+        t.get_with(k, &mut |v| got = v.to_vec()).unwrap();
+        assert_eq!(got[0], if i < 2 { 2 } else { 1 }, "item {i}");
+    }
+    t.check().unwrap();
 }

@@ -317,12 +317,19 @@ impl RadixTree {
     /// exception is a block that a commit unlinked and that cannot be given
     /// back (only in a damaged pool): every item is applied, and that
     /// error is returned at the end.
-    pub(super) fn put_many_impl(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        let r = self.put_batches(items);
+    ///
+    /// `applied` counts the items applied: on an error, `items[..applied]`
+    /// stand (a batch retried after a compaction goes on from there).
+    pub(super) fn put_many_impl(
+        &mut self,
+        items: &[(&[u8], &[u8])],
+        applied: &mut usize,
+    ) -> Result<()> {
+        let r = self.put_batches(items, applied);
         self.late_error(r)
     }
 
-    fn put_batches(&mut self, items: &[(&[u8], &[u8])]) -> Result<()> {
+    fn put_batches(&mut self, items: &[(&[u8], &[u8])], applied: &mut usize) -> Result<()> {
         for batch in items.chunks(crate::engine::BATCH) {
             let keys: Vec<&[u8]> = batch.iter().map(|(k, _)| *k).collect();
             self.search().lookup_many(&keys, |_, _| {});
@@ -379,8 +386,9 @@ impl RadixTree {
                     }
                     Ok(Some(PutOutcome::Inserted)) => {
                         self.caches.count_add(1);
+                        *applied += 1;
                     }
-                    Ok(_) => {}
+                    Ok(_) => *applied += 1,
                     Err(e) => {
                         walked = Err(e);
                         break;
