@@ -54,6 +54,14 @@ fn compactions_beside_writers_and_readers(engine: &str) {
     let before = compactions();
     let (versions, reads) = std::thread::scope(|s| {
         let filler = s.spawn(|| {
+            // The others stop when this thread does, also if it panics.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _done = Done(&done);
             // Puts `size`-byte values under `prefix` until the pool is full.
             let fill = |prefix: &str, size: usize| {
                 let mut keys = Vec::new();
@@ -89,7 +97,6 @@ fn compactions_beside_writers_and_readers(engine: &str) {
                     }
                 }
             }
-            done.store(true, Ordering::Relaxed);
             kept
         });
         let updater = s.spawn(|| {

@@ -473,8 +473,13 @@ impl Engine for Striped {
             return r;
         }
         // A full pool: a compaction, holding the whole tree, may make room
-        // (`compact.rs`).
-        self.whole(|t| t.with_compaction(r, whole))
+        // (`compact.rs`). The put runs again first: another thread's
+        // compaction or delete may have made room since it failed (and
+        // found nothing left to move).
+        self.whole(|t| {
+            let again = whole(t);
+            t.with_compaction(again, whole)
+        })
     }
     /// [`BATCH`] items per hold of the whole tree, so that other writers and
     /// readers wait for at most one batch.
