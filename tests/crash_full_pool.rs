@@ -23,31 +23,39 @@ use pmindex::sim::{states_from_env, CrashConfig};
 
 mod common;
 
-fn workload(v: u64) -> Vec<Op> {
+/// Puts of `fill` values (a count and a size) in a 2 MiB pool, more than
+/// it holds (the last fail: PoolFull); every other of those keys deleted;
+/// `new` puts of new keys (a count, a size, and how many of them come
+/// after a reopen). Variant `v` spreads the keys differently.
+fn fill_delete_refill(v: u64, fill: (u64, usize), new: (u64, usize, u64)) -> Vec<Op> {
     let k = |p: &str, i: u64| format!("{p}{:x}/{i}", (i * 2_654_435_761 + v) % 61).into_bytes();
-    let big: Arc<[u8]> = vec![7u8; 1000].into();
-    let small: Arc<[u8]> = vec![8u8; 100].into();
+    let first: Arc<[u8]> = vec![7u8; fill.1].into();
+    let then: Arc<[u8]> = vec![8u8; new.1].into();
     let mut ops = Vec::new();
-    // More than a 2 MiB pool holds: the last puts fail (PoolFull).
-    for i in 0..1900 {
-        ops.push(Op::Put(k("a", i), Arc::clone(&big)));
+    for i in 0..fill.0 {
+        ops.push(Op::Put(k("a", i), Arc::clone(&first)));
     }
-    for i in (0..1900).step_by(2) {
+    for i in (0..fill.0).step_by(2) {
         ops.push(Op::Delete(k("a", i)));
     }
-    for i in 0..700 {
-        ops.push(Op::Put(k("n", i), Arc::clone(&small)));
-    }
-    ops.push(Op::Reopen);
-    for i in 700..760 {
-        ops.push(Op::Put(k("n", i), Arc::clone(&small)));
+    for i in 0..new.0 {
+        if i + new.2 == new.0 {
+            ops.push(Op::Reopen);
+        }
+        ops.push(Op::Put(k("n", i), Arc::clone(&then)));
     }
     ops
 }
 
-/// How many of the workload's 100-byte puts succeed, run live on a pool
-/// of the simulator's size.
-fn small_puts_live(engine: &str, cfg: &CrashConfig) -> usize {
+/// 1,000-byte values, then 760 puts of 100 bytes (which the block-heap
+/// engines' fallback to a larger class, or hart's format 6, lets in).
+fn workload(v: u64) -> Vec<Op> {
+    fill_delete_refill(v, (1900, 1000), (760, 100, 60))
+}
+
+/// How many puts of `size`-byte values of `ops` succeed, run live on a
+/// pool of the simulator's size.
+fn puts_live(engine: &str, cfg: &CrashConfig, ops: Vec<Op>, size: usize) -> usize {
     let db = pmindex::Db::create_anonymous(&pmindex::Options {
         pool_size: cfg.pool_size,
         engine_config: cfg.engine_config.clone(),
@@ -55,14 +63,19 @@ fn small_puts_live(engine: &str, cfg: &CrashConfig) -> usize {
     })
     .unwrap();
     let mut ok = 0;
-    for op in workload(0) {
+    for op in ops {
         match op {
-            Op::Put(k, v) => ok += usize::from(db.put(&k, &v).is_ok() && v.len() == 100),
+            Op::Put(k, v) => ok += usize::from(db.put(&k, &v).is_ok() && v.len() == size),
             Op::Delete(k) => drop(db.delete(&k).unwrap()),
             _ => {}
         }
     }
     ok
+}
+
+/// How many of the workload's 100-byte puts succeed live.
+fn small_puts_live(engine: &str, cfg: &CrashConfig) -> usize {
+    puts_live(engine, cfg, workload(0), 100)
 }
 
 /// `hart` with `hart.stripes=round_robin`: 1,000-byte values until the
@@ -181,43 +194,12 @@ fn a_full_hart_pool_of_format_5_survives_every_crash() {
 /// half-empty chunks, each with two fences, the emptied chunks given
 /// back), and a reopen.
 fn compaction_workload(v: u64) -> Vec<Op> {
-    let k = |p: &str, i: u64| format!("{p}{:x}/{i}", (i * 2_654_435_761 + v) % 61).into_bytes();
-    let small: Arc<[u8]> = vec![7u8; 400].into();
-    let big: Arc<[u8]> = vec![8u8; 2000].into();
-    let mut ops = Vec::new();
-    for i in 0..5000 {
-        ops.push(Op::Put(k("a", i), Arc::clone(&small)));
-    }
-    for i in (0..5000).step_by(2) {
-        ops.push(Op::Delete(k("a", i)));
-    }
-    for i in 0..120 {
-        ops.push(Op::Put(k("n", i), Arc::clone(&big)));
-    }
-    ops.push(Op::Reopen);
-    for i in 120..150 {
-        ops.push(Op::Put(k("n", i), Arc::clone(&big)));
-    }
-    ops
+    fill_delete_refill(v, (5000, 400), (150, 2000, 30))
 }
 
 /// How many of [`compaction_workload`]'s 2,000-byte puts succeed live.
 fn big_puts_live(engine: &str, cfg: &CrashConfig) -> usize {
-    let db = pmindex::Db::create_anonymous(&pmindex::Options {
-        pool_size: cfg.pool_size,
-        engine_config: cfg.engine_config.clone(),
-        ..pmindex::Options::with_engine(engine)
-    })
-    .unwrap();
-    let mut ok = 0;
-    for op in compaction_workload(0) {
-        match op {
-            Op::Put(k, v) => ok += usize::from(db.put(&k, &v).is_ok() && v.len() == 2000),
-            Op::Delete(k) => drop(db.delete(&k).unwrap()),
-            _ => {}
-        }
-    }
-    ok
+    puts_live(engine, cfg, compaction_workload(0), 2000)
 }
 
 #[test]

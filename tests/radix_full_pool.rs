@@ -104,19 +104,20 @@ fn fptree_full_pool() {
     fill_then_empty("fptree");
 }
 
-/// A full pool of 1,000-byte values with every other key deleted takes
-/// new keys with 100-byte values: their leaves and nodes come from the
-/// freed larger blocks where their own classes have no chunk and the pool
-/// none to give (before 2026-12-02: not one new key, on all four engines).
-fn smaller_after_larger(engine: &str) {
-    let t = TempPool::new();
-    let db = create_db(&t.path, engine, 8 << 20);
-    let mut model = Model::new();
+/// Puts `size`-byte values under `key(0)`, `key(1)`, ... until the pool is
+/// full, then deletes every other of them (in `model` too); returns how
+/// many were put.
+fn fill_and_delete_every_other(
+    db: &pmindex::Db,
+    model: &mut Model,
+    size: usize,
+    engine: &str,
+) -> usize {
     let mut n = 0;
     loop {
-        match db.put(&key(n), &[7u8; 1000]) {
+        match db.put(&key(n), &vec![7u8; size]) {
             Ok(_) => {
-                model.insert(key(n), vec![7u8; 1000]);
+                model.insert(key(n), vec![7u8; size]);
                 n += 1;
             }
             Err(e) => {
@@ -129,6 +130,18 @@ fn smaller_after_larger(engine: &str) {
         assert!(db.delete(&key(i)).unwrap());
         model.remove(&key(i));
     }
+    n
+}
+
+/// A full pool of 1,000-byte values with every other key deleted takes
+/// new keys with 100-byte values: their leaves and nodes come from the
+/// freed larger blocks where their own classes have no chunk and the pool
+/// none to give (before 2026-12-02: not one new key, on all four engines).
+fn smaller_after_larger(engine: &str) {
+    let t = TempPool::new();
+    let db = create_db(&t.path, engine, 8 << 20);
+    let mut model = Model::new();
+    let n = fill_and_delete_every_other(&db, &mut model, 1000, engine);
     let mut added = 0;
     for i in 0..n {
         let k = format!("new/{i}").into_bytes();
@@ -168,29 +181,13 @@ fn smaller_values_fill_the_room_larger_ones_left() {
 /// keys with 1,000-byte values: a put that finds the pool full compacts
 /// the heap, moving blocks out of half-empty chunks of the small classes
 /// so that those chunks go back to the pool for the larger class
-/// (`engine/radix/compact.rs`; before 2026-12-03, 11 new keys in WORT).
+/// (`engine/radix/compact.rs`; before 2026-12-03, none).
 /// `batched`: the new keys in `put_many` calls of 16.
 fn larger_after_smaller(engine: &str, batched: bool) -> (usize, usize) {
     let t = TempPool::new();
     let db = create_db(&t.path, engine, 8 << 20);
     let mut model = Model::new();
-    let mut n = 0;
-    loop {
-        match db.put(&key(n), &[7u8; 100]) {
-            Ok(_) => {
-                model.insert(key(n), vec![7u8; 100]);
-                n += 1;
-            }
-            Err(e) => {
-                assert!(is_pool_full(&e), "{engine}: {e:?}");
-                break;
-            }
-        }
-    }
-    for i in (0..n).step_by(2) {
-        assert!(db.delete(&key(i)).unwrap());
-        model.remove(&key(i));
-    }
+    let n = fill_and_delete_every_other(&db, &mut model, 100, engine);
     let big = vec![8u8; 1000];
     let new_key = |i: usize| format!("new/{i}").into_bytes();
     let mut added = 0;
