@@ -78,6 +78,16 @@ fn small_puts_live(engine: &str, cfg: &CrashConfig) -> usize {
     puts_live(engine, cfg, workload(0), 100)
 }
 
+/// The crash simulator on `workload`'s variants until `states` images
+/// are checked (0 failures required), and what it ran, under `label`.
+fn run_budget(cfg: &mut CrashConfig, states: usize, workload: fn(u64) -> Vec<Op>, label: &str) {
+    let t = common::crash_budget(cfg, states, workload);
+    println!(
+        "{label}: {} images, {} crash points, {} variants, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
+    );
+}
+
 /// `hart` with `hart.stripes=round_robin`: 1,000-byte values until the
 /// pool refuses (key `i` from stripe `i % 16`, as the turn starts at 0 and
 /// every put takes one), half the keys of stripes 0 to 7 deleted, then new keys
@@ -143,10 +153,11 @@ fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
     );
     let mut cfg = cfg;
     cfg.recovery_checks = 20;
-    let t = common::crash_budget(&mut cfg, states_from_env(1500), hart_workload);
-    println!(
-        "hart (round-robin stripes): {} images, {} crash points, {} variants, {:.1} s",
-        t.images, t.points, t.rounds, t.seconds
+    run_budget(
+        &mut cfg,
+        states_from_env(1500),
+        hart_workload,
+        "hart (round-robin stripes)",
     );
 }
 
@@ -159,11 +170,7 @@ fn full_pools_survive_every_crash() {
         let ok = small_puts_live(engine, &cfg);
         assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");
         cfg.recovery_checks = 20;
-        let t = common::crash_budget(&mut cfg, states, workload);
-        println!(
-            "{engine}: {} images, {} crash points, {} variants, {:.1} s",
-            t.images, t.points, t.rounds, t.seconds
-        );
+        run_budget(&mut cfg, states, workload, engine);
     }
 }
 
@@ -180,11 +187,7 @@ fn a_full_hart_pool_of_format_5_survives_every_crash() {
     println!("hart: {ok} of 760 small puts fit live in format 5, {ok6} in format 6");
     assert!(ok < ok6, "format 5: {ok}, format 6: {ok6}");
     cfg.recovery_checks = 20;
-    let t = common::crash_budget(&mut cfg, states_from_env(1500), workload);
-    println!(
-        "hart (format 5): {} images, {} crash points, {} variants, {:.1} s",
-        t.images, t.points, t.rounds, t.seconds
-    );
+    run_budget(&mut cfg, states_from_env(1500), workload, "hart (format 5)");
 }
 
 /// The radix trees' compaction (`engine/radix/compact.rs`): 400-byte
@@ -218,11 +221,7 @@ fn radix_compactions_survive_every_crash() {
             "{engine}: {ok} of 150 large puts fit live, {without} without compactions"
         );
         cfg.recovery_checks = 20;
-        let t = common::crash_budget(&mut cfg, states, compaction_workload);
-        println!(
-            "{engine}: {} images, {} crash points, {} variants, {:.1} s",
-            t.images, t.points, t.rounds, t.seconds
-        );
+        run_budget(&mut cfg, states, compaction_workload, engine);
     }
 }
 

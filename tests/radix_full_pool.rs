@@ -133,6 +133,17 @@ fn fill_and_delete_every_other(
     n
 }
 
+/// `db` holds `model` and passes `check`, and so does the pool at `path`
+/// reopened.
+fn holds_across_a_reopen(db: pmindex::Db, path: &std::path::Path, model: &Model, engine: &str) {
+    assert_db_eq(&db, model, engine);
+    assert_check(&db, model.len(), engine);
+    drop(db);
+    let db = open_db(path);
+    assert_db_eq(&db, model, engine);
+    assert_check(&db, model.len(), engine);
+}
+
 /// A full pool of 1,000-byte values with every other key deleted takes
 /// new keys with 100-byte values: their leaves and nodes come from the
 /// freed larger blocks where their own classes have no chunk and the pool
@@ -162,12 +173,7 @@ fn smaller_after_larger(engine: &str) {
         "{engine}: {added} new keys after deleting {}",
         n / 2
     );
-    assert_db_eq(&db, &model, engine);
-    assert_check(&db, model.len(), engine);
-    drop(db);
-    let db = open_db(&t.path);
-    assert_db_eq(&db, &model, engine);
-    assert_check(&db, model.len(), engine);
+    holds_across_a_reopen(db, &t.path, &model, engine);
 }
 
 #[test]
@@ -219,12 +225,7 @@ fn larger_after_smaller(engine: &str, batched: bool) -> (usize, usize) {
         "{engine}{}: {n} keys of 100 B, half deleted, then {added} of 1,000 B",
         if batched { " (batched)" } else { "" }
     );
-    assert_db_eq(&db, &model, engine);
-    assert_check(&db, model.len(), engine);
-    drop(db);
-    let db = open_db(&t.path);
-    assert_db_eq(&db, &model, engine);
-    assert_check(&db, model.len(), engine);
+    holds_across_a_reopen(db, &t.path, &model, engine);
     (n, added)
 }
 
