@@ -9,8 +9,11 @@
 //! deleted, then 1,000-byte values until the pool is full again. Prints
 //! the keys of each phase; for the large puts, their time, the slowest
 //! one (a compaction runs inside a put, with its walk of the tree), the
-//! compactions, the blocks they moved and the fences of the phase.
+//! compactions, the blocks they moved and the fences of the phase. Then,
+//! the pool full again, the rate of reads beside a thread whose puts are
+//! all refused (docs/design.md §11, "A futile compaction").
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pmindex::engine::radix::compactions;
@@ -34,6 +37,7 @@ fn main() {
     let engines = args.next().unwrap_or_else(|| "wort,woart,art-cow".into());
     println!("| engine | compact | 100-B keys | deleted | 1,000-B keys after | their puts | slowest put | compactions | blocks moved | fences |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut full = Vec::new();
     for engine in engines.split(',') {
         for compact in ["on", "off"] {
             let db = Db::create_anonymous(
@@ -77,6 +81,52 @@ fn main() {
                 c1.1 - c0.1,
                 f1 - f0
             );
+            full.push((engine, compact, beside_refused_puts(&db, n, m)));
         }
     }
+    println!();
+    println!("The pool full again: for {BESIDE:?}, one thread puts new 1,000-byte keys (all refused) while another reads the small keys left");
+    println!();
+    println!("| engine | compact | refused puts/s | reads/s |");
+    println!("|---|---|---:|---:|");
+    for (engine, compact, (refused, reads)) in full {
+        println!("| {engine} | {compact} | {refused:.0} | {reads:.0} |");
+    }
+}
+
+/// How long [`beside_refused_puts`] runs.
+const BESIDE: Duration = Duration::from_secs(1);
+
+/// Refused puts per second in one thread, and reads per second in
+/// another, beside them, of the odd ones of the `n` small keys (the `m`
+/// large keys come after them, the new keys after those).
+fn beside_refused_puts(db: &Db, n: u64, m: u64) -> (f64, f64) {
+    let stop = AtomicBool::new(false);
+    let large = vec![9u8; 1000];
+    std::thread::scope(|s| {
+        let putter = s.spawn(|| {
+            let mut tries = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let fresh = key("l", m + n + tries);
+                assert!(db.put(&fresh, &large).is_err(), "the pool was full");
+                tries += 1;
+            }
+            tries
+        });
+        let t = Instant::now();
+        let mut reads = 0u64;
+        while t.elapsed() < BESIDE {
+            for i in 0..1000 {
+                // A small key left (the odd ones): in another stripe
+                // than the new keys' (`engine/radix/striped.rs`).
+                let k = key("s", ((reads + i) * 7919 % (n / 2)) * 2 + 1);
+                assert!(db.get(&k).expect("get").is_some());
+            }
+            reads += 1000;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let secs = t.elapsed().as_secs_f64();
+        let tries = putter.join().expect("putter");
+        (tries as f64 / secs, reads as f64 / secs)
+    })
 }

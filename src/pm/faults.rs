@@ -98,6 +98,10 @@ pub enum Fault {
     /// moves before it swings the pointer to it (a crash can leave the
     /// pointer durable and the copy not).
     RadixCompactSkipCopyFlush,
+    /// Radix trees: a compaction stores the pointers of a group of moves
+    /// without the fence after the group's copies (a pointer can reach PM
+    /// before the copy it names, flushed but not fenced).
+    RadixCompactGroupUnfenced,
     /// fptree: an insert stores its bitmap bit without the fence before it
     /// (the commit can reach PM before the record or the slot it names).
     FptreeInsertSkipFence,
@@ -130,6 +134,7 @@ impl Fault {
         Fault::RadixBatchReleaseEarly,
         Fault::RadixBatchHeldUnfenced,
         Fault::RadixCompactSkipCopyFlush,
+        Fault::RadixCompactGroupUnfenced,
         Fault::FptreeInsertSkipFence,
         Fault::FptreeSplitBitmapFirst,
     ];
@@ -158,6 +163,7 @@ impl Fault {
             Fault::RadixBatchReleaseEarly => "radix-batch-release-early",
             Fault::RadixBatchHeldUnfenced => "radix-batch-held-unfenced",
             Fault::RadixCompactSkipCopyFlush => "radix-compact-skip-copy-flush",
+            Fault::RadixCompactGroupUnfenced => "radix-compact-group-unfenced",
             Fault::FptreeInsertSkipFence => "fptree-insert-skip-fence",
             Fault::FptreeSplitBitmapFirst => "fptree-split-bitmap-first",
         }
@@ -182,7 +188,9 @@ impl Fault {
             Fault::WortSkipLeafFlush | Fault::WortTornHeader | Fault::RadixCompactSkipCopyFlush => {
                 Some("wort")
             }
-            Fault::WoartNode4CommitFirst | Fault::WoartNode16BitmapFirst => Some("woart"),
+            Fault::WoartNode4CommitFirst
+            | Fault::WoartNode16BitmapFirst
+            | Fault::RadixCompactGroupUnfenced => Some("woart"),
             Fault::ArtCowSkipCopyFlush
             | Fault::RadixBatchReleaseEarly
             | Fault::RadixBatchHeldUnfenced => Some("art-cow"),

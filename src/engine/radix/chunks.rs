@@ -59,8 +59,8 @@
 //!   pointer to it. A small block goes back under the heap's read lock
 //!   ([`Chunks::free_shared`]), which changes DRAM only.
 //! - **Move a block** (a compaction, `super::compact`): the copy written
-//!   and flushed; `publish(slot, copy)`; the old block back to the DRAM
-//!   map. The chunks being emptied are marked draining
+//!   and flushed; with up to 63 other moves, **fence**, the pointer stored
+//!   and flushed, **fence**; then the old block back to the DRAM map. The chunks being emptied are marked draining
 //!   ([`Chunks::begin_evacuation`]) and given back when empty
 //!   ([`Chunks::end_evacuation`]).
 //! - **Release a large block, an empty chunk at open, the empty chunks
@@ -343,6 +343,10 @@ pub struct Chunks {
     /// `partial`: put there by the next reservation, under the write lock
     /// ([`Chunks::absorb_refilled`]).
     refilled: Mutex<Vec<(u64, usize)>>,
+    /// Chunks taken from the substrate since the heap was loaded: a new
+    /// chunk's free blocks may take blocks a compaction could not place
+    /// before (`super::compact`, "A futile compaction").
+    taken: u64,
 }
 
 /// The class of a request of `size` bytes: the smallest block that holds
@@ -368,6 +372,7 @@ impl Chunks {
             partial: Default::default(),
             between,
             refilled: Mutex::new(Vec::new()),
+            taken: 0,
         }
     }
 
@@ -795,7 +800,14 @@ impl Chunks {
         if untouched {
             ch.zero_from = 0;
         }
+        self.taken += 1;
         Ok(self.add(ch))
+    }
+
+    /// How many chunks the heap has taken from the substrate since it was
+    /// loaded.
+    pub fn taken(&self) -> u64 {
+        self.taken
     }
 
     /// Unlinks chunk `start` (none of whose blocks is in use) and frees it.

@@ -17,21 +17,40 @@
 //! that optimistic readers check odd, so no reader validates a read that
 //! ran across a move.
 //!
-//! # Persist order (one block moved)
-//! The copy written and flushed; `publish(slot, copy)`: **fence**, the
+//! # Persist order (a group of up to [`GROUP`] moves)
+//! Each copy written and flushed, in the walk's order; **fence**; each
 //! 8-byte pointer store (with the pointer's tags: a leaf's, a WORT node's
-//! slot map), flush, **fence**; then the old block goes back to the DRAM
-//! free map. This is an update's order: before the store's fence a crash
-//! leaves the old block reached and the copy unreachable, hence free; after
-//! it, the copy reached and the old block free. The block is in use because
-//! the tree reaches it (`chunks.rs`), so nothing else is written. An
-//! emptied chunk goes back with the substrate's failure-atomic
-//! `free_and_store` (`Chunks::unlink`), as an empty chunk always has.
-//! Each move is two fences: a compaction that moves `n` blocks costs `2n`.
+//! slot map) and its flush; **fence**; then the old blocks go back to the
+//! DRAM free map. One move alone is an update's order: before the store's
+//! fence a crash leaves the old block reached and the copy unreachable,
+//! hence free; after it, the copy reached and the old block free. In a
+//! group every copy is durable before any pointer to it is stored, and no
+//! old block is written or handed out before the second fence, so any
+//! subset of the group's stores that a crash keeps names whole blocks: a
+//! store into a copy (a moved node's child, moved after it) is reached
+//! only if the store of the copy's own pointer was kept, and otherwise
+//! the old node, untouched, still reaches the old child. The block is in
+//! use because the tree reaches it (`chunks.rs`), so nothing else is
+//! written. An emptied chunk goes back with the substrate's failure-atomic
+//! `free_and_store` (`Chunks::unlink`), as an empty chunk always has. A
+//! compaction that moves `n` blocks costs `2 * ceil(n / GROUP)` fences
+//! (two a move before 2026-12-03).
+//!
+//! # A futile compaction
+//! A compaction that gives no chunk back (nothing chosen, or no chosen
+//! chunk emptied) marks the tree (`RadixTree::futile`, with the heap's
+//! count of chunks taken). Until a block is released or a chunk taken,
+//! another compaction would choose the same chunks and move the same
+//! blocks nowhere, so a put that finds the pool full returns `PoolFull`
+//! at once: it neither compacts nor, under striped writers, takes the
+//! whole tree to try (which made refused puts wait for one another and
+//! sent optimistic readers to the locks: docs/design.md §11, "A futile
+//! compaction"). The release clears the mark before the block goes back,
+//! so a put that finds it set found the pool full before that release.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::chunks::Chunks;
+use super::chunks::{Block, Chunks};
 use super::header;
 use super::nodes::{self, Kind, END};
 use super::{leaf, RadixTree};
@@ -64,11 +83,16 @@ impl RadixTree {
         self.caches.give_all_back(&self.heap, &self.pool)?;
         let (chosen, to_move) = self.heap.get_mut().begin_evacuation(MOVE_MAX);
         if chosen.is_empty() {
+            self.mark_futile();
             return Ok(false);
         }
         // Only empty chunks chosen: nothing to find in the tree.
         let walked = if to_move > 0 {
-            self.evacuate(self.root_slot(), 0)
+            let mut moves = Vec::with_capacity(GROUP);
+            let walked = self.evacuate(self.root_slot(), 0, &mut moves);
+            // The moves of the last group are published (or their copies
+            // given back) whatever the walk met.
+            walked.and(self.publish_moves(&mut moves))
         } else {
             Ok(())
         };
@@ -76,12 +100,32 @@ impl RadixTree {
         walked?;
         let gave_back = released? > 0;
         COMPACTIONS[0].fetch_add(u64::from(gave_back), Ordering::Relaxed);
+        if !gave_back {
+            self.mark_futile();
+        }
         Ok(gave_back)
     }
 
+    /// Records that a compaction gave nothing back (the caller holds the
+    /// whole tree).
+    pub(super) fn mark_futile(&mut self) {
+        let taken = self.heap.get_mut().taken();
+        *self.futile.get_mut() = taken + 1;
+    }
+
+    /// Whether a compaction now would give nothing back, because the last
+    /// one did and the tree has since released no block and taken no
+    /// chunk (module doc, "A futile compaction"). Takes the heap's read
+    /// lock: not under a shard's lock or the heap's.
+    pub(super) fn compaction_futile(&self) -> bool {
+        let f = self.futile.load(Ordering::SeqCst);
+        f != 0 && f - 1 == self.heap.read().taken()
+    }
+
     /// Moves the block that `slot` (at tree level `level`) points to if
-    /// its chunk is being emptied, then does the same below it.
-    fn evacuate(&mut self, slot: u64, level: usize) -> Result<()> {
+    /// its chunk is being emptied, then does the same below it: below the
+    /// copy, whose pointer is stored with its group's (`moves`).
+    fn evacuate(&mut self, slot: u64, level: usize, moves: &mut Vec<Move>) -> Result<()> {
         let mut pw = self.pool.load_u64(slot)?;
         let mut p = nodes::block_of(pw);
         if p == 0 {
@@ -97,29 +141,32 @@ impl RadixTree {
                 Kind::Leaf => leaf::LeafWord::decode(p, word)?.size(),
                 _ => kind.size(),
             };
-            if let Some(moved) = self.move_block(slot, pw, size)? {
-                pw = moved;
+            if let Some(m) = self.copy_block(slot, pw, size)? {
+                pw = m.word;
                 p = nodes::block_of(pw);
+                moves.push(m);
+                if moves.len() == GROUP {
+                    self.publish_moves(moves)?;
+                }
             }
         }
         if kind == Kind::Leaf {
             return Ok(());
         }
-        self.evacuate(p + END, level + 1)?;
+        self.evacuate(p + END, level + 1, moves)?;
         for e in nodes::entries(&self.pool, pw, kind)? {
             if e.ptr != 0 {
-                self.evacuate(e.slot, level + 1)?;
+                self.evacuate(e.slot, level + 1, moves)?;
             }
         }
         Ok(())
     }
 
     /// Copies the first `size` bytes of the block `pw` (the pointer word
-    /// in `slot`) into a new block and publishes it in `slot` (persist
-    /// order: the module doc); returns the new pointer word, or `None`
-    /// when the heap has no block for it (it stays; its chunk is not
-    /// emptied).
-    fn move_block(&mut self, slot: u64, pw: u64, size: u64) -> Result<Option<u64>> {
+    /// in `slot`) into a new block, flushed, for [`Self::publish_moves`];
+    /// `None` when the heap has no block for it (it stays; its chunk is
+    /// not emptied).
+    fn copy_block(&mut self, slot: u64, pw: u64, size: u64) -> Result<Option<Move>> {
         let p = nodes::block_of(pw);
         let heap: &mut Chunks = self.heap.get_mut();
         // A block of the old one's size, so that the room counted for the
@@ -146,15 +193,62 @@ impl RadixTree {
         if !self.pool.fault(Fault::RadixCompactSkipCopyFlush) {
             self.pool.flush(b.offset(), size);
         }
-        let moved = b.offset() + (pw - p);
-        if let Err(e) = self.publish(slot, moved) {
-            self.heap.get_mut().cancel(&self.pool, b)?;
-            return Err(e);
-        }
-        self.heap.get_mut().release(&self.pool, p)?;
-        COMPACTIONS[1].fetch_add(1, Ordering::Relaxed);
-        Ok(Some(moved))
+        Ok(Some(Move {
+            slot,
+            word: b.offset() + (pw - p),
+            copy: b,
+            old: p,
+        }))
     }
+
+    /// Publishes a group of moves (persist order: the module doc): one
+    /// **fence** for every copy, each pointer stored and flushed, one
+    /// **fence**; then the old blocks go back to the DRAM map. A store
+    /// that fails (a damaged pool) ends the group: the copies of the moves
+    /// not stored go back instead. Empties `moves`.
+    fn publish_moves(&mut self, moves: &mut Vec<Move>) -> Result<()> {
+        if moves.is_empty() {
+            return Ok(());
+        }
+        if !self.pool.fault(Fault::RadixCompactGroupUnfenced) {
+            self.pool.fence();
+        }
+        let mut stored = 0;
+        let mut r = Ok(());
+        for m in moves.iter() {
+            if let Err(e) = nodes::Commit::slot(m.slot, m.word).store(&self.pool) {
+                r = Err(e);
+                break;
+            }
+            stored += 1;
+        }
+        self.pool.fence();
+        let heap: &mut Chunks = self.heap.get_mut();
+        for (i, m) in moves.drain(..).enumerate() {
+            r = r.and(if i < stored {
+                heap.release(&self.pool, m.old)
+            } else {
+                heap.cancel(&self.pool, m.copy)
+            });
+        }
+        COMPACTIONS[1].fetch_add(stored as u64, Ordering::Relaxed);
+        r
+    }
+}
+
+/// Moves published with one pair of fences ([`RadixTree::publish_moves`]).
+const GROUP: usize = 64;
+
+/// A block copied and flushed, its pointer not yet stored.
+struct Move {
+    /// Where the pointer to the block is.
+    slot: u64,
+    /// The pointer to the copy (with the old pointer's tags).
+    word: u64,
+    /// The copy's block.
+    copy: Block,
+    /// The old block.
+    old: u64,
 }
 
 /// Compactions one write may run before it gives up with `PoolFull`
@@ -173,7 +267,7 @@ impl RadixTree {
         mut op: impl FnMut(&mut RadixTree) -> Result<T>,
     ) -> Result<T> {
         let mut r = first;
-        if !self.compact {
+        if !self.compact || self.compaction_futile() {
             return r;
         }
         for _ in 0..TRIES {

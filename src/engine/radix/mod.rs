@@ -247,6 +247,13 @@ pub struct RadixTree {
     /// A put that finds the pool full compacts the heap and tries again
     /// (`<engine>.compact`, on by default: `compact.rs`).
     compact: bool,
+    /// 0, or 1 + the heap's [`Chunks::taken`] when the last compaction
+    /// gave nothing back, cleared by the next release of a block: while
+    /// it holds (no block released and no chunk taken since), another
+    /// compaction would find the same chunks, so a put that finds the pool
+    /// full neither compacts nor, under striped writers, takes the whole
+    /// tree to (`compact.rs`, "A futile compaction").
+    futile: AtomicU64,
 }
 
 thread_local! {
@@ -349,6 +356,7 @@ impl RadixTree {
             version,
             leaf_tag: if version >= 4 { nodes::LEAF_TAG } else { 0 },
             compact: true,
+            futile: AtomicU64::new(0),
         })
     }
 
@@ -380,6 +388,12 @@ impl RadixTree {
     /// unlinked it is durable, or, in a batch of puts, will be at the
     /// batch's last fence, after which the block is given back.
     fn release(&self, off: u64) -> Result<()> {
+        // Room again, perhaps, for a compaction: cleared before the block
+        // goes back, so that a put which then finds the flag set found the
+        // pool full before this release.
+        if self.futile.load(Ordering::SeqCst) != 0 {
+            self.futile.store(0, Ordering::SeqCst);
+        }
         // What a slot held: a leaf's pointer may carry its tag.
         let off = nodes::block_of(off);
         if self.batch.on.load(Ordering::Relaxed)

@@ -457,9 +457,15 @@ impl Engine for Striped {
     }
     fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         crate::engine::check_item(key, value)?;
+        // Whether a put that found the pool full in its stripe found too
+        // that a compaction would give nothing back.
+        let mut futile = false;
         let below = |t: &RadixTree, root_path: &[u8]| {
-            t.put_impl(key, value, mode, Scope::Below { root_path })
-                .transpose()
+            let r = t.put_impl(key, value, mode, Scope::Below { root_path });
+            if self.compact && matches!(r, Err(Error::PoolFull { .. })) {
+                futile = t.compaction_futile();
+            }
+            r.transpose()
         };
         let whole = |t: &mut RadixTree| {
             t.put_impl(key, value, mode, Scope::Tree)?
@@ -469,13 +475,16 @@ impl Engine for Striped {
             Some(r) => r,
             None => self.whole(whole),
         };
-        if !matches!(r, Err(Error::PoolFull { .. })) || !self.compact {
+        if !matches!(r, Err(Error::PoolFull { .. })) || !self.compact || futile {
             return r;
         }
         // A full pool: a compaction, holding the whole tree, may make room
         // (`compact.rs`). The put runs again first: another thread's
         // compaction or delete may have made room since it failed (and
-        // found nothing left to move).
+        // found nothing left to move). Not when the last compaction gave
+        // nothing back and nothing was released since (`futile`): then
+        // refused puts would take the whole tree in turn, and send the
+        // optimistic readers to the locks, for nothing.
         self.whole(|t| {
             let again = whole(t);
             t.with_compaction(again, whole)
@@ -647,6 +656,59 @@ mod tests {
                     assert_eq!(under, within, "{path:?} {unit} {key:?}");
                 }
             }
+        }
+    }
+
+    /// In a full pool whose last compaction gave nothing back, a refused
+    /// put holds its own stripe only: the root's version (odd while a
+    /// whole-tree writer is inside, so optimistic readers go to the locks)
+    /// does not move. A delete releases a block, and the next refused put
+    /// takes the whole tree again, once.
+    #[test]
+    fn refused_puts_after_a_futile_compaction_leave_the_whole_tree_alone() {
+        use crate::engine::radix::Flavor;
+        use crate::engine::{Engine, PutMode, Reads};
+        for flavor in [Flavor::Wort, Flavor::Woart, Flavor::ArtCow] {
+            let pool = Arc::new(
+                Pool::create_anonymous(1 << 20, flavor.name(), &Default::default()).unwrap(),
+            );
+            let t = RadixTree::create(Arc::clone(&pool), flavor).unwrap();
+            let db = Striped::new(pool, t, Reads::Optimistic);
+            // The root branches at the key's second byte from the first
+            // puts on, so later puts stay in their stripes.
+            let key = |i: u32| {
+                let mut k = i.to_le_bytes().to_vec();
+                k.insert(0, 7);
+                k
+            };
+            let mut n = 0;
+            while db.put(&key(n), &[1; 200], PutMode::Upsert).is_ok() {
+                n += 1;
+            }
+            assert!(n > 1000, "{n}");
+            let wholes = || db.root.version.load(Ordering::SeqCst);
+            let refused = |value: &[u8]| {
+                let e = db.put(&key(n), value, PutMode::Upsert).unwrap_err();
+                assert!(matches!(e, Error::PoolFull { .. }), "{flavor:?}: {e}");
+            };
+            let before = wholes();
+            for _ in 0..50 {
+                refused(&[3; 200]);
+            }
+            assert_eq!(wholes(), before, "{flavor:?}");
+            assert!(db.delete(&key(1)).unwrap());
+            // A larger leaf, which the freed block does not serve: the
+            // whole tree once, to compact (nothing to move), then not.
+            refused(&[3; 900]);
+            let after = wholes();
+            assert!(after > before, "{flavor:?}");
+            for _ in 0..50 {
+                refused(&[4; 900]);
+            }
+            assert_eq!(wholes(), after, "{flavor:?}");
+            // The freed block serves a key of its class.
+            db.put(&key(n), &[5; 200], PutMode::Upsert).unwrap();
+            db.check().unwrap();
         }
     }
 }

@@ -1102,3 +1102,46 @@ fn a_batch_in_a_full_pool_counts_what_it_applied() {
     }
     t.check().unwrap();
 }
+
+/// A compaction that gives nothing back marks the tree futile, and the
+/// next put that finds the pool full does not compact again
+/// (`compact.rs`, "A futile compaction"); a released block, or a chunk
+/// taken from the substrate, clears the mark.
+#[test]
+fn a_futile_compaction_is_not_run_again_until_a_block_is_released() {
+    let pool = Arc::new(Pool::create_anonymous(1 << 20, "wort", &Default::default()).unwrap());
+    let mut t = RadixTree::create(Arc::clone(&pool), Flavor::Wort).unwrap();
+    let key = |i: u32| i.to_be_bytes().to_vec();
+    // A chunk taken after the mark clears it.
+    t.mark_futile();
+    assert!(t.compaction_futile());
+    t.put(&key(0), &[1u8; 200], PutMode::Upsert).unwrap();
+    assert!(!t.compaction_futile(), "the first put took chunks");
+    let mut n = 1;
+    while t.put(&key(n), &[1u8; 200], PutMode::Upsert).is_ok() {
+        n += 1;
+    }
+    // Every chunk full with blocks of one class: nothing to move.
+    assert!(t.compaction_futile());
+    let (gave_back, moved) = compactions();
+    for i in 0..50 {
+        let e = t
+            .put(&key(n + i), &[1u8; 200], PutMode::Upsert)
+            .unwrap_err();
+        assert!(matches!(e, Error::PoolFull { .. }), "{e}");
+        assert!(t.compaction_futile());
+    }
+    // (Other tests of this binary may compact meanwhile: only a lower
+    // bound holds for the process's counters.)
+    assert!(compactions().0 >= gave_back && compactions().1 >= moved);
+    // A delete releases a leaf: the mark goes, and the next refused put
+    // (a leaf of a larger class) compacts, finds nothing, and marks again.
+    assert!(t.delete(&key(0)).unwrap());
+    assert!(!t.compaction_futile());
+    let e = t.put(&key(n), &[1u8; 900], PutMode::Upsert).unwrap_err();
+    assert!(matches!(e, Error::PoolFull { .. }), "{e}");
+    assert!(t.compaction_futile());
+    // The freed block still serves a key of its class.
+    t.put(&key(n), &[2u8; 200], PutMode::Upsert).unwrap();
+    t.check().unwrap();
+}
