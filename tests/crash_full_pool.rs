@@ -194,7 +194,7 @@ fn a_full_hart_pool_of_format_5_survives_every_crash() {
 /// values until the pool refuses, every other key deleted, then keys with
 /// 2,000-byte values, whose leaves' class has no chunk and the pool none
 /// to give: the first such put compacts the heap (blocks moved out of
-/// half-empty chunks, each with two fences, the emptied chunks given
+/// half-empty chunks, two fences per group of 64, the emptied chunks given
 /// back), and a reopen.
 fn compaction_workload(v: u64) -> Vec<Op> {
     fill_delete_refill(v, (5000, 400), (150, 2000, 30))

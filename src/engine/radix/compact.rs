@@ -80,6 +80,7 @@ impl RadixTree {
     /// whether a chunk went back to the substrate: then a put that failed
     /// with `PoolFull` may fit.
     pub(super) fn compact(&mut self) -> Result<bool> {
+        self.compactions_tried += 1;
         self.caches.give_all_back(&self.heap, &self.pool)?;
         let (chosen, to_move) = self.heap.get_mut().begin_evacuation(MOVE_MAX);
         if chosen.is_empty() {
@@ -267,7 +268,7 @@ impl RadixTree {
         mut op: impl FnMut(&mut RadixTree) -> Result<T>,
     ) -> Result<T> {
         let mut r = first;
-        if !self.compact || self.compaction_futile() {
+        if !self.compact || !matches!(r, Err(Error::PoolFull { .. })) || self.compaction_futile() {
             return r;
         }
         for _ in 0..TRIES {

@@ -254,6 +254,9 @@ pub struct RadixTree {
     /// full neither compacts nor, under striped writers, takes the whole
     /// tree to (`compact.rs`, "A futile compaction").
     futile: AtomicU64,
+    /// Compactions this tree began since it was opened (whatever they gave
+    /// back; under the whole tree).
+    compactions_tried: u64,
 }
 
 thread_local! {
@@ -357,6 +360,7 @@ impl RadixTree {
             leaf_tag: if version >= 4 { nodes::LEAF_TAG } else { 0 },
             compact: true,
             futile: AtomicU64::new(0),
+            compactions_tried: 0,
         })
     }
 

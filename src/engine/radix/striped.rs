@@ -471,9 +471,12 @@ impl Engine for Striped {
             t.put_impl(key, value, mode, Scope::Tree)?
                 .ok_or_else(whole_tree_refused)
         };
-        let r = match self.in_stripe(key, true, below) {
-            Some(r) => r,
-            None => self.whole(whole),
+        let Some(r) = self.in_stripe(key, true, below) else {
+            // Compacting, if it must, in the same hold of the whole tree.
+            return self.whole(|t| {
+                let r = whole(t);
+                t.with_compaction(r, whole)
+            });
         };
         if !matches!(r, Err(Error::PoolFull { .. })) || !self.compact || futile {
             return r;
@@ -692,9 +695,12 @@ mod tests {
                 assert!(matches!(e, Error::PoolFull { .. }), "{flavor:?}: {e}");
             };
             let before = wholes();
+            let tried = db.read_all(|t| t.compactions_tried);
+            assert!(tried >= 1, "{flavor:?}: the fill's last put compacted");
             for _ in 0..50 {
                 refused(&[3; 200]);
             }
+            assert_eq!(db.read_all(|t| t.compactions_tried), tried);
             assert_eq!(wholes(), before, "{flavor:?}");
             assert!(db.delete(&key(1)).unwrap());
             // A larger leaf, which the freed block does not serve: the
@@ -706,6 +712,7 @@ mod tests {
                 refused(&[4; 900]);
             }
             assert_eq!(wholes(), after, "{flavor:?}");
+            assert_eq!(db.read_all(|t| t.compactions_tried), tried + 1);
             // The freed block serves a key of its class.
             db.put(&key(n), &[5; 200], PutMode::Upsert).unwrap();
             db.check().unwrap();
