@@ -77,7 +77,7 @@
 //! DRAM map equals the reachable set, which `check` verifies.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
@@ -343,6 +343,14 @@ pub struct Chunks {
     /// `partial`: put there by the next reservation, under the write lock
     /// ([`Chunks::absorb_refilled`]).
     refilled: Mutex<Vec<(u64, usize)>>,
+    /// A small chunk may have no block in use: one became so (a free, or
+    /// a chunk taken) since [`Chunks::release_empty`] last gave every such
+    /// chunk back. Only then does it look: a put refused in a full pool
+    /// calls it on every try, and its walk over every chunk was most of a
+    /// refused put's time (docs/design.md §11, "Moves share their
+    /// fences; a futile compaction is not run again; refused puts are
+    /// cheap").
+    maybe_empty: AtomicBool,
     /// Chunks taken from the substrate since the heap was loaded: a new
     /// chunk's free blocks may take blocks a compaction could not place
     /// before (`super::compact`, "A futile compaction").
@@ -372,6 +380,7 @@ impl Chunks {
             partial: Default::default(),
             between,
             refilled: Mutex::new(Vec::new()),
+            maybe_empty: AtomicBool::new(true),
             taken: 0,
         }
     }
@@ -659,11 +668,15 @@ impl Chunks {
         let (start, class, draining) = (ch.start, ch.class, ch.draining);
         let low = ch.low.get_mut();
         *low = (*low).min(w);
+        let capacity = ch.capacity();
         let free = ch.free.get_mut();
         *free += 1;
         let first_free = *free == 1;
         if class == LARGE {
             return self.unlink(pool, start);
+        }
+        if *free == capacity {
+            *self.maybe_empty.get_mut() = true;
         }
         // A small chunk is in `partial` exactly while it has a free block
         // (`reserve` takes it out at its last one, and puts a new chunk
@@ -724,8 +737,13 @@ impl Chunks {
             return Err(Error::corrupt(off, "radix: release of a free block"));
         }
         ch.low.fetch_min(w, Relaxed);
-        if ch.free.fetch_add(1, Relaxed) == 0 {
+        let was_free = ch.free.fetch_add(1, Relaxed);
+        if was_free == 0 {
             self.refilled.lock().push((ch.start, c));
+        }
+        if was_free + 1 == ch.capacity() {
+            // Read under the write lock, which orders it after this hold.
+            self.maybe_empty.store(true, Relaxed);
         }
         Ok(())
     }
@@ -763,6 +781,9 @@ impl Chunks {
     /// reserved) back to the substrate; returns how many.
     fn release_empty(&mut self, pool: &Pool) -> Result<usize> {
         self.absorb_refilled();
+        if !*self.maybe_empty.get_mut() {
+            return Ok(0);
+        }
         let empty: Vec<u64> = self
             .all()
             .filter(|ch| ch.class != LARGE && ch.free.load(Relaxed) == ch.capacity())
@@ -771,6 +792,9 @@ impl Chunks {
         for &o in &empty {
             self.unlink(pool, o)?;
         }
+        // (If an unlink failed, its chunk is still empty and the mark
+        // stays.)
+        *self.maybe_empty.get_mut() = false;
         Ok(empty.len())
     }
 
@@ -801,6 +825,8 @@ impl Chunks {
             ch.zero_from = 0;
         }
         self.taken += 1;
+        // Empty until its reservation takes a block (always at once).
+        *self.maybe_empty.get_mut() = true;
         Ok(self.add(ch))
     }
 
@@ -1162,6 +1188,49 @@ mod tests {
         assert!(c.release(&pool, off).is_err(), "double release is refused");
         assert_eq!(c.reserve(&pool, 64).unwrap().offset(), off);
         assert!(c.block_size(off + 8).is_err());
+    }
+
+    /// A full pool whose last look for empty chunks found none looks again
+    /// once a chunk empties, through either free: the emptied chunk goes
+    /// back to the substrate for a block of another class
+    /// (`Chunks::maybe_empty`).
+    #[test]
+    fn a_chunk_emptied_after_a_refused_reserve_serves_another_class() {
+        for shared in [false, true] {
+            let (pool, mut c) = fresh();
+            let mut small = Vec::new();
+            loop {
+                match c.reserve(&pool, 64) {
+                    Ok(b) => small.push(b.offset()),
+                    Err(Error::PoolFull { .. }) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            // No chunk for 4 KiB blocks, no empty one to give back: refused,
+            // and the mark cleared.
+            assert!(matches!(
+                c.reserve(&pool, 4096),
+                Err(Error::PoolFull { .. })
+            ));
+            assert!(!*c.maybe_empty.get_mut());
+            assert!(matches!(
+                c.reserve(&pool, 4096),
+                Err(Error::PoolFull { .. })
+            ));
+            // Empty the first chunk (its blocks are the first handed out).
+            let per_chunk = (CHUNK_SIZE - FIRST) / 64;
+            for &off in &small[..per_chunk as usize] {
+                if shared {
+                    let (_, at) = c.in_use_at(off).unwrap();
+                    c.free_shared(at, off).unwrap();
+                } else {
+                    c.release(&pool, off).unwrap();
+                }
+            }
+            assert!(*c.maybe_empty.get_mut(), "shared: {shared}");
+            let b = c.reserve(&pool, 4096).unwrap();
+            assert_eq!(c.block_size(b.offset()).unwrap(), 4096, "shared: {shared}");
+        }
     }
 
     /// A full pool with a free block of a larger class only: a reserve

@@ -44,8 +44,8 @@
 //! blocks nowhere, so a put that finds the pool full returns `PoolFull`
 //! at once: it neither compacts nor, under striped writers, takes the
 //! whole tree to try (which made refused puts wait for one another and
-//! sent optimistic readers to the locks: docs/design.md §11, "A futile
-//! compaction"). The release clears the mark before the block goes back,
+//! sent optimistic readers to the locks: docs/design.md §11, "Moves share
+//! their fences; a futile compaction is not run again"). The release clears the mark before the block goes back,
 //! so a put that finds it set found the pool full before that release.
 
 use std::sync::atomic::{AtomicU64, Ordering};
