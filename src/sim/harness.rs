@@ -99,6 +99,13 @@ pub struct CrashConfig {
     pub progress: Option<Progress>,
     /// Engine settings (for example `hart.persist_order = paper`).
     pub engine_config: crate::engine::EngineConfig,
+    /// Crash only at points where at least this many operations were
+    /// acknowledged (0, the default: at every point). The operations
+    /// before still run, and every image is checked against them, but
+    /// they take none of the image budget: for a workload whose set-up (a
+    /// pool filled, say) has many fences and whose phase of interest few.
+    /// Shrinking a failure ignores it.
+    pub from_op: usize,
 }
 
 impl std::fmt::Debug for CrashConfig {
@@ -138,6 +145,7 @@ impl CrashConfig {
             shrink: true,
             progress: None,
             engine_config: Default::default(),
+            from_op: 0,
         }
     }
 }
@@ -1344,6 +1352,9 @@ fn check_trace<'a>(
     };
     let mut rng = SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut points = crash_points(trace, cfg.between, &mut rng);
+    if cfg.from_op > 0 {
+        points.retain(|&p| subject.at(p).0 >= cfg.from_op);
+    }
     // A point before a fence or at the end, as opposed to one sampled
     // between two fences.
     let at_fence = |p: usize| trace.events.get(p).is_none_or(|e| e.is_fence());
@@ -1700,6 +1711,8 @@ fn shrink_kv(cfg: &CrashConfig, ops: Vec<Op>, report: &CrashReport) -> Result<Ve
         max_failures: 1,
         shrink: false,
         progress: None,
+        // A shorter sequence's operations are not the original's.
+        from_op: 0,
         ..cfg.clone()
     };
     let fails =
