@@ -37,7 +37,7 @@ enum Outcome {
 /// What one writer of a [`SharedKvSubject`] did.
 struct SharedLog {
     ops: Vec<Op>,
-    /// Event positions (start, end) of each op, as [`super::WriterLog::spans`].
+    /// Event positions (start, end) of each op, as `WriterLog::spans` (in `concurrent`).
     spans: Vec<(usize, usize)>,
     /// The operation clock at each op's call and return ([`KeyOp::called`]).
     ticks: Vec<(u64, u64)>,
@@ -107,7 +107,7 @@ impl SharedKvSubject {
 
 /// One writer of [`SharedKvSubject::record`]: runs `ops` on `db` and keeps
 /// what each returned. An operation that panics ends the writer and stays
-/// in flight, as in [`super::run_writer`].
+/// in flight, as in `run_writer` (in `concurrent`).
 fn run_shared_writer(
     t: usize,
     mut ops: Vec<Op>,
