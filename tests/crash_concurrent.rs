@@ -348,3 +348,59 @@ fn writer_counts_out_of_range_are_refused() {
         }
     }
 }
+
+/// `run_plans` runs given plans, one a writer, each on keys of its own,
+/// and refuses plans it cannot check: one writer, a key in two plans, a
+/// read (which needs the shared-key check), a reopen.
+#[test]
+fn given_plans_run_on_keys_of_their_own() {
+    use pmindex::sim::run_plans;
+    use pmindex::sim::workload::Op;
+    let _turn = ONE_AT_A_TIME.lock();
+    let v: Arc<[u8]> = vec![5u8; 40].into();
+    let plan = |who: &str, n: usize| -> Vec<Op> {
+        (0..n)
+            .map(|i| Op::Put(format!("{who}{i}").into_bytes(), Arc::clone(&v)))
+            .chain(
+                (0..n)
+                    .step_by(3)
+                    .map(|i| Op::Delete(format!("{who}{i}").into_bytes())),
+            )
+            .collect()
+    };
+    let mut cfg = CrashConfig::new("wort");
+    cfg.states = 400;
+    let r = run_plans(&cfg, vec![plan("a", 30), plan("b", 30)]).expect("the plans run");
+    assert!(r.failures.is_empty(), "{:?}", r.failures.first());
+    assert_eq!(r.ops, 80);
+    assert!(r.images > 0);
+
+    // From the 35th operation of one writer on: fewer points, and none
+    // past the end of both plans.
+    cfg.from_op = 35;
+    let late = run_plans(&cfg, vec![plan("a", 30), plan("b", 30)]).expect("the plans run");
+    assert!(late.failures.is_empty(), "{:?}", late.failures.first());
+    assert!(
+        late.crash_points > 0 && late.crash_points < r.crash_points,
+        "{} points from op 35, {} in all",
+        late.crash_points,
+        r.crash_points
+    );
+    cfg.from_op = 41;
+    let none = run_plans(&cfg, vec![plan("a", 30), plan("b", 30)]).expect("the plans run");
+    assert_eq!(none.crash_points, 0);
+    cfg.from_op = 0;
+
+    let refused = |plans: Vec<Vec<Op>>, what: &str| {
+        let e = run_plans(&cfg, plans).expect_err(what);
+        assert!(
+            matches!(e, pmindex::Error::InvalidArgument(_)),
+            "{what}: {e}"
+        );
+        println!("{what}: {e}");
+    };
+    refused(vec![plan("a", 3)], "one plan");
+    refused(vec![plan("a", 3), plan("a", 2)], "a key in two plans");
+    refused(vec![plan("a", 3), vec![Op::Get(b"b0".to_vec())]], "a read");
+    refused(vec![plan("a", 3), vec![Op::Reopen]], "a reopen");
+}

@@ -13,6 +13,10 @@
 //! full stripe take their leaves and value objects from another
 //! (`Hart::take_leaf`).
 //!
+//! And two writers at once, each on keys of its own, through the same
+//! phases (`pmindex::sim::run_plans`): a put of one compacting the radix
+//! heap, or taking room in `hart`, beside the other's.
+//!
 //! `PMINDEX_CRASH_STATES=20000 cargo test --release --test crash_full_pool`
 //! runs a longer budget (per engine).
 
@@ -28,7 +32,19 @@ mod common;
 /// `new` puts of new keys (a count, a size, and how many of them come
 /// after a reopen). Variant `v` spreads the keys differently.
 fn fill_delete_refill(v: u64, fill: (u64, usize), new: (u64, usize, u64)) -> Vec<Op> {
-    let k = |p: &str, i: u64| format!("{p}{:x}/{i}", (i * 2_654_435_761 + v) % 61).into_bytes();
+    writer_fill_delete_refill("", v, fill, new)
+}
+
+/// [`fill_delete_refill`] with every key starting with `who` (the
+/// workload of one of several writers, each with keys of its own).
+fn writer_fill_delete_refill(
+    who: &str,
+    v: u64,
+    fill: (u64, usize),
+    new: (u64, usize, u64),
+) -> Vec<Op> {
+    let k =
+        |p: &str, i: u64| format!("{who}{p}{:x}/{i}", (i * 2_654_435_761 + v) % 61).into_bytes();
     let first: Arc<[u8]> = vec![7u8; fill.1].into();
     let then: Arc<[u8]> = vec![8u8; new.1].into();
     let mut ops = Vec::new();
@@ -56,21 +72,7 @@ fn workload(v: u64) -> Vec<Op> {
 /// How many puts of `size`-byte values of `ops` succeed, run live on a
 /// pool of the simulator's size.
 fn puts_live(engine: &str, cfg: &CrashConfig, ops: Vec<Op>, size: usize) -> usize {
-    let db = pmindex::Db::create_anonymous(&pmindex::Options {
-        pool_size: cfg.pool_size,
-        engine_config: cfg.engine_config.clone(),
-        ..pmindex::Options::with_engine(engine)
-    })
-    .unwrap();
-    let mut ok = 0;
-    for op in ops {
-        match op {
-            Op::Put(k, v) => ok += usize::from(db.put(&k, &v).is_ok() && v.len() == size),
-            Op::Delete(k) => drop(db.delete(&k).unwrap()),
-            _ => {}
-        }
-    }
-    ok
+    plans_live(engine, cfg, vec![ops], size)
 }
 
 /// How many of the workload's 100-byte puts succeed live.
@@ -153,11 +155,24 @@ fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
     );
     let mut cfg = cfg;
     cfg.recovery_checks = 20;
+    let states = states_from_env(1500);
     run_budget(
         &mut cfg,
-        states_from_env(1500),
+        states,
         hart_workload,
         "hart (round-robin stripes)",
+    );
+    // The budget again on the new keys' puts, the ones that take room
+    // from other stripes, which the fill's fences leave few points of.
+    cfg.from_op = hart_workload(0)
+        .iter()
+        .position(|op| matches!(op, Op::Put(k, _) if k.starts_with(b"n")))
+        .expect("the workload puts new keys");
+    run_budget(
+        &mut cfg,
+        states,
+        hart_workload,
+        "hart (round-robin stripes), from the first new key",
     );
 }
 
@@ -196,7 +211,16 @@ fn a_full_hart_pool_of_format_5_survives_every_crash() {
     println!("hart: {ok} of 760 small puts fit live in format 5, {ok6} in format 6");
     assert!(ok < ok6, "format 5: {ok}, format 6: {ok6}");
     cfg.recovery_checks = 20;
-    run_budget(&mut cfg, states_from_env(1500), workload, "hart (format 5)");
+    let states = states_from_env(1500);
+    run_budget(&mut cfg, states, workload, "hart (format 5)");
+    // Again from the small puts on, where the refusals are.
+    cfg.from_op = first_put_of(&workload(0), 100);
+    run_budget(
+        &mut cfg,
+        states,
+        workload,
+        "hart (format 5), from the first put after the deletes",
+    );
 }
 
 /// The radix trees' compaction (`engine/radix/compact.rs`): 400-byte
@@ -259,6 +283,130 @@ fn radix_compactions_survive_every_crash() {
     }
 }
 
+/// Two writers' plans: each puts `fill`'s count of values, enough to fill
+/// the pool alone (so that it is full at the end of both fills, whatever
+/// their interleaving: a writer's fill takes back the room of the other's
+/// deletes), deletes every other of its keys, then puts its half of
+/// `new`'s (no reopen: the writers share one open pool).
+fn two_writers(v: u64, fill: (u64, usize), new: (u64, usize)) -> Vec<Vec<Op>> {
+    ["p", "q"]
+        .iter()
+        .enumerate()
+        .map(|(t, who)| {
+            writer_fill_delete_refill(who, v + t as u64 * 7, fill, (new.0 / 2, new.1, 0))
+        })
+        .collect()
+}
+
+/// How many puts of `size`-byte values of `plans` succeed, each plan run
+/// live on a thread of its own, all on one pool of the simulator's size.
+fn plans_live(engine: &str, cfg: &CrashConfig, plans: Vec<Vec<Op>>, size: usize) -> usize {
+    let db = pmindex::Db::create_anonymous(&pmindex::Options {
+        pool_size: cfg.pool_size,
+        engine_config: cfg.engine_config.clone(),
+        ..pmindex::Options::with_engine(engine)
+    })
+    .unwrap();
+    std::thread::scope(|s| {
+        let runs: Vec<_> = plans
+            .into_iter()
+            .map(|ops| {
+                let db = &db;
+                s.spawn(move || {
+                    let mut ok = 0;
+                    for op in ops {
+                        match op {
+                            Op::Put(k, v) => {
+                                ok += usize::from(db.put(&k, &v).is_ok() && v.len() == size)
+                            }
+                            Op::Delete(k) => drop(db.delete(&k).unwrap()),
+                            _ => {}
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).sum()
+    })
+}
+
+/// How many operations each of [`two_writers`]' plans holds before its
+/// first put of `size`-byte values: with that as
+/// [`CrashConfig::from_op`], the crash points are those where one writer
+/// at least is in its refill.
+fn ops_before_refill(plans: &[Vec<Op>], size: usize) -> usize {
+    let firsts: Vec<usize> = plans.iter().map(|ops| first_put_of(ops, size)).collect();
+    assert!(firsts.iter().all(|&f| f == firsts[0]), "{firsts:?}");
+    firsts[0]
+}
+
+/// [`run_budget`] for two writers' plans.
+fn run_plans_budget(
+    cfg: &mut CrashConfig,
+    states: usize,
+    plans: impl Fn(u64) -> Vec<Vec<Op>>,
+    label: &str,
+) {
+    let t = common::crash_budget_plans(cfg, states, plans);
+    println!(
+        "{label}: {} images, {} crash points, {} variants, {:.1} s",
+        t.images, t.points, t.rounds, t.seconds
+    );
+}
+
+/// Two writers at once on a full pool, each on keys of its own: both fill
+/// the pool with 1,000-byte values until it refuses them, delete every
+/// other of their keys, then put 100-byte values (which come from the
+/// freed larger blocks, or hart's larger value class); and, in the radix
+/// trees, 400-byte values then 2,000-byte ones, where a put of one writer
+/// compacts the heap with the whole tree held while the other writer's
+/// put waits, or is refused after a compaction that gave nothing back.
+#[test]
+fn two_writers_on_a_full_pool_survive_every_crash() {
+    let states = states_from_env(1500);
+    let small = |v| two_writers(v, (1900, 1000), (760, 100));
+    for engine in ["wort", "woart", "art-cow", "fptree", "hart"] {
+        let mut cfg = CrashConfig::new(engine);
+        let ok = plans_live(engine, &cfg, small(0), 100);
+        assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");
+        cfg.recovery_checks = 20;
+        run_plans_budget(&mut cfg, states, small, &format!("{engine}, two writers"));
+        cfg.from_op = ops_before_refill(&small(0), 100);
+        run_plans_budget(
+            &mut cfg,
+            states,
+            small,
+            &format!("{engine}, two writers, from the refill"),
+        );
+    }
+    let large = |v| two_writers(v, (5000, 400), (150, 2000));
+    for engine in ["wort", "woart", "art-cow"] {
+        let mut cfg = CrashConfig::new(engine);
+        let ok = plans_live(engine, &cfg, large(0), 2000);
+        let mut off = CrashConfig::new(engine);
+        off.engine_config
+            .insert(format!("{engine}.compact"), "off".into());
+        let without = plans_live(engine, &off, large(0), 2000);
+        println!("{engine}, two writers: {ok} of 150 puts of 2,000 B fit live ({without} without compactions)");
+        // The last writer's large puts come after both fills and fit
+        // (75-150, by the interleaving: a writer's large puts made while
+        // the other still fills meet a pool its fill keeps full).
+        assert!(
+            ok >= 75 && without < 10,
+            "{engine}: {ok} of 150 large puts fit live, {without} without compactions"
+        );
+        cfg.recovery_checks = 20;
+        cfg.from_op = ops_before_refill(&large(0), 2000);
+        run_plans_budget(
+            &mut cfg,
+            states,
+            large,
+            &format!("{engine}, two writers, from the compactions"),
+        );
+    }
+}
+
 /// A compaction that swings a pointer to a copy it did not flush, or
 /// whose flush no fence covered before the pointer's store (a group of
 /// moves without its first fence), is caught, in every tree: after a crash
@@ -300,6 +448,28 @@ fn a_compaction_without_its_copy_flush_or_fence_is_caught() {
                 .as_deref()
                 .is_some_and(|op| op.contains("2000 B"))),
             "{engine}: {} was not caught in a compacting put",
+            fault.name()
+        );
+        // And with two writers, a compaction beside the other writer (the
+        // fault acts in the compaction alone: any failure of a crash image
+        // is of one; the other writer's operation may be the one in
+        // flight, or none, as the copies left unflushed stay so).
+        // The other writer's fill can go on beside the compactions, and
+        // its fences take images first: a budget that the run stops
+        // spending at its fifth failure (11-1,399 images in eight runs).
+        let plans = two_writers(0, (5000, 400), (150, 2000));
+        cfg.from_op = ops_before_refill(&plans, 2000);
+        cfg.states = 10_000;
+        let r = pmindex::sim::run_plans(&cfg, plans).expect("crash test runs");
+        println!(
+            "{engine}, {}, two writers: {} failures in {} images",
+            fault.name(),
+            r.failures.len(),
+            r.images
+        );
+        assert!(
+            r.failures.iter().any(|f| f.crash_point.is_some()),
+            "{engine}: {} was not caught with two writers",
             fault.name()
         );
     }

@@ -99,7 +99,8 @@ pub struct CrashConfig {
     /// Engine settings (for example `hart.persist_order = paper`).
     pub engine_config: crate::engine::EngineConfig,
     /// Crash only at points where at least this many operations were
-    /// acknowledged (0, the default: at every point). The operations
+    /// acknowledged (0, the default: at every point); with several
+    /// writers, at least this many of one writer's own. The operations
     /// before still run, and every image is checked against them, but
     /// they take none of the image budget: for a workload whose set-up (a
     /// pool filled, say) has many fences and whose phase of interest few.
@@ -267,6 +268,12 @@ trait Subject: Sync {
     }
     /// Describes the state expected at `point`: (acked ops, op in flight).
     fn at(&self, point: usize) -> (usize, Option<String>);
+    /// How far the run was at `point`, as [`CrashConfig::from_op`] counts
+    /// it: the operations acknowledged, or, of several writers, those of
+    /// the writer furthest along.
+    fn progress(&self, point: usize) -> usize {
+        self.at(point).0
+    }
     /// How many operations are in flight at `point`.
     fn in_flight(&self, point: usize) -> usize {
         usize::from(self.at(point).1.is_some())
@@ -299,8 +306,8 @@ use kv::{
 
 mod concurrent;
 use concurrent::{
-    live_check, recorded_db, run_writers, writers_at, writers_in_flight, ConcurrentKvSubject,
-    WRITER_FENCE_DELAY,
+    live_check, recorded_db, run_writers, writers_at, writers_in_flight, writers_progress,
+    ConcurrentKvSubject, WRITER_FENCE_DELAY,
 };
 
 mod shared;
@@ -445,6 +452,59 @@ pub fn run_ops(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
     let n = ops.len();
     let mut r = run_kv(cfg, ops)?;
     r.ops = n;
+    Ok(r)
+}
+
+/// Crash-tests given plans of several writers at once (one round), as
+/// [`CrashConfig::writers`] does generated ones: each plan runs on a
+/// thread of its own, all started together, on keys that no other plan
+/// writes; for workloads the generator does not make (a pool that two
+/// writers fill, then refill once it refused them). `cfg.writers` is not
+/// read: the plans say how many. Reads and reopens are refused (they
+/// belong to the shared-key workloads and to one writer).
+pub fn run_plans(cfg: &CrashConfig, plans: Vec<Vec<Op>>) -> Result<CrashReport> {
+    crate::engine::find(&cfg.engine)?;
+    if !(2..=MAX_WRITERS).contains(&plans.len()) {
+        return Err(Error::InvalidArgument(format!(
+            "plans: {} (2 to {MAX_WRITERS} writers)",
+            plans.len()
+        )));
+    }
+    let mut owner: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    for (t, ops) in plans.iter().enumerate() {
+        for op in ops {
+            let keys: Vec<&[u8]> = match op {
+                Op::Put(k, _) | Op::Insert(k, _) | Op::Update(k, _) | Op::Delete(k) => vec![k],
+                Op::PutMany(items) => items.iter().map(|(k, _)| &k[..]).collect(),
+                Op::Get(_) | Op::Scan(..) | Op::Reopen => {
+                    return Err(Error::InvalidArgument(format!(
+                        "plan {t}: `{op}`: these plans hold writes only (puts, inserts, updates, deletes, put_many)"
+                    )))
+                }
+            };
+            for k in keys {
+                match owner.insert(k, t) {
+                    Some(o) if o != t => {
+                        return Err(Error::InvalidArgument(format!(
+                            "key {} is in plans {o} and {t}: each writer keeps keys of its own",
+                            crate::sim::show_key(k)
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let (n, writers) = (plans.iter().map(Vec::len).sum(), plans.len());
+    let t0 = Instant::now();
+    let mut r = check_recorded(cfg, t0, ConcurrentKvSubject::record(cfg, plans)?)?;
+    r.ops = n;
+    // The command line generates its workloads: these plans are the
+    // caller's.
+    r.reproduce = format!(
+        "sim::run_plans with the same {writers} plans ({n} operations) and seed {}",
+        cfg.seed
+    );
     Ok(r)
 }
 

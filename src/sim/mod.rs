@@ -20,7 +20,9 @@ pub mod linear;
 pub mod trace;
 pub mod workload;
 
-pub use harness::{run, run_ops, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT, MAX_WRITERS};
+pub use harness::{
+    run, run_ops, run_plans, CrashConfig, CrashReport, Failure, ALLOC_SUBJECT, MAX_WRITERS,
+};
 
 /// The crash-image budget of a crash test: `PMINDEX_CRASH_STATES` when it is
 /// set, else `default` (the quick budget CI runs).

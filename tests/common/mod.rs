@@ -300,6 +300,29 @@ pub fn crash_budget(
     states: usize,
     workload: impl Fn(u64) -> Vec<pmindex::sim::workload::Op>,
 ) -> CrashTotals {
+    budget_of_runs(cfg, states, |cfg, round| {
+        pmindex::sim::run_ops(cfg, workload(round))
+    })
+}
+
+/// [`crash_budget`] for several writers at once: `plans(round)` are
+/// their workloads, one a writer ([`pmindex::sim::run_plans`]).
+pub fn crash_budget_plans(
+    cfg: &mut pmindex::sim::CrashConfig,
+    states: usize,
+    plans: impl Fn(u64) -> Vec<Vec<pmindex::sim::workload::Op>>,
+) -> CrashTotals {
+    budget_of_runs(cfg, states, |cfg, round| {
+        pmindex::sim::run_plans(cfg, plans(round))
+    })
+}
+
+/// The loop of [`crash_budget`]: `run(cfg, round)` with seeds 1, 2, ...
+fn budget_of_runs(
+    cfg: &mut pmindex::sim::CrashConfig,
+    states: usize,
+    run: impl Fn(&pmindex::sim::CrashConfig, u64) -> pmindex::Result<pmindex::sim::CrashReport>,
+) -> CrashTotals {
     let mut t = CrashTotals {
         images: 0,
         points: 0,
@@ -309,7 +332,7 @@ pub fn crash_budget(
     while t.images < states {
         cfg.states = states - t.images;
         cfg.seed = t.rounds + 1;
-        let r = pmindex::sim::run_ops(cfg, workload(t.rounds)).expect("crash test runs");
+        let r = run(cfg, t.rounds).expect("crash test runs");
         // A round that checks nothing would loop here for good.
         assert!(r.images > 0, "{}: a round checked no image", cfg.engine);
         assert!(

@@ -222,7 +222,7 @@ pub(super) fn check_trace<'a>(
     let mut rng = SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut points = crash_points(trace, cfg.between, &mut rng);
     if cfg.from_op > 0 {
-        points.retain(|&p| subject.at(p).0 >= cfg.from_op);
+        points.retain(|&p| subject.progress(p) >= cfg.from_op);
     }
     // A point before a fence or at the end, as opposed to one sampled
     // between two fences.

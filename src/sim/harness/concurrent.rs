@@ -259,6 +259,19 @@ impl Subject for ConcurrentKvSubject {
     fn in_flight(&self, point: usize) -> usize {
         writers_in_flight(self.writers.iter().map(|w| &w.spans[..]), point)
     }
+
+    fn progress(&self, point: usize) -> usize {
+        writers_progress(self.writers.iter().map(|w| &w.spans[..]), point)
+    }
+}
+
+/// [`Subject::progress`] of several writers, given each one's spans: the
+/// most operations one of them acknowledged.
+pub(super) fn writers_progress<'a>(
+    spans: impl Iterator<Item = &'a [(usize, usize)]>,
+    point: usize,
+) -> usize {
+    spans.map(|s| expected_at(s, point).0).max().unwrap_or(0)
 }
 
 /// [`Subject::in_flight`] of several writers, given each one's spans.

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::{
     expected_at, live_check, live_failure, panic_message, recorded_db, run_op, run_writers,
-    scan_range, writers_at, writers_in_flight, Failure, KvSettings, Subject, WRITER_FENCE_DELAY,
+    scan_range, writers_at, writers_in_flight, writers_progress, Failure, KvSettings, Subject,
+    WRITER_FENCE_DELAY,
 };
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -355,6 +356,10 @@ impl Subject for SharedKvSubject {
 
     fn in_flight(&self, point: usize) -> usize {
         writers_in_flight(self.writers.iter().map(|w| &w.spans[..]), point)
+    }
+
+    fn progress(&self, point: usize) -> usize {
+        writers_progress(self.writers.iter().map(|w| &w.spans[..]), point)
     }
 
     /// Two operations in flight on one key, one of them at least a write
