@@ -1,9 +1,10 @@
-//! What a compaction of the radix trees costs and what it gives back
+//! What a compaction costs and what it gives back: the radix trees'
 //! (`engine/radix/compact.rs`, docs/design.md §11, "A full heap moves
-//! blocks to empty chunks").
+//! blocks to empty chunks") and `hart`'s (`engine/hart/compact.rs`, §7,
+//! "A full pool: values moved out of sparse chunks"; its moves are values).
 //!
 //! `cargo run --release --example compaction -- [POOL_MIB] [ENGINES]`
-//! (default 64 and `wort,woart,art-cow`). For each engine, with
+//! (default 64 and `wort,woart,art-cow,hart`). For each engine, with
 //! `<engine>.compact` on and off, in a pool of anonymous memory: 100-byte
 //! values under 16-byte keys until the pool is full, every other key
 //! deleted, then 1,000-byte values until the pool is full again. Prints
@@ -16,8 +17,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pmindex::engine::radix::compactions;
+use pmindex::engine::{hart, radix};
 use pmindex::{Db, Options};
+
+/// Compactions that gave a chunk back and blocks (values) moved, both
+/// engine families together.
+fn compactions() -> (u64, u64) {
+    let (r, h) = (radix::compactions(), hart::compactions());
+    (r.0 + h.0, r.1 + h.1)
+}
 
 fn key(prefix: &str, i: u64) -> Vec<u8> {
     // Spread over the tree: a hashed prefix, then a counter.
@@ -34,7 +42,9 @@ fn main() {
         .next()
         .map(|s| s.parse().expect("POOL_MIB: a whole number"))
         .unwrap_or(64);
-    let engines = args.next().unwrap_or_else(|| "wort,woart,art-cow".into());
+    let engines = args
+        .next()
+        .unwrap_or_else(|| "wort,woart,art-cow,hart".into());
     println!("| engine | compact | 100-B keys | deleted | 1,000-B keys after | their puts | slowest put | compactions | blocks moved | fences |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut full = Vec::new();

@@ -211,13 +211,15 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
         serde_json::json!({"hart.format": "6", "hart.hash_key_len": "3", "hart.persist_order": "tight",
                            "hart.stripes": "thread", "hart.leaf_first": "on",
                            "hart.point_index": "on", "hart.point_index_above": "64",
-                           "hart.reads": "locked"})
+                           "hart.reads": "locked", "hart.compact": "on"})
     );
     let s = settings(h, &["--engine-opt", "leaf_first=off"]);
     assert_eq!(s["hart.leaf_first"], "off");
     // A setting for this command only, with or without the prefix.
     let s = settings(h, &["--engine-opt", "hart.persist_order=paper"]);
     assert_eq!(s["hart.persist_order"], "paper");
+    let s = settings(h, &["--engine-opt", "hart.compact=off"]);
+    assert_eq!(s["hart.compact"], "off");
     let s = settings(h, &["--engine-opt", "stripes=hash_key"]);
     assert_eq!(s["hart.stripes"], "hash_key");
     let o = pmindex(&["put", h, "abcd", "v", "--engine-opt", "persist_order=paper"]);
@@ -225,7 +227,7 @@ fn engine_settings_reach_the_engine_at_create_and_at_open() {
     let text_info = text(&pmindex(&["info", h]).stdout);
     assert!(
         text_info.contains(
-            "settings    hart.format=6 hart.hash_key_len=3 hart.leaf_first=on hart.persist_order=tight"
+            "settings    hart.compact=on hart.format=6 hart.hash_key_len=3 hart.leaf_first=on hart.persist_order=tight"
         ),
         "{text_info}"
     );

@@ -183,15 +183,69 @@ fn smaller_values_take_the_room_of_deleted_larger_ones() {
     assert_db_eq(&db, &model, "filled again, reopened");
 }
 
+/// The other way round: after every other 1,000-byte value of a full
+/// pool is deleted, no chunk is empty and the pool has no room for a chunk
+/// of 2,048-byte objects, so a new 2,000-byte value was refused
+/// (`hart.compact=off` still is). A put that finds the pool full moves the
+/// values of the sparsest chunks into the free objects of the others
+/// (`hart/compact.rs`), the emptied chunks go back to the pool, and the
+/// put takes their room.
+#[test]
+fn larger_values_take_the_room_of_deleted_smaller_ones() {
+    let mut fitted = Vec::new();
+    for spec in ["hart", "hart:compact=off"] {
+        let t = TempPool::new();
+        let db = create_db(&t.path, spec, POOL);
+        let mut model = Model::new();
+        let n = fill(&db, &mut model);
+        for i in (0..n).step_by(2) {
+            assert!(db.delete(&key(i)).unwrap());
+            model.remove(&key(i));
+        }
+        let large = vec![4u8; 2000];
+        let new_keys = (n..n + n / 2)
+            .filter(|&i| match db.put(&key(i), &large) {
+                Ok(_) => {
+                    model.insert(key(i), large.clone());
+                    true
+                }
+                Err(e) => {
+                    assert!(is_pool_full(&e), "{e:?}");
+                    false
+                }
+            })
+            .count();
+        println!(
+            "{spec}: {n} values of 1,000 B filled the pool; {new_keys} new 2,000-byte values \
+             after deleting {}",
+            n.div_ceil(2)
+        );
+        assert_db_eq(&db, &model, spec);
+        assert_check(&db, model.len(), spec);
+        drop(db);
+        let db = open_db(&t.path);
+        assert_db_eq(&db, &model, &format!("{spec}, reopened"));
+        assert_check(&db, model.len(), &format!("{spec}, reopened"));
+        fitted.push((n, new_keys));
+    }
+    let [(n, on), (_, off)] = fitted[..] else {
+        unreachable!()
+    };
+    // The deletes freed about n / 2 KB, room for n / 4 values of 2,048 B.
+    assert!(on * 5 >= n / 4 * 3, "{on} new large values of {}", n / 4);
+    assert!(off * 10 < on, "{off} without compaction, {on} with");
+}
+
 /// `hart.format=5` makes a pool that the versions before format 6 read:
 /// each value in its own class, so the full pool of the test above
-/// refuses the 100-byte values; the format is fixed at creation (another
-/// value at open is refused by name, as is a format this version cannot
-/// make).
+/// refuses the 100-byte values without a compaction (`compact=off`), and
+/// takes them after one, which frees 1,024-byte chunks; the format is
+/// fixed at creation (another value at open is refused by name, as is a
+/// format this version cannot make).
 #[test]
 fn a_format_5_pool_is_made_on_request_and_keeps_it() {
     let t = TempPool::new();
-    let db = create_db(&t.path, "hart:format=5", POOL);
+    let db = create_db(&t.path, "hart:format=5,compact=off", POOL);
     let mut model = Model::new();
     let n = fill(&db, &mut model);
     for i in (0..n).step_by(2) {
@@ -216,6 +270,11 @@ fn a_format_5_pool_is_made_on_request_and_keeps_it() {
     );
     let db = pmindex::Db::open(&t.path, &common::options("hart:format=5", POOL)).unwrap();
     assert_db_eq(&db, &model, "reopened as format 5");
+    // With compactions (the default at this open) the small value fits.
+    db.put(&key(n + 1), &[3u8; 100]).unwrap();
+    model.insert(key(n + 1), vec![3u8; 100]);
+    assert_db_eq(&db, &model, "format 5, compacted");
+    assert_check(&db, model.len(), "format 5, compacted");
     drop(db);
     let t2 = TempPool::new();
     let e = pmindex::Db::create(&t2.path, &common::options("hart:format=4", POOL))

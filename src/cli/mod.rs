@@ -415,7 +415,8 @@ struct EngineOpts {
     /// hart.point_index_above=N (default 64), hart.reads=optimistic,
     /// wort.reads=locked, wort.writers=locked, wort.compact=off (a
     /// put that finds the pool full fails at once, without moving blocks
-    /// to empty chunks; also woart, art-cow); at open,
+    /// to empty chunks; also woart, art-cow), hart.compact=off (the
+    /// same, without moving values out of sparse chunks); at open,
     /// hart.recovery_threads=N. An unknown key
     /// is refused with the engine's list of settings.
     #[arg(long = "engine-opt", value_name = "KEY=VALUE")]

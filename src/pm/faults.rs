@@ -69,6 +69,11 @@ pub enum Fault {
     /// crash harness's writes after recovery and second crash, where the
     /// workload makes such leaves (`hart.point_index=off`).
     HartRecoveryDuplicateUnflushed,
+    /// hart: a compaction's move writes a value's copy into its new object
+    /// without flushing it (the update that names the copy can be durable
+    /// and the copy not, after the old object's chunk went back to the
+    /// pool). Caught only in a full pool that compacts.
+    HartCompactSkipMoveFlush,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -126,6 +131,7 @@ impl Fault {
         Fault::HartEarlyLeafLeftLive,
         Fault::HartPointIndexKeptOnDelete,
         Fault::HartRecoveryDuplicateUnflushed,
+        Fault::HartCompactSkipMoveFlush,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -155,6 +161,7 @@ impl Fault {
             Fault::HartEarlyLeafLeftLive => "hart-early-leaf-left-live",
             Fault::HartPointIndexKeptOnDelete => "hart-point-index-kept-on-delete",
             Fault::HartRecoveryDuplicateUnflushed => "hart-recovery-duplicate-unflushed",
+            Fault::HartCompactSkipMoveFlush => "hart-compact-skip-move-flush",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -184,7 +191,8 @@ impl Fault {
             | Fault::HartDeleteFenceUnlocked
             | Fault::HartEarlyLeafLeftLive
             | Fault::HartPointIndexKeptOnDelete
-            | Fault::HartRecoveryDuplicateUnflushed => Some("hart"),
+            | Fault::HartRecoveryDuplicateUnflushed
+            | Fault::HartCompactSkipMoveFlush => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader | Fault::RadixCompactSkipCopyFlush => {
                 Some("wort")
             }

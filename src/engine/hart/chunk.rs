@@ -62,6 +62,9 @@ struct ChunkState {
     next: u64,
     /// Whether the chunk is on the `open` stack.
     in_open: bool,
+    /// Whether a compaction is emptying the chunk: allocation skips it
+    /// ([`ChunkList::begin_drain`]).
+    draining: bool,
 }
 
 /// The DRAM view of one chunk list: which objects are taken, and the list
@@ -89,6 +92,10 @@ pub struct ChunkList {
     /// Whether allocation and release store the chunk header (`paper`
     /// order).
     keep_header: bool,
+    /// The chunks [`Self::begin_drain`] chose, until [`Self::end_drain`].
+    drained: Vec<u64>,
+    /// Chunks recycled since the list was made (EPRecycle).
+    recycled: u64,
 }
 
 impl ChunkList {
@@ -106,6 +113,8 @@ impl ChunkList {
             vacant: Vec::new(),
             open: Vec::new(),
             keep_header: false,
+            drained: Vec::new(),
+            recycled: 0,
         }
     }
 
@@ -150,6 +159,7 @@ impl ChunkList {
                 prev,
                 next,
                 in_open: false,
+                draining: false,
             });
             prev = cur;
             cur = next;
@@ -248,7 +258,7 @@ impl ChunkList {
                         self.open.pop(); // recycled meanwhile
                         continue;
                     }
-                    if st.taken == ALL {
+                    if st.taken == ALL || st.draining {
                         st.in_open = false;
                         self.open.pop();
                         continue;
@@ -331,6 +341,7 @@ impl ChunkList {
             prev: 0,
             next: head,
             in_open: true,
+            draining: false,
         });
         self.head = c;
         self.open.push((id, c));
@@ -376,7 +387,7 @@ impl ChunkList {
             pool.store_u64(c, header_word(taken))?;
         }
         let st = &mut self.slab[id as usize];
-        if !st.in_open {
+        if !st.in_open && !st.draining {
             st.in_open = true;
             self.open.push((id, c));
         }
@@ -427,7 +438,71 @@ impl ChunkList {
         self.index.remove(&c);
         self.slab[id as usize].offset = 0;
         self.vacant.push(id);
+        self.recycled += 1;
         Ok(())
+    }
+
+    /// Chooses chunks for a compaction to empty (docs/design.md §7, "A
+    /// full pool: values moved out of sparse chunks") and stops allocation
+    /// from them until [`Self::end_drain`]: the sparsest chunks (the
+    /// lowest offsets among equals, so that the chunks given back tend to
+    /// lie side by side in the pool), as many as the free objects of the
+    /// others can take all the objects of. Returns them with their sizes;
+    /// none if no chunk can be emptied so.
+    pub fn begin_drain(&mut self) -> Vec<(u64, u64)> {
+        debug_assert!(self.drained.is_empty(), "one compaction at a time");
+        let mut cs: Vec<(u32, u64)> = self
+            .index
+            .iter()
+            .map(|(&c, &id)| (self.slab[id as usize].taken.count_ones(), c))
+            .filter(|&(taken, _)| taken > 0)
+            .collect();
+        cs.sort_unstable();
+        let mut free_kept: u64 = self
+            .index
+            .values()
+            .map(|&id| OBJECTS - u64::from(self.slab[id as usize].taken.count_ones()))
+            .sum();
+        let mut moved = 0u64;
+        for &(taken, c) in &cs {
+            let taken = u64::from(taken);
+            let free = OBJECTS - taken;
+            if moved + taken > free_kept - free {
+                break;
+            }
+            moved += taken;
+            free_kept -= free;
+            self.drained.push(c);
+        }
+        let size = chunk_size(self.obj_size);
+        for i in 0..self.drained.len() {
+            let c = self.drained[i];
+            if let Some(st) = self.state_mut(c) {
+                st.draining = true;
+            }
+        }
+        self.drained.iter().map(|&c| (c, size)).collect()
+    }
+
+    /// Ends [`Self::begin_drain`]: the chunks it chose that are still in
+    /// the list serve allocations again.
+    pub fn end_drain(&mut self) {
+        for c in std::mem::take(&mut self.drained) {
+            let Some(&id) = self.index.get(&c) else {
+                continue; // emptied and recycled
+            };
+            let st = &mut self.slab[id as usize];
+            st.draining = false;
+            if !st.in_open && st.taken != ALL {
+                st.in_open = true;
+                self.open.push((id, c));
+            }
+        }
+    }
+
+    /// Chunks recycled since the list was made.
+    pub fn recycled(&self) -> u64 {
+        self.recycled
     }
 
     /// After recovery: rewrite the headers and recycle empty chunks, as
@@ -524,6 +599,88 @@ mod tests {
             list.release(pool, o).unwrap();
         }
         list.release(pool, *last)
+    }
+
+    /// A list of chunks of 64-byte objects, chunk `i` keeping `keep[i]`
+    /// of its objects: the pool, the list, the chunks (oldest first) and
+    /// each one's objects kept.
+    fn chunks_keeping(keep: &[usize]) -> (Pool, ChunkList, Vec<u64>, Vec<Vec<u64>>) {
+        let pool = Pool::create_anonymous(16 << 20, "hart", &Default::default()).unwrap();
+        let mut list = ChunkList::new(64, pool.root_slot(0).unwrap(), 40);
+        let objs: Vec<u64> = (0..keep.len() as u64 * OBJECTS)
+            .map(|_| list.alloc(&pool).unwrap())
+            .collect();
+        let mut chunks: Vec<u64> = objs.iter().map(|&o| list.locate(o).unwrap().0).collect();
+        chunks.dedup();
+        assert_eq!(chunks.len(), keep.len());
+        let kept = objs
+            .chunks(OBJECTS as usize)
+            .zip(keep)
+            .map(|(mine, &k)| {
+                for &o in &mine[k..] {
+                    list.release(&pool, o).unwrap();
+                }
+                mine[..k].to_vec()
+            })
+            .collect();
+        (pool, list, chunks, kept)
+    }
+
+    /// A compaction drains the sparsest chunks, as many as the others'
+    /// free objects can take the objects of, and allocation skips them
+    /// until the drain ends; releasing a drained chunk's last object
+    /// recycles it.
+    #[test]
+    fn a_drain_takes_the_sparsest_chunks_that_the_others_can_hold() {
+        // 46 + 36 + 6 free objects: the 10 of the first chunk fit in the
+        // others' 42; 10 + 20 do not fit in the 6 beside the last two.
+        let (pool, mut list, chunks, kept) = chunks_keeping(&[10, 20, 50, 56]);
+        let chunk = |l: &ChunkList, o: u64| l.locate(o).unwrap().0;
+        assert_eq!(list.begin_drain(), vec![(chunks[0], chunk_size(64))]);
+        for _ in 0..42 {
+            let o = list.take_free(&pool).unwrap().expect("a free object");
+            assert_ne!(
+                chunk(&list, o),
+                chunks[0],
+                "a drained chunk serves no allocation"
+            );
+        }
+        assert_eq!(list.take_free(&pool).unwrap(), None);
+        let recycled = list.recycled();
+        for &o in &kept[0] {
+            list.release(&pool, o).unwrap();
+        }
+        assert_eq!(list.recycled(), recycled + 1);
+        assert!(list.locate(chunks[0] + CHUNK_HEADER).is_none());
+        list.end_drain();
+        assert_eq!(
+            list.take_free(&pool).unwrap(),
+            None,
+            "every chunk left is full"
+        );
+    }
+
+    /// A drained chunk that keeps objects serves allocations again once
+    /// the drain ends, and a list whose chunks the others cannot take
+    /// drains none.
+    #[test]
+    fn a_drain_that_ends_gives_its_chunks_back_to_allocation() {
+        let (pool, mut list, chunks, _) = chunks_keeping(&[26, 26]);
+        assert_eq!(list.begin_drain(), vec![(chunks[0], chunk_size(64))]);
+        for _ in 0..30 {
+            let o = list.take_free(&pool).unwrap().expect("a free object");
+            assert_eq!(list.locate(o).unwrap().0, chunks[1]);
+        }
+        assert_eq!(list.take_free(&pool).unwrap(), None);
+        list.end_drain();
+        let o = list
+            .take_free(&pool)
+            .unwrap()
+            .expect("the drained chunk's room");
+        assert_eq!(list.locate(o).unwrap().0, chunks[0]);
+        let (_pool, mut full, _, _) = chunks_keeping(&[30, 56, 56]);
+        assert!(full.begin_drain().is_empty());
+        full.end_drain();
     }
 
     /// EPRecycle frees the block that the slot before the chunk holds. In

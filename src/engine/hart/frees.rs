@@ -196,12 +196,19 @@ impl Hart {
     pub(super) fn retry_when_full<T>(&self, alloc: impl Fn() -> Result<T>) -> Result<T> {
         match alloc() {
             Err(Error::PoolFull { .. }) if self.batch_frees() => {
-                if let Err(e) = self.settle_frees() {
-                    self.frees.late.lock().get_or_insert(e);
-                }
+                self.hand_over_frees();
                 alloc()
             }
             r => r,
+        }
+    }
+
+    /// Hands the frees gathered in the shards to their lists, keeping a
+    /// hand-over error for `check` ([`Self::retry_when_full`]). The caller
+    /// must hold no shard and no chunk list.
+    pub(super) fn hand_over_frees(&self) {
+        if let Err(e) = self.settle_frees() {
+            self.frees.late.lock().get_or_insert(e);
         }
     }
 

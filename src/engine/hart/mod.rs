@@ -76,6 +76,7 @@
 pub mod art;
 mod batch;
 mod chunk;
+mod compact;
 mod frees;
 mod indexed;
 mod leaf;
@@ -85,6 +86,8 @@ mod scan;
 mod superblock;
 mod trees;
 mod write;
+
+pub use compact::compactions;
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -140,6 +143,7 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         point_above,
         optimistic,
         format,
+        compact,
         ..
     } = parse_config(config)?;
     let mut h = Hart::create_format(
@@ -153,6 +157,7 @@ fn create_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     h.point_above = point_above;
     h.set_reads(optimistic)?;
     h.set_stripes(stripes)?;
+    h.compact = compact;
     Ok(h)
 }
 
@@ -167,6 +172,7 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
         point_above,
         optimistic,
         format,
+        compact,
     } = parse_config(config)?;
     let points = point_index.then_some(point_above);
     let mut h = recovery::open(pool, recovery_threads, (k_h, format), points)?;
@@ -186,6 +192,7 @@ fn open_hart(pool: Arc<Pool>, config: &EngineConfig) -> Result<Hart> {
     }
     h.set_order(order);
     h.set_stripes(stripes)?;
+    h.compact = compact;
     Ok(h)
 }
 
@@ -263,6 +270,9 @@ struct Settings {
     /// `hart.format` (creation only; default [`superblock::FORMAT`]): 5 for
     /// a pool that the versions before format 6 read.
     format: Option<u8>,
+    /// `hart.compact` (default on): whether a put that finds the pool full
+    /// moves values out of sparse chunks and tries again ([`compact`]).
+    compact: bool,
 }
 
 /// The value of an on/off setting `name`.
@@ -286,6 +296,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
     let mut point_above = points::BUILD_ABOVE;
     let mut optimistic = false;
     let mut format = None;
+    let mut compact = true;
     for (k, v) in super::settings(
         config,
         INFO.name,
@@ -299,9 +310,11 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
             "point_index_above",
             "reads",
             "format",
+            "compact",
         ],
     )? {
         match k {
+            "compact" => compact = on_off("hart.compact", v)?,
             "format" => {
                 // 3 and 4 name older pools at open; only 5 and 6 can be
                 // made (`Hart::create_format`).
@@ -378,6 +391,7 @@ fn parse_config(config: &EngineConfig) -> Result<Settings> {
         point_above,
         optimistic,
         format,
+        compact,
     })
 }
 
@@ -510,6 +524,11 @@ pub struct Hart {
     /// Frees gathered per thread and handed to the chunk lists in groups
     /// (`tight` order; [`frees`]).
     frees: frees::Frees,
+    /// `hart.compact`: whether a put that finds the pool full compacts
+    /// ([`compact`]).
+    compact: bool,
+    /// Value compactions in a full pool ([`compact`]).
+    compactions: compact::Compactions,
 }
 
 /// One allocation stripe (see [`superblock`]): its chunk lists (of the
@@ -606,6 +625,8 @@ impl Hart {
             stripe_choice: StripeChoice::Thread,
             turn: AtomicUsize::new(0),
             frees: frees::Frees::default(),
+            compact: true,
+            compactions: compact::Compactions::default(),
         }
     }
 
@@ -919,99 +940,10 @@ impl Hart {
     }
 }
 
-impl Engine for Hart {
-    fn name(&self) -> &'static str {
-        INFO.name
-    }
-
-    fn settings(&self) -> EngineConfig {
-        let order = match self.order {
-            PersistOrder::Tight => "tight",
-            PersistOrder::Paper => "paper",
-        };
-        [
-            ("hart.hash_key_len", self.k_h.to_string()),
-            ("hart.format", self.format().to_string()),
-            ("hart.persist_order", order.to_string()),
-            ("hart.stripes", self.stripe_choice.name().to_string()),
-            (
-                "hart.leaf_first",
-                if self.leaf_first { "on" } else { "off" }.to_string(),
-            ),
-            (
-                "hart.point_index",
-                if self.point_index { "on" } else { "off" }.to_string(),
-            ),
-            ("hart.point_index_above", self.point_above.to_string()),
-            (
-                "hart.reads",
-                if self.optimistic {
-                    "optimistic"
-                } else {
-                    "locked"
-                }
-                .to_string(),
-            ),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            ordered_scan: true,
-            concurrent: true,
-            max_key_len: MAX_KEY_LEN,
-            max_value_len: MAX_VALUE_LEN,
-        }
-    }
-
-    fn pool(&self) -> &Arc<Pool> {
-        &self.pool
-    }
-
-    /// Algorithm 4. The paper checks the leaf bit in the chunk bitmap; here a
-    /// leaf is in the ART only while it is committed, which the DRAM state
-    /// guarantees under the ART lock.
-    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
-        if self.point_index {
-            return self.get_indexed(key, f);
-        }
-        let (hk, ak) = self.split(key);
-        let (tree, hint) = self.trees.find_bytes_hinted(hk);
-        if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(hint, ak) {
-            self.pool.words().prefetch(leaf.off());
-        }
-        let Some(tree) = tree else {
-            return Ok(false);
-        };
-        let t = tree.read();
-        let Some(leaf) = t.art.probe(ak) else {
-            return Ok(false);
-        };
-        self.answer::<false>(leaf.off(), key, f)
-    }
-
-    /// [`Self::get_with`] for each key, [`BATCH`] keys at a time whose
-    /// searches run side by side (beyond the paper, docs/design.md §7,
-    /// "Interleaved batched searches"), on either index of ARTs.
-    fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
-        for (b, batch) in keys.chunks(BATCH).enumerate() {
-            self.get_batch(b * BATCH, batch, f)?;
-        }
-        Ok(())
-    }
-
-    /// Algorithm 1 (insert) and Algorithm 3 (update).
-    ///
-    /// With the point index, an update, and an upsert after one of its
-    /// stripe that updated, look the key up there first and update without
-    /// a descent ([`Self::update_indexed`]); the rest descend, and link a
-    /// new leaf into the point index beside the ART. The descent rather
-    /// than a probe first: where the key is likely absent, the probe's miss
-    /// would come before the descent's instead of beside it.
-    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+impl Hart {
+    /// [`Engine::put`] without [`Self::with_compaction`]: a put that finds
+    /// the pool full changes nothing.
+    fn put_once(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         super::check_item(key, value)?;
         let (hk_bytes, ak) = self.split(key);
         let (root, word) = self.trees.hints(hk_bytes);
@@ -1151,10 +1083,9 @@ impl Engine for Hart {
         }
     }
 
-    /// Upserts in batches of up to [`BATCH`] items with distinct keys, each
-    /// batch with one fence ([`Self::put_batch`]). The `paper` order puts
-    /// one item after another.
-    fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+    /// [`Engine::put_many`] without [`Self::with_compaction`]: on a full
+    /// pool the items before the refused one stay put.
+    fn put_many_once(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
         super::check_items(items)?;
         if self.order == PersistOrder::Paper {
             for (key, value) in items {
@@ -1169,6 +1100,114 @@ impl Engine for Hart {
             rest = &rest[n..];
         }
         Ok(())
+    }
+}
+
+impl Engine for Hart {
+    fn name(&self) -> &'static str {
+        INFO.name
+    }
+
+    fn settings(&self) -> EngineConfig {
+        let order = match self.order {
+            PersistOrder::Tight => "tight",
+            PersistOrder::Paper => "paper",
+        };
+        [
+            ("hart.hash_key_len", self.k_h.to_string()),
+            ("hart.format", self.format().to_string()),
+            ("hart.persist_order", order.to_string()),
+            ("hart.stripes", self.stripe_choice.name().to_string()),
+            (
+                "hart.leaf_first",
+                if self.leaf_first { "on" } else { "off" }.to_string(),
+            ),
+            (
+                "hart.point_index",
+                if self.point_index { "on" } else { "off" }.to_string(),
+            ),
+            ("hart.point_index_above", self.point_above.to_string()),
+            (
+                "hart.compact",
+                if self.compact { "on" } else { "off" }.to_string(),
+            ),
+            (
+                "hart.reads",
+                if self.optimistic {
+                    "optimistic"
+                } else {
+                    "locked"
+                }
+                .to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ordered_scan: true,
+            concurrent: true,
+            max_key_len: MAX_KEY_LEN,
+            max_value_len: MAX_VALUE_LEN,
+        }
+    }
+
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Algorithm 4. The paper checks the leaf bit in the chunk bitmap; here a
+    /// leaf is in the ART only while it is committed, which the DRAM state
+    /// guarantees under the ART lock.
+    fn get_with(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        if self.point_index {
+            return self.get_indexed(key, f);
+        }
+        let (hk, ak) = self.split(key);
+        let (tree, hint) = self.trees.find_bytes_hinted(hk);
+        if let Some(leaf) = art::Art::<LeafRef>::prefetch_hinted(hint, ak) {
+            self.pool.words().prefetch(leaf.off());
+        }
+        let Some(tree) = tree else {
+            return Ok(false);
+        };
+        let t = tree.read();
+        let Some(leaf) = t.art.probe(ak) else {
+            return Ok(false);
+        };
+        self.answer::<false>(leaf.off(), key, f)
+    }
+
+    /// [`Self::get_with`] for each key, [`BATCH`] keys at a time whose
+    /// searches run side by side (beyond the paper, docs/design.md §7,
+    /// "Interleaved batched searches"), on either index of ARTs.
+    fn get_many(&self, keys: &[&[u8]], f: &mut dyn FnMut(usize, Option<&[u8]>)) -> Result<()> {
+        for (b, batch) in keys.chunks(BATCH).enumerate() {
+            self.get_batch(b * BATCH, batch, f)?;
+        }
+        Ok(())
+    }
+
+    /// Algorithm 1 (insert) and Algorithm 3 (update).
+    ///
+    /// With the point index, an update, and an upsert after one of its
+    /// stripe that updated, look the key up there first and update without
+    /// a descent ([`Self::update_indexed`]); the rest descend, and link a
+    /// new leaf into the point index beside the ART. The descent rather
+    /// than a probe first: where the key is likely absent, the probe's miss
+    /// would come before the descent's instead of beside it.
+    fn put(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        self.with_compaction(|| self.put_once(key, value, mode))
+    }
+
+    /// Upserts in batches of up to [`BATCH`] items with distinct keys, each
+    /// batch with one fence ([`Self::put_batch`]). The `paper` order puts
+    /// one item after another.
+    fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        self.with_compaction(|| self.put_many_once(items))
     }
 
     /// Algorithm 5, with the empty ART freed (lines 15-16).

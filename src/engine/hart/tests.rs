@@ -717,7 +717,8 @@ fn a_format_3_pool_opens_and_keeps_its_crc32_slots() {
 /// Format 5 pools, which the versions before format 6 wrote and read,
 /// keep every value object in its value's class: with half of its
 /// 1,000-byte values deleted, a full format 5 pool refuses a 100-byte
-/// value, where format 6 takes a freed 1,024-byte object. And a format 6
+/// value (without a compaction), where format 6 takes a freed 1,024-byte
+/// object. And a format 6
 /// pool read as format 5 finds such a value torn (the key is gone), which
 /// is why format 6 has its own magic: a version that reads only format 5
 /// refuses the pool instead.
@@ -734,6 +735,8 @@ fn a_format_5_pool_keeps_each_value_in_its_class() {
             h = Hart::open(Arc::clone(&pool)).unwrap();
             assert!(!h.any_class && h.any_stripe);
         }
+        // The format's rule alone: a compaction would make room in both.
+        h.compact = false;
         let key = |i: u32| format!("{:02}/{i:06}", i % 37).into_bytes();
         let big = [7u8; 1000];
         let n = (0..)
@@ -1205,4 +1208,42 @@ fn a_full_pool_still_updates_in_place_after_a_hint_to_insert() {
     assert_eq!(got, b"87654321");
     assert_eq!(h.len(), u64::from(n));
     h.check().unwrap();
+}
+
+/// A compaction that gives nothing back (a full pool, nothing deleted)
+/// marks itself futile, so the next refused put does not walk the ARTs
+/// again; a release of a value object clears the mark, and then a
+/// compaction runs and makes room for a value of another class.
+#[test]
+fn a_futile_compaction_is_not_run_again_until_a_value_is_released() {
+    let pool = Arc::new(Pool::create_anonymous(4 << 20, "hart", &Default::default()).unwrap());
+    let h = Hart::create(Arc::clone(&pool), 2).unwrap();
+    let key = |i: u32| format!("{:02}/{i:06}", i % 37).into_bytes();
+    let n = (0..)
+        .find(|&i| match h.put(&key(i), &[7u8; 1000], PutMode::Upsert) {
+            Ok(_) => false,
+            Err(Error::PoolFull { .. }) => true,
+            Err(e) => panic!("{e}"),
+        })
+        .unwrap();
+    assert!(
+        h.compactions.futile.load(Ordering::SeqCst),
+        "nothing to move"
+    );
+    let moved = compact::compactions().1;
+    assert!(!h.compact_values().unwrap());
+    // Every other key deleted: the mark is gone, and a larger value's
+    // put compacts (the values of half the 1,024-byte chunks move).
+    for i in (0..n).step_by(2) {
+        assert!(h.delete(&key(i)).unwrap());
+    }
+    assert!(!h.compactions.futile.load(Ordering::SeqCst));
+    h.put(&key(n), &[8u8; 2000], PutMode::Upsert).unwrap();
+    assert!(compact::compactions().1 > moved, "values were moved");
+    h.check().unwrap();
+    for i in (1..n).step_by(2) {
+        let mut got = Vec::new();
+        assert!(h.get_with(&key(i), &mut |v| got = v.to_vec()).unwrap());
+        assert_eq!(got, [7u8; 1000]);
+    }
 }

@@ -44,6 +44,12 @@ impl Hart {
     /// `len` bytes: to its class's list, or to the larger class's list
     /// that holds it ([`Self::alloc_value`]).
     pub(super) fn release_value(&self, st: usize, len: usize, p: u64) -> Result<()> {
+        // Room a compaction may use (`compact`): the next one may give a
+        // chunk back. A load first, so that releases outside a full pool
+        // store nothing.
+        if self.compactions.futile.load(Ordering::Relaxed) {
+            self.compactions.futile.store(false, Ordering::SeqCst);
+        }
         let mut classes = superblock::value_classes(len, self.any_class);
         let own = classes.next().expect("a value's own class");
         if let Some(r) = self.values(st, own).lock().try_release(&self.pool, p) {
@@ -96,7 +102,9 @@ impl Hart {
         // SAFETY: the object was free (nothing references it) and is now
         // taken by us in DRAM, so no other thread writes or reads it.
         unsafe { self.pool.write_bytes(obj, value)? };
-        self.pool.flush(obj, value.len() as u64);
+        if !(self.pool.fault(Fault::HartCompactSkipMoveFlush) && self.compactions.moving()) {
+            self.pool.flush(obj, value.len() as u64);
+        }
         Ok((obj, None))
     }
 
