@@ -472,8 +472,8 @@ fn a_hart_compaction_without_its_copy_flush_is_caught() {
         // A copy left unflushed is lost only once the chunk of the object
         // it replaced went back (before, recovery falls back to that
         // object): crash points late in the moves, the first at image
-        // 1,866 here; the run stops at its fifth failure.
-        cfg.states = 10_000;
+        // 5,569 here; the run stops at its fifth failure.
+        cfg.states = 20_000;
         cfg.from_op = first_put_of(&hart_compaction_workload(0), 2000);
         cfg.shrink = false;
         cfg.recovery_checks = 0;

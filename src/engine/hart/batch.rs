@@ -289,8 +289,9 @@ impl Hart {
     /// old or new, independently. The keys are distinct, so no item
     /// changes another's presence. If item `j` fails (a full pool), the
     /// items before it are still fenced and linked and its error returned;
-    /// it and the items after it are not applied.
-    pub(super) fn put_batch(&self, batch: &[(&[u8], &[u8])]) -> Result<()> {
+    /// it and the items after it are not applied. `applied` is set to how
+    /// many items, from the first, were applied (all of them on success).
+    pub(super) fn put_batch(&self, batch: &[(&[u8], &[u8])], applied: &mut usize) -> Result<()> {
         let n = batch.len();
         debug_assert!(n <= BATCH);
         let mut stripe = [0usize; BATCH];
@@ -333,7 +334,7 @@ impl Hart {
                 writing[g] = self.writing(self.split(key).0);
             }
         }
-        let result = self.put_locked(batch, &mut stripe, &mut guards, &guard_of);
+        let result = self.put_locked(batch, &mut stripe, &mut guards, &guard_of, applied);
         // On the hashed index, an ART made for this batch stays empty if
         // its items were not applied (a full pool): it leaves the index, as
         // an emptied one does.
@@ -352,13 +353,15 @@ impl Hart {
     /// [`Self::put_batch`] once every item's ART is write-locked:
     /// `guards[guard_of[i]]` is item `i`'s. `stripe[i]` is where item `i`
     /// takes a new leaf if its key is absent; a present key's becomes its
-    /// leaf's stripe, from which its new value object comes.
+    /// leaf's stripe, from which its new value object comes. `applied`: as
+    /// for [`Self::put_batch`].
     fn put_locked(
         &self,
         batch: &[(&[u8], &[u8])],
         stripe: &mut [usize; BATCH],
         guards: &mut [Option<RwLockWriteGuard<'_, Tree>>; BATCH],
         guard_of: &[Option<usize>; BATCH],
+        applied: &mut usize,
     ) -> Result<()> {
         let n = batch.len();
         let mut h = [0u64; BATCH];
@@ -495,6 +498,7 @@ impl Hart {
             }
             self.stripes[stripe[i]].len.fetch_add(1, Ordering::Relaxed);
         }
+        *applied = done;
         match (first_err, failed) {
             (Some(e), _) | (None, Some((_, e))) => Err(e),
             (None, None) => Ok(()),

@@ -500,6 +500,13 @@ impl ChunkList {
         }
     }
 
+    /// Whether `obj` is an object of a chunk of this list that
+    /// [`Self::begin_drain`] chose (and that was not recycled since).
+    pub fn draining_at(&self, obj: u64) -> bool {
+        self.find(obj)
+            .is_some_and(|(id, _)| self.slab[id as usize].draining)
+    }
+
     /// Chunks recycled since the list was made.
     pub fn recycled(&self) -> u64 {
         self.recycled

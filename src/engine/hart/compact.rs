@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::art::LeafKeys;
 use super::leaf::Commit;
-use super::superblock::{STRIPES, VALUE_SIZES};
+use super::superblock::{self, STRIPES, VALUE_SIZES};
 use super::trees::HashKey;
 use super::{Hart, LeafRef};
 use crate::error::{Error, Result};
@@ -61,13 +61,17 @@ const KEYS_PER_PAGE: usize = 256;
 pub(super) struct Compactions {
     /// Held by the compaction that runs.
     run: parking_lot::Mutex<()>,
-    /// Set when a compaction gave no chunk back; cleared when a value
-    /// object is released ([`Hart::release_value`]): until then another
+    /// Compactions begun: a put that failed while one ran (its drained
+    /// chunks serve no allocation) tries again after it.
+    pub(super) begun: AtomicU64,
+    /// Set when a compaction gave no chunk back (or failed); cleared when
+    /// something is freed ([`Hart::note_room`]): until then another
     /// compaction would find the same chunks.
     pub(super) futile: std::sync::atomic::AtomicBool,
-    /// Whether a compaction is moving values (for the fault
-    /// `hart-compact-skip-move-flush` only, which acts on the moves' writes:
-    /// the crash simulator runs one writer).
+    /// Whether a compaction is moving values, for the fault
+    /// `hart-compact-skip-move-flush` only: it then leaves every value
+    /// write of the engine unflushed, the moves' and any other thread's
+    /// (the tests that switch it on run one writer).
     moving: std::sync::atomic::AtomicBool,
 }
 
@@ -78,24 +82,53 @@ impl Compactions {
     }
 }
 
+/// Ends the drains of every value list when dropped, also if a move
+/// panics: no chunk stays out of allocation.
+struct Drains<'a>(&'a Hart);
+
+impl Drop for Drains<'_> {
+    fn drop(&mut self) {
+        self.0.compactions.moving.store(false, Ordering::Relaxed);
+        for (st, vc) in value_lists() {
+            self.0.values(st, vc).lock().end_drain();
+        }
+    }
+}
+
+/// Every value list: (stripe, class).
+fn value_lists() -> impl Iterator<Item = (usize, usize)> {
+    (0..STRIPES).flat_map(|st| (0..VALUE_SIZES.len()).map(move |vc| (st, vc)))
+}
+
 impl Hart {
     /// Runs `put` and, if it finds the pool full, makes room
     /// ([`Self::compact_values`]) and runs it once more. `put` must change
-    /// nothing when it fails with `PoolFull` (a put), or leave what a
-    /// second run completes (a `put_many`, whose items are upserts).
-    pub(super) fn with_compaction<T>(&self, put: impl Fn() -> Result<T>) -> Result<T> {
+    /// nothing when it fails with `PoolFull`, or (a `put_many`) run only
+    /// what is left the second time.
+    pub(super) fn with_compaction<T>(&self, mut put: impl FnMut() -> Result<T>) -> Result<T> {
+        let begun = self.compactions.begun.load(Ordering::SeqCst);
         match put() {
-            Err(Error::PoolFull { .. }) if self.compact_values()? => put(),
+            Err(Error::PoolFull { .. }) if self.compact_values(begun)? => put(),
             r => r,
         }
     }
 
+    /// Notes that something was freed: a compaction may find room again.
+    /// A load first, so that frees outside a full pool store nothing.
+    pub(super) fn note_room(&self) {
+        if self.compactions.futile.load(Ordering::Relaxed) {
+            self.compactions.futile.store(false, Ordering::SeqCst);
+        }
+    }
+
     /// Moves value objects out of the sparsest chunks of every value list
-    /// (module doc). Returns whether room was made: a chunk went back to
-    /// the pool, or another thread's compaction ran while this one waited
-    /// for it. The caller holds no lock.
-    pub(super) fn compact_values(&self) -> Result<bool> {
-        if !self.compact || self.compactions.futile.load(Ordering::SeqCst) {
+    /// (module doc), for a put that found the pool full when `begun`
+    /// compactions had begun. Returns whether that put should run again:
+    /// a chunk went back to the pool, or another compaction began since
+    /// the put did (whose drained chunks the put could not take, and whose
+    /// room it may now take). The caller holds no lock.
+    pub(super) fn compact_values(&self, begun: u64) -> Result<bool> {
+        if !self.compact {
             return Ok(false);
         }
         let Some(_run) = self.compactions.run.try_lock() else {
@@ -104,16 +137,34 @@ impl Hart {
             drop(self.compactions.run.lock());
             return Ok(true);
         };
-        // The frees the threads gathered go to their lists first: they may
-        // empty chunks, and they are part of what the drained chunks hold.
+        if self.compactions.begun.load(Ordering::SeqCst) != begun {
+            return Ok(true);
+        }
+        if self.compactions.futile.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        self.compactions.begun.fetch_add(1, Ordering::SeqCst);
+        let r = self.compact_now();
+        if !matches!(r, Ok(true)) {
+            // Nothing given back, or a move met damage (another key's, which
+            // every later compaction would meet again): refused puts stop
+            // walking the ARTs until something is freed.
+            self.compactions.futile.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// [`Self::compact_values`] once it holds the compaction's lock.
+    fn compact_now(&self) -> Result<bool> {
+        // The leaves the threads' shards gathered go to their lists first:
+        // an emptied leaf chunk's room is room for a value chunk too.
         self.hand_over_frees();
-        let lists =
-            || (0..STRIPES).flat_map(move |st| (0..VALUE_SIZES.len()).map(move |vc| (st, vc)));
-        let recycled_before = self.recycled_values(lists());
+        let recycled_before = self.recycled_values();
         // Every drained chunk, pool-wide (chunks never overlap): offset to
         // end.
         let mut drained: BTreeMap<u64, u64> = BTreeMap::new();
-        for (st, vc) in lists() {
+        let drains = Drains(self);
+        for (st, vc) in value_lists() {
             drained.extend(
                 self.values(st, vc)
                     .lock()
@@ -122,30 +173,21 @@ impl Hart {
                     .map(|(c, size)| (c, c + size)),
             );
         }
-        let moved = if drained.is_empty() {
-            Ok(())
-        } else {
+        if !drained.is_empty() {
             self.compactions.moving.store(true, Ordering::Relaxed);
-            let moved = self.move_values_out(&drained);
-            self.compactions.moving.store(false, Ordering::Relaxed);
-            moved
-        };
-        for (st, vc) in lists() {
-            self.values(st, vc).lock().end_drain();
+            self.move_values_out(&drained)?;
         }
-        moved?;
-        let gave_back = self.recycled_values(lists()) > recycled_before;
+        drop(drains);
+        let gave_back = self.recycled_values() > recycled_before;
         if gave_back {
             COMPACTIONS[0].fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.compactions.futile.store(true, Ordering::SeqCst);
         }
         Ok(gave_back)
     }
 
-    /// Chunks recycled so far by the value lists `lists`.
-    fn recycled_values(&self, lists: impl Iterator<Item = (usize, usize)>) -> u64 {
-        lists
+    /// Chunks recycled so far by the value lists.
+    fn recycled_values(&self) -> u64 {
+        value_lists()
             .map(|(st, vc)| self.values(st, vc).lock().recycled())
             .sum()
     }
@@ -186,12 +228,12 @@ impl Hart {
             return Ok(());
         }
         let keys = self.keys();
-        let mut movers: Vec<LeafRef> = Vec::new();
+        let mut movers: Vec<(LeafRef, u64, usize)> = Vec::new();
         let mut failed = None;
         t.art
             .range_values(Bound::Unbounded, Bound::Unbounded, &keys, |l| {
                 match self.object_of(l.off()) {
-                    Ok(Some(p)) if inside(p) => movers.push(l),
+                    Ok(Some((p, len))) if inside(p) => movers.push((l, p, len)),
                     Ok(_) => {}
                     Err(e) => {
                         failed = Some(e);
@@ -206,7 +248,12 @@ impl Hart {
         let _w = self.writing(hk.as_slice());
         let mut key = Vec::new();
         let mut value = Vec::new();
-        for l in movers {
+        for (l, p, len) in movers {
+            // A drained chunk emptied and recycled, and a new chunk at its
+            // offset since, of this list or another: its objects stay.
+            if !self.draining_at(l.stripe(), p, len) {
+                continue;
+            }
             key.clear();
             key.extend_from_slice(hk.as_slice());
             key.extend_from_slice(keys.key(l));
@@ -224,11 +271,21 @@ impl Hart {
         Ok(())
     }
 
-    /// The value object that live leaf `leaf`'s current value is in, if it
-    /// is in one (not inline, not empty, not a block of its own).
-    fn object_of(&self, leaf: u64) -> Result<Option<u64>> {
+    /// Whether object `p`, which holds a value of `len` bytes of stripe
+    /// `st`, is in a chunk being drained (of its class's list or a larger
+    /// one's, in format 6).
+    fn draining_at(&self, st: usize, p: u64, len: usize) -> bool {
+        superblock::value_classes(len, self.any_class)
+            .any(|vc| self.values(st, vc).lock().draining_at(p))
+    }
+
+    /// The value object that live leaf `leaf`'s current value is in, and
+    /// the value's length, if it is in one (not inline, not empty, not a
+    /// block of its own).
+    fn object_of(&self, leaf: u64) -> Result<Option<(u64, usize)>> {
         let c: Commit = self.live_commit(leaf)?;
         let v = self.slot(leaf, c.active)?;
-        Ok((v.meta.value_len > 0 && !v.meta.inline() && !v.meta.large).then_some(v.p))
+        let len = v.meta.value_len;
+        Ok((len > 0 && !v.meta.inline() && !v.meta.large).then_some((v.p, len)))
     }
 }

@@ -160,6 +160,10 @@ impl Hart {
     /// (One pass per list rather than a sort: a shard's group names one
     /// or two lists, and sorting 32 frees cost about 1,000 instructions.)
     fn hand_over(&self, frees: &mut Vec<(ListId, u64)>) -> Result<()> {
+        if !frees.is_empty() {
+            // Leaves freed: a chunk may empty, and its room serve values.
+            self.note_room();
+        }
         let mut first_err = None;
         while let Some(&(id, _)) = frees.first() {
             let mut list = self.list(id).lock();

@@ -1083,20 +1083,24 @@ impl Hart {
         }
     }
 
-    /// [`Engine::put_many`] without [`Self::with_compaction`]: on a full
-    /// pool the items before the refused one stay put.
-    fn put_many_once(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        super::check_items(items)?;
+    /// [`Engine::put_many`] without a compaction: on a full pool the items
+    /// before the refused one stay put. `applied` counts the items applied
+    /// (from the first), whatever the result.
+    fn put_many_once(&self, items: &[(&[u8], &[u8])], applied: &mut usize) -> Result<()> {
         if self.order == PersistOrder::Paper {
             for (key, value) in items {
-                self.put(key, value, PutMode::Upsert)?;
+                self.put_once(key, value, PutMode::Upsert)?;
+                *applied += 1;
             }
             return Ok(());
         }
         let mut rest = items;
         while !rest.is_empty() {
             let n = batch::distinct_prefix(rest, BATCH);
-            self.put_batch(&rest[..n])?;
+            let mut got = 0;
+            let r = self.put_batch(&rest[..n], &mut got);
+            *applied += got;
+            r?;
             rest = &rest[n..];
         }
         Ok(())
@@ -1207,7 +1211,16 @@ impl Engine for Hart {
     /// batch with one fence ([`Self::put_batch`]). The `paper` order puts
     /// one item after another.
     fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        self.with_compaction(|| self.put_many_once(items))
+        super::check_items(items)?;
+        // After a compaction, the items not yet applied: an item applied
+        // twice could overwrite another thread's later put of its key.
+        let mut applied = 0;
+        self.with_compaction(|| {
+            let mut now = 0;
+            let r = self.put_many_once(&items[applied..], &mut now);
+            applied += now;
+            r
+        })
     }
 
     /// Algorithm 5, with the empty ART freed (lines 15-16).

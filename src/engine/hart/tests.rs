@@ -1231,7 +1231,13 @@ fn a_futile_compaction_is_not_run_again_until_a_value_is_released() {
         "nothing to move"
     );
     let moved = compact::compactions().1;
-    assert!(!h.compact_values().unwrap());
+    let begun = h.compactions.begun.load(Ordering::SeqCst);
+    assert!(!h.compact_values(begun).unwrap());
+    assert_eq!(
+        h.compactions.begun.load(Ordering::SeqCst),
+        begun,
+        "no walk began"
+    );
     // Every other key deleted: the mark is gone, and a larger value's
     // put compacts (the values of half the 1,024-byte chunks move).
     for i in (0..n).step_by(2) {
@@ -1240,10 +1246,54 @@ fn a_futile_compaction_is_not_run_again_until_a_value_is_released() {
     assert!(!h.compactions.futile.load(Ordering::SeqCst));
     h.put(&key(n), &[8u8; 2000], PutMode::Upsert).unwrap();
     assert!(compact::compactions().1 > moved, "values were moved");
+    // A put that failed while that compaction ran (its drained chunks
+    // serve no allocation) is told to try again, without a walk.
+    let now = h.compactions.begun.load(Ordering::SeqCst);
+    assert_eq!(now, begun + 1);
+    assert!(h.compact_values(begun).unwrap());
+    assert_eq!(h.compactions.begun.load(Ordering::SeqCst), now);
     h.check().unwrap();
     for i in (1..n).step_by(2) {
         let mut got = Vec::new();
         assert!(h.get_with(&key(i), &mut |v| got = v.to_vec()).unwrap());
         assert_eq!(got, [7u8; 1000]);
+    }
+}
+
+/// A `put_many` that a full pool stops at an item runs, after the
+/// compaction, only the items not yet applied: an item applied twice
+/// would be an update of its own insert (and, between the two, another
+/// thread's put of its key would be overwritten). Here the first item's
+/// new key is inserted once: its leaf's active slot is still slot 0.
+#[test]
+fn a_put_many_after_a_compaction_applies_each_item_once() {
+    for paper in [false, true] {
+        let pool = Arc::new(Pool::create_anonymous(4 << 20, "hart", &Default::default()).unwrap());
+        let mut h = Hart::create(Arc::clone(&pool), 2).unwrap();
+        if paper {
+            h.set_order(PersistOrder::Paper);
+        }
+        let key = |i: u32| format!("{:02}/{i:06}", i % 37).into_bytes();
+        let n = (0..)
+            .find(|&i| h.put(&key(i), &[7u8; 1000], PutMode::Upsert).is_err())
+            .unwrap();
+        for i in (0..n).step_by(2) {
+            assert!(h.delete(&key(i)).unwrap());
+        }
+        // The first item fits in a freed object; the second needs a chunk
+        // of 2,048-byte objects, which only a compaction makes room for.
+        let (a, b) = (key(n + 1), key(n + 2));
+        h.put_many(&[(&a, &[5u8; 1000]), (&b, &[6u8; 2000])])
+            .unwrap();
+        let leaf = leaf_of(&h, &a);
+        let c = leaf::commit(&pool, leaf).unwrap().expect("a live leaf");
+        assert_eq!(
+            c.active, 0,
+            "paper order {paper}: the first item was applied twice"
+        );
+        let mut got = Vec::new();
+        assert!(h.get_with(&b, &mut |v| got = v.to_vec()).unwrap());
+        assert_eq!(got, [6u8; 2000]);
+        h.check().unwrap();
     }
 }

@@ -44,12 +44,7 @@ impl Hart {
     /// `len` bytes: to its class's list, or to the larger class's list
     /// that holds it ([`Self::alloc_value`]).
     pub(super) fn release_value(&self, st: usize, len: usize, p: u64) -> Result<()> {
-        // Room a compaction may use (`compact`): the next one may give a
-        // chunk back. A load first, so that releases outside a full pool
-        // store nothing.
-        if self.compactions.futile.load(Ordering::Relaxed) {
-            self.compactions.futile.store(false, Ordering::SeqCst);
-        }
+        self.note_room();
         let mut classes = superblock::value_classes(len, self.any_class);
         let own = classes.next().expect("a value's own class");
         if let Some(r) = self.values(st, own).lock().try_release(&self.pool, p) {
@@ -115,6 +110,7 @@ impl Hart {
             return Ok(());
         }
         if v.meta.large {
+            self.note_room();
             return self.pool.free(slot_off);
         }
         // At once, not through the thread's shard ([`frees`]): the pointer
