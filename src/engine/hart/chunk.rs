@@ -444,20 +444,23 @@ impl ChunkList {
 
     /// Chooses chunks for a compaction to empty (docs/design.md §7, "A
     /// full pool: values moved out of sparse chunks") and stops allocation
-    /// from them until [`Self::end_drain`]: the sparsest chunks (the
-    /// lowest offsets among equals, so that the chunks given back tend to
-    /// lie side by side in the pool), as many as the free objects of the
-    /// others can take all the objects of. Returns them with their sizes;
-    /// none if no chunk can be emptied so.
+    /// from them until [`Self::end_drain`]: in offset order, each chunk
+    /// whose objects, with those of the chunks chosen before it, the free
+    /// objects of the chunks not chosen can take. Low offsets first in
+    /// every list, so that the chunks given back by all the lists lie side
+    /// by side in the pool (a chunk larger than 32 KiB needs whole 64 KiB
+    /// allocator chunks in a row, and one of 32 KiB or less shares one with
+    /// another list's). Returns them with their sizes; none if no chunk
+    /// can be emptied so.
     pub fn begin_drain(&mut self) -> Vec<(u64, u64)> {
         debug_assert!(self.drained.is_empty(), "one compaction at a time");
-        let mut cs: Vec<(u32, u64)> = self
+        // In offset order (`index` is a map by offset).
+        let cs: Vec<(u32, u64)> = self
             .index
             .iter()
             .map(|(&c, &id)| (self.slab[id as usize].taken.count_ones(), c))
             .filter(|&(taken, _)| taken > 0)
             .collect();
-        cs.sort_unstable();
         let mut free_kept: u64 = self
             .index
             .values()
@@ -468,7 +471,7 @@ impl ChunkList {
             let taken = u64::from(taken);
             let free = OBJECTS - taken;
             if moved + taken > free_kept - free {
-                break;
+                continue;
             }
             moved += taken;
             free_kept -= free;
