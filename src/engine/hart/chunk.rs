@@ -636,12 +636,13 @@ mod tests {
         (pool, list, chunks, kept)
     }
 
-    /// A compaction drains the sparsest chunks, as many as the others'
-    /// free objects can take the objects of, and allocation skips them
+    /// A compaction drains chunks in offset order, each one whose objects
+    /// (with those of the chunks before it) the others' free objects can
+    /// take, and allocation skips them
     /// until the drain ends; releasing a drained chunk's last object
     /// recycles it.
     #[test]
-    fn a_drain_takes_the_sparsest_chunks_that_the_others_can_hold() {
+    fn a_drain_takes_the_chunks_that_the_others_can_hold() {
         // 46 + 36 + 6 free objects: the 10 of the first chunk fit in the
         // others' 42; 10 + 20 do not fit in the 6 beside the last two.
         let (pool, mut list, chunks, kept) = chunks_keeping(&[10, 20, 50, 56]);

@@ -6,7 +6,8 @@
 //! half its values deleted has no room for a chunk of another class: a
 //! larger value than the deleted ones was refused, whatever room the
 //! deletes made. When a put finds the pool full, [`Hart::compact_values`]
-//! empties the sparsest chunks of every value list: for each of their
+//! empties chunks of every value list (in offset order, as many as the
+//! list's other chunks have room for the objects of): for each of their
 //! objects that holds a key's current value, it updates the key to that
 //! same value (Algorithm 3), with the new object taken from a chunk of the
 //! list that is not being emptied. The update's release of the old object
@@ -121,7 +122,8 @@ impl Hart {
         }
     }
 
-    /// Moves value objects out of the sparsest chunks of every value list
+    /// Moves value objects out of the chunks of every value list that
+    /// [`ChunkList::begin_drain`](super::chunk::ChunkList::begin_drain) chooses
     /// (module doc), for a put that found the pool full when `begun`
     /// compactions had begun. Returns whether that put should run again:
     /// a chunk went back to the pool, or another compaction began since
