@@ -45,6 +45,23 @@ fn fill(db: &Db, model: &mut Model) -> usize {
     })
 }
 
+/// Puts `value` under the keys of `range`, each one that fits into
+/// `model` (a refusal must be a full pool); returns how many fit.
+fn put_new(db: &Db, model: &mut Model, range: std::ops::Range<usize>, value: &[u8]) -> usize {
+    range
+        .filter(|&i| match db.put(&key(i), value) {
+            Ok(_) => {
+                model.insert(key(i), value.to_vec());
+                true
+            }
+            Err(e) => {
+                assert!(is_pool_full(&e), "{e:?}");
+                false
+            }
+        })
+        .count()
+}
+
 #[test]
 fn another_thread_takes_the_room_deletes_made() {
     let t = TempPool::new();
@@ -140,18 +157,7 @@ fn smaller_values_take_the_room_of_deleted_larger_ones() {
     }
     // New keys: their leaves come from the deleted keys' freed leaves (of
     // the same class), their values from the freed 1,024-byte objects.
-    let new_keys = (n..n + n / 2)
-        .filter(|&i| match db.put(&key(i), &small) {
-            Ok(_) => {
-                model.insert(key(i), small.clone());
-                true
-            }
-            Err(e) => {
-                assert!(is_pool_full(&e), "{e:?}");
-                false
-            }
-        })
-        .count();
+    let new_keys = put_new(&db, &mut model, n..n + n / 2, &small);
     // Every freed 1,024-byte object holds one: a few may go to leaves'
     // chunks first, nothing else.
     println!(
@@ -203,18 +209,7 @@ fn larger_values_take_the_room_of_deleted_smaller_ones() {
             model.remove(&key(i));
         }
         let large = vec![4u8; 2000];
-        let new_keys = (n..n + n / 2)
-            .filter(|&i| match db.put(&key(i), &large) {
-                Ok(_) => {
-                    model.insert(key(i), large.clone());
-                    true
-                }
-                Err(e) => {
-                    assert!(is_pool_full(&e), "{e:?}");
-                    false
-                }
-            })
-            .count();
+        let new_keys = put_new(&db, &mut model, n..n + n / 2, &large);
         println!(
             "{spec}: {n} values of 1,000 B filled the pool; {new_keys} new 2,000-byte values \
              after deleting {}",
