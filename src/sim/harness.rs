@@ -452,6 +452,12 @@ pub fn run_ops(cfg: &CrashConfig, ops: Vec<Op>) -> Result<CrashReport> {
     let n = ops.len();
     let mut r = run_kv(cfg, ops)?;
     r.ops = n;
+    // The command line generates its workloads: these operations are the
+    // caller's, run with the settings the command names.
+    r.reproduce = format!(
+        "sim::run_ops with the same {n} operations, settings as `{}`",
+        r.reproduce
+    );
     Ok(r)
 }
 
@@ -502,8 +508,8 @@ pub fn run_plans(cfg: &CrashConfig, plans: Vec<Vec<Op>>) -> Result<CrashReport> 
     // The command line generates its workloads: these plans are the
     // caller's.
     r.reproduce = format!(
-        "sim::run_plans with the same {writers} plans ({n} operations) and seed {}",
-        cfg.seed
+        "sim::run_plans with the same {writers} plans ({n} operations), settings as `{}`",
+        r.reproduce
     );
     Ok(r)
 }
