@@ -45,6 +45,15 @@ fn fill(db: &Db, model: &mut Model) -> usize {
     })
 }
 
+/// Deletes every other one of the first `n` keys (from key 0), from
+/// `model` too.
+fn delete_every_other(db: &Db, model: &mut Model, n: usize) {
+    for i in (0..n).step_by(2) {
+        assert!(db.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+}
+
 /// Puts `value` under the keys of `range`, each one that fits into
 /// `model` (a refusal must be a full pool); returns how many fit.
 fn put_new(db: &Db, model: &mut Model, range: std::ops::Range<usize>, value: &[u8]) -> usize {
@@ -71,10 +80,7 @@ fn another_thread_takes_the_room_deletes_made() {
     assert!(n > 3000, "only {n} values fit");
     // Every other key deleted, on this thread (the frees go to the filling
     // thread's stripe whatever thread deletes).
-    for i in (0..n).step_by(2) {
-        assert!(db.delete(&key(i)).unwrap());
-        model.remove(&key(i));
-    }
+    delete_every_other(&db, &mut model, n);
     assert_check(&db, model.len(), "half deleted");
     let freed: Vec<usize> = (0..n).step_by(2).collect();
     let value = vec![9u8; 1000];
@@ -143,10 +149,7 @@ fn smaller_values_take_the_room_of_deleted_larger_ones() {
     let db = create_db(&t.path, "hart", POOL);
     let mut model = Model::new();
     let n = fill(&db, &mut model);
-    for i in (0..n).step_by(2) {
-        assert!(db.delete(&key(i)).unwrap());
-        model.remove(&key(i));
-    }
+    delete_every_other(&db, &mut model, n);
     let small = vec![3u8; 100];
     // Updates to a smaller value: the new object comes from the freed
     // larger ones (its own class has no chunk), and the old one is freed.
@@ -204,10 +207,7 @@ fn larger_values_take_the_room_of_deleted_smaller_ones() {
         let db = create_db(&t.path, spec, POOL);
         let mut model = Model::new();
         let n = fill(&db, &mut model);
-        for i in (0..n).step_by(2) {
-            assert!(db.delete(&key(i)).unwrap());
-            model.remove(&key(i));
-        }
+        delete_every_other(&db, &mut model, n);
         let large = vec![4u8; 2000];
         let new_keys = put_new(&db, &mut model, n..n + n / 2, &large);
         println!(
@@ -243,10 +243,7 @@ fn a_format_5_pool_is_made_on_request_and_keeps_it() {
     let db = create_db(&t.path, "hart:format=5,compact=off", POOL);
     let mut model = Model::new();
     let n = fill(&db, &mut model);
-    for i in (0..n).step_by(2) {
-        assert!(db.delete(&key(i)).unwrap());
-        model.remove(&key(i));
-    }
+    delete_every_other(&db, &mut model, n);
     match db.put(&key(n + 1), &[3u8; 100]) {
         Err(e) => assert!(is_pool_full(&e), "{e:?}"),
         Ok(_) => panic!("format 5 keeps each value in its class"),
