@@ -138,58 +138,79 @@ fn another_thread_takes_the_room_deletes_made() {
 }
 
 /// Format 6: with every other 1,000-byte value deleted, a full pool takes
-/// new keys with 100-byte values, and updates of present keys to 100 bytes,
-/// in the freed 1,024-byte value objects (their own class has no chunk
-/// and the pool none to give); a reopen finds them all (recovery accepts
-/// an object of a larger class in format 6), and deleting them gives the
-/// larger objects back.
+/// new keys with 100-byte values, and updates of present keys to 100
+/// bytes, though their own class has no chunk and the pool none to give.
+/// With compactions (the default), the first such put moves 1,000-byte
+/// values out of sparse chunks, and the 100-byte values take 128-byte
+/// objects in the chunks that room makes (docs/design.md §7, "A full
+/// pool: a compaction before a larger class"): the pool then takes more
+/// 1,000-byte values again. Without (`compact=off`), each takes a freed
+/// 1,024-byte object, and the pool is full once they are taken. A reopen
+/// finds them all (recovery accepts an object of a larger class in format
+/// 6), and deleting every key gives all the room back.
 #[test]
 fn smaller_values_take_the_room_of_deleted_larger_ones() {
-    let t = TempPool::new();
-    let db = create_db(&t.path, "hart", POOL);
-    let mut model = Model::new();
-    let n = fill(&db, &mut model);
-    delete_every_other(&db, &mut model, n);
-    let small = vec![3u8; 100];
-    // Updates to a smaller value: the new object comes from the freed
-    // larger ones (its own class has no chunk), and the old one is freed.
-    let upd: Vec<Vec<u8>> = model.keys().take(50).cloned().collect();
-    for k in &upd {
-        db.update(k, &small).expect("an update in a full pool");
-        model.insert(k.clone(), small.clone());
+    let mut fitted = Vec::new();
+    for spec in ["hart", "hart:compact=off"] {
+        let t = TempPool::new();
+        let db = create_db(&t.path, spec, POOL);
+        let mut model = Model::new();
+        let n = fill(&db, &mut model);
+        delete_every_other(&db, &mut model, n);
+        let small = vec![3u8; 100];
+        // Updates to a smaller value: the old object is freed.
+        let upd: Vec<Vec<u8>> = model.keys().take(50).cloned().collect();
+        for k in &upd {
+            db.update(k, &small).expect("an update in a full pool");
+            model.insert(k.clone(), small.clone());
+        }
+        // New keys: their leaves come from the deleted keys' freed leaves
+        // (of the same class).
+        let new_keys = put_new(&db, &mut model, n..n + n / 2, &small);
+        // Nearly all fit: in a freed 1,024-byte object each, or in the
+        // 128-byte chunks a compaction made room for.
+        assert!(
+            new_keys * 10 >= n / 2 * 9,
+            "{spec}: {new_keys} of {}",
+            n / 2
+        );
+        let more = put_new(&db, &mut model, 2 * n..3 * n, &[5u8; 1000]);
+        println!(
+            "{spec}: {n} values filled the pool; {new_keys} new 100-byte values after deleting \
+             {}, then {more} more of 1,000 B",
+            n.div_ceil(2)
+        );
+        assert_db_eq(&db, &model, spec);
+        assert_check(&db, model.len(), spec);
+        drop(db);
+        let db = open_db(&t.path);
+        assert_db_eq(&db, &model, &format!("{spec}, reopened"));
+        assert_check(&db, model.len(), &format!("{spec}, reopened"));
+        // Deletes give the room back: once every key is gone, the pool
+        // takes as many 1,000-byte values as it first did.
+        let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+        for k in &keys {
+            assert!(db.delete(k).unwrap());
+        }
+        model.clear();
+        assert_check(&db, 0, &format!("{spec}, emptied"));
+        let again = fill(&db, &mut model);
+        assert!(
+            again * 100 >= n * 99,
+            "{spec}: {again} values fit again, {n} at first"
+        );
+        drop(db);
+        let db = open_db(&t.path);
+        assert_db_eq(&db, &model, &format!("{spec}, filled again, reopened"));
+        fitted.push((n, more));
     }
-    // New keys: their leaves come from the deleted keys' freed leaves (of
-    // the same class), their values from the freed 1,024-byte objects.
-    let new_keys = put_new(&db, &mut model, n..n + n / 2, &small);
-    // Every freed 1,024-byte object holds one: a few may go to leaves'
-    // chunks first, nothing else.
-    println!(
-        "{n} values filled the pool; {new_keys} new 100-byte values after deleting {}",
-        n.div_ceil(2)
-    );
-    assert!(new_keys * 10 >= n / 2 * 9, "{new_keys} of {}", n / 2);
-    assert_db_eq(&db, &model, "smaller values");
-    assert_check(&db, model.len(), "smaller values");
-    drop(db);
-    let db = open_db(&t.path);
-    assert_db_eq(&db, &model, "reopened");
-    assert_check(&db, model.len(), "reopened");
-    // Deletes give the larger objects back: once every key is gone, the
-    // pool takes as many 1,000-byte values as it first did.
-    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
-    for k in &keys {
-        assert!(db.delete(k).unwrap());
-    }
-    model.clear();
-    assert_check(&db, 0, "emptied");
-    let again = fill(&db, &mut model);
-    assert!(
-        again * 100 >= n * 99,
-        "{again} values fit again, {n} at first"
-    );
-    drop(db);
-    let db = open_db(&t.path);
-    assert_db_eq(&db, &model, "filled again, reopened");
+    let [(n, on), (_, off)] = fitted[..] else {
+        unreachable!()
+    };
+    // 100-byte values in 128-byte objects leave about 7/8 of the half the
+    // deletes freed: room for 7 n / 16 values of 1,000 B.
+    assert!(on * 4 >= n, "{on} more 1,000-byte values of {}", 7 * n / 16);
+    assert!(off * 20 < n, "{off} more without compaction");
 }
 
 /// The other way round: after every other 1,000-byte value of a full

@@ -442,6 +442,23 @@ impl ChunkList {
         Ok(())
     }
 
+    /// Recycles the list's only chunk if it holds no object in use, and
+    /// returns whether it did: a compaction's step. [`Self::release`]
+    /// keeps a list's last chunk, so that a list at the edge of one chunk
+    /// does not give it back and take a new one time after time; in a full
+    /// pool its room serves the other lists better.
+    pub fn recycle_if_empty(&mut self, pool: &Pool) -> Result<bool> {
+        let Some((&c, &id)) = self.index.iter().next() else {
+            return Ok(false);
+        };
+        let st = &self.slab[id as usize];
+        if self.index.len() > 1 || st.taken != 0 || st.draining {
+            return Ok(false);
+        }
+        self.recycle(pool, c)?;
+        Ok(true)
+    }
+
     /// Chooses chunks for a compaction to empty (docs/design.md §7, "A
     /// full pool: values moved out of sparse chunks") and stops allocation
     /// from them until [`Self::end_drain`]: in offset order, each chunk

@@ -35,7 +35,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::art::LeafKeys;
-use super::leaf::Commit;
+use super::leaf::{Commit, LEAF_SIZES};
 use super::superblock::{self, STRIPES, VALUE_SIZES};
 use super::trees::HashKey;
 use super::{Hart, LeafRef};
@@ -101,17 +101,88 @@ fn value_lists() -> impl Iterator<Item = (usize, usize)> {
     (0..STRIPES).flat_map(|st| (0..VALUE_SIZES.len()).map(move |vc| (st, vc)))
 }
 
+/// Where this thread's put may take a value object of a larger class than
+/// its value's (format 6, [`superblock`]'s "Value objects of a larger
+/// class"). Each such object wastes the difference of the two sizes for
+/// as long as the value stays, so a put that a compaction may make room
+/// for first tries without them (docs/design.md §7, "A full pool: a
+/// compaction before a larger class").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LargerClass {
+    /// Everywhere but inside [`Hart::with_compaction`]'s first try.
+    Allowed,
+    /// That first try, as long as no larger class was passed over.
+    Deferred,
+    /// That first try, where a larger class was passed over.
+    Passed,
+}
+
+thread_local! {
+    static LARGER_CLASS: std::cell::Cell<LargerClass> =
+        const { std::cell::Cell::new(LargerClass::Allowed) };
+}
+
+/// Defers larger classes on this thread while it lives; allows them again
+/// when dropped, also if the put panics.
+struct DeferLarger;
+
+impl DeferLarger {
+    fn new() -> Self {
+        LARGER_CLASS.with(|c| c.set(LargerClass::Deferred));
+        DeferLarger
+    }
+
+    /// Whether the put passed over a larger class.
+    fn passed(&self) -> bool {
+        LARGER_CLASS.with(|c| c.get()) == LargerClass::Passed
+    }
+}
+
+impl Drop for DeferLarger {
+    fn drop(&mut self) {
+        LARGER_CLASS.with(|c| c.set(LargerClass::Allowed));
+    }
+}
+
 impl Hart {
     /// Runs `put` and, if it finds the pool full, makes room
     /// ([`Self::compact_values`]) and runs it once more. `put` must change
     /// nothing when it fails with `PoolFull`, or (a `put_many`) run only
     /// what is left the second time.
+    ///
+    /// The first run takes no object of a larger class than its value's
+    /// ([`Self::value_classes_now`]) while a compaction may run: if that
+    /// is what it lacked, the compaction's room is taken instead, and the
+    /// second run, whatever the compaction gave back, may take one.
     pub(super) fn with_compaction<T>(&self, mut put: impl FnMut() -> Result<T>) -> Result<T> {
         let begun = self.compactions.begun.load(Ordering::SeqCst);
-        match put() {
-            Err(Error::PoolFull { .. }) if self.compact_values(begun)? => put(),
+        let (first, passed) = if self.compact {
+            let defer = DeferLarger::new();
+            let r = put();
+            (r, defer.passed())
+        } else {
+            (put(), false)
+        };
+        match first {
+            Err(Error::PoolFull { .. }) if self.compact_values(begun)? || passed => put(),
             r => r,
         }
+    }
+
+    /// The value lists a free object may be taken from now for a value of
+    /// `len` bytes ([`superblock::value_classes`]): its own class only in
+    /// [`Self::with_compaction`]'s first run while the last compaction did
+    /// not give nothing back (noting that larger classes were passed over).
+    pub(super) fn value_classes_now(&self, len: usize) -> std::ops::Range<usize> {
+        let all = superblock::value_classes(len, self.any_class);
+        if all.len() > 1
+            && LARGER_CLASS.with(|c| c.get()) != LargerClass::Allowed
+            && !self.compactions.futile.load(Ordering::Relaxed)
+        {
+            LARGER_CLASS.with(|c| c.set(LargerClass::Passed));
+            return all.start..all.start + 1;
+        }
+        all
     }
 
     /// Notes that something was freed: a compaction may find room again.
@@ -161,7 +232,7 @@ impl Hart {
         // The leaves the threads' shards gathered go to their lists first:
         // an emptied leaf chunk's room is room for a value chunk too.
         self.hand_over_frees();
-        let recycled_before = self.recycled_values();
+        let recycled_before = self.recycled_chunks();
         // Every drained chunk, pool-wide (chunks never overlap): offset to
         // end.
         let mut drained: BTreeMap<u64, u64> = BTreeMap::new();
@@ -180,18 +251,33 @@ impl Hart {
             self.move_values_out(&drained)?;
         }
         drop(drains);
-        let gave_back = self.recycled_values() > recycled_before;
+        // The lists left with one empty chunk give it back too (release
+        // keeps it: `ChunkList::recycle_if_empty`).
+        for (st, vc) in value_lists() {
+            self.values(st, vc).lock().recycle_if_empty(&self.pool)?;
+        }
+        for st in 0..STRIPES {
+            for lc in 0..LEAF_SIZES.len() {
+                self.leaves(st, lc).lock().recycle_if_empty(&self.pool)?;
+            }
+        }
+        let gave_back = self.recycled_chunks() > recycled_before;
         if gave_back {
             COMPACTIONS[0].fetch_add(1, Ordering::Relaxed);
         }
         Ok(gave_back)
     }
 
-    /// Chunks recycled so far by the value lists.
-    fn recycled_values(&self) -> u64 {
-        value_lists()
+    /// Chunks recycled so far by the value and leaf lists.
+    fn recycled_chunks(&self) -> u64 {
+        let values: u64 = value_lists()
             .map(|(st, vc)| self.values(st, vc).lock().recycled())
-            .sum()
+            .sum();
+        let leaves: u64 = (0..STRIPES)
+            .flat_map(|st| (0..LEAF_SIZES.len()).map(move |lc| (st, lc)))
+            .map(|(st, lc)| self.leaves(st, lc).lock().recycled())
+            .sum();
+        values + leaves
     }
 
     /// Updates every key whose current value is an object inside one of

@@ -25,14 +25,15 @@ impl Hart {
     /// (DRAM only): from its class's list, or, in format 6 when that list
     /// has no free object and the pool no new chunk, a free object of the
     /// next larger class that has one ([`superblock`], "Value objects of a
-    /// larger class"; docs/design.md §7, "A full pool").
+    /// larger class"; docs/design.md §7, "A full pool"), unless a
+    /// compaction is to make room first ([`Self::value_classes_now`]).
     pub(super) fn alloc_value(&self, st: usize, len: usize) -> Result<u64> {
         let vc = value_class(len);
         let own = self.retry_when_full(|| self.values(st, vc).lock().alloc(&self.pool));
         if !matches!(own, Err(Error::PoolFull { .. })) {
             return own;
         }
-        for c in superblock::value_classes(len, self.any_class).skip(1) {
+        for c in self.value_classes_now(len).skip(1) {
             if let Some(obj) = self.values(st, c).lock().take_free(&self.pool)? {
                 return Ok(obj);
             }
@@ -283,7 +284,7 @@ impl Hart {
         if !Self::takes_object(value_len) {
             return Ok(Some((leaf, None)));
         }
-        for c in superblock::value_classes(value_len, self.any_class) {
+        for c in self.value_classes_now(value_len) {
             if let Some(obj) = self.values(st, c).lock().take_free(&self.pool)? {
                 return Ok(Some((leaf, Some(obj))));
             }
