@@ -495,10 +495,13 @@ fn a_hart_compaction_without_its_copy_flush_is_caught() {
         cfg.engine_config
             .insert("hart.compact".into(), compact.into());
         cfg.fault = Some(Fault::HartCompactSkipMoveFlush);
-        // A copy left unflushed is lost only once the chunk of the object
-        // it replaced went back (before, recovery falls back to that
-        // object): crash points late in the moves, the first at image
-        // 5,569 here; the run stops at its fifth failure.
+        // A value move's copy left unflushed is lost only once the chunk
+        // of the object it replaced went back (before, recovery falls
+        // back to that object): crash points late in the moves, the first
+        // at image 5,569 before leaves moved too. A leaf move writes its
+        // value's copy the same way, and leaves no old object to fall
+        // back to once its old leaf is killed: caught within 36 images
+        // now. The run stops at its fifth failure.
         cfg.states = 20_000;
         cfg.from_op = first_put_of(&hart_compaction_workload(0), 2000);
         cfg.shrink = false;
@@ -516,6 +519,71 @@ fn a_hart_compaction_without_its_copy_flush_is_caught() {
                 .as_deref()
                 .is_some_and(|op| op.contains("2000 B"))
         }));
+    }
+    assert_eq!(
+        found,
+        [true, false],
+        "caught with compactions, and only then"
+    );
+}
+
+/// [`hart_compaction_workload`] without its reopen, with one fill key in
+/// 40 that stays holding a 5,000-byte value (a block of its own, whose
+/// leaf a compaction does not move), and then a delete of every key the
+/// fill left: keys whose leaves the compaction moved among them. A leaf
+/// chunk that the compaction empties goes back to the pool, and its old
+/// leaves with it, killed or not: the chunks that keep a large value's
+/// leaf are where a kill matters.
+fn hart_leaf_move_workload(v: u64) -> Vec<Op> {
+    let mut ops = fill_delete_refill(v, (1900, 1000), (120, 2000, 0));
+    for (i, op) in ops.iter_mut().take(1900).enumerate() {
+        if let Op::Put(_, val) = op {
+            if i % 40 == 1 {
+                *val = vec![9u8; 5000].into();
+            }
+        }
+    }
+    let mut left = std::collections::BTreeSet::new();
+    for op in &ops {
+        match op {
+            Op::Put(k, val) if val.len() != 2000 => drop(left.insert(k.clone())),
+            Op::Delete(k) => drop(left.remove(k)),
+            _ => {}
+        }
+    }
+    ops.extend(left.into_iter().map(Op::Delete));
+    ops
+}
+
+/// A compaction's leaf move that does not flush the old leaf's cleared
+/// commit word (`hart-compact-skip-leaf-kill-flush`) is caught once the
+/// moved keys are deleted: after a crash the old leaf, at the lower
+/// offset, comes back and wins over its deleted copy. The same fault
+/// without compactions changes nothing. So the runs above crash inside
+/// the leaf moves too (the fill's leaf chunks are half empty after its
+/// deletes, and the compaction drains them with the value chunks).
+#[test]
+fn a_hart_leaf_move_without_its_kill_flush_is_caught() {
+    use pmindex::pm::Fault;
+    let mut found = Vec::new();
+    for compact in ["on", "off"] {
+        let mut cfg = CrashConfig::new("hart");
+        cfg.engine_config
+            .insert("hart.compact".into(), compact.into());
+        cfg.fault = Some(Fault::HartCompactSkipLeafKillFlush);
+        cfg.states = 20_000;
+        cfg.from_op = first_put_of(&hart_leaf_move_workload(0), 2000);
+        cfg.shrink = false;
+        cfg.recovery_checks = 0;
+        let r = pmindex::sim::run_ops(&cfg, hart_leaf_move_workload(0)).expect("crash test runs");
+        println!(
+            "hart, compact={compact}, {}: {} failures in {} images; first: {:?}",
+            Fault::HartCompactSkipLeafKillFlush.name(),
+            r.failures.len(),
+            r.images,
+            r.failures.first().map(|f| (&f.in_flight, &f.message))
+        );
+        found.push(!r.failures.is_empty());
     }
     assert_eq!(
         found,

@@ -304,3 +304,122 @@ fn a_format_5_pool_is_made_on_request_and_keeps_it() {
     let db = open_db(&t.path);
     assert_eq!(db.info().settings["hart.format"], "5");
 }
+
+/// Leaves too: a full pool of 10-byte keys with inline 8-byte values,
+/// every other one deleted, has its room in half-empty chunks of 64-byte
+/// leaves, and a key of 40 bytes needs a 128-byte leaf, whose class has no
+/// chunk. A compaction moves the leaves of some chunks into the free
+/// leaves of the others (a copy and a kill each: `hart/compact.rs`), the
+/// emptied chunks go back, and the longer keys take their room; 0 of them
+/// fit with `compact=off`. Contents, `check` and a reopen are checked.
+#[test]
+fn longer_keys_take_the_room_of_deleted_shorter_ones() {
+    let long = |i: usize| format!("{:02x}/a-key-of-the-128-byte-leaf-class/{i:07}", i % 199);
+    let mut fitted = Vec::new();
+    for spec in ["hart", "hart:compact=off"] {
+        let t = TempPool::new();
+        let db = create_db(&t.path, spec, POOL);
+        let mut model = Model::new();
+        let mut n = 0;
+        loop {
+            let v = (n as u64).to_le_bytes();
+            match db.put(&key(n), &v) {
+                Ok(_) => drop(model.insert(key(n), v.to_vec())),
+                Err(e) => {
+                    assert!(is_pool_full(&e), "put {n}: {e:?}");
+                    break;
+                }
+            }
+            n += 1;
+        }
+        delete_every_other(&db, &mut model, n);
+        let mut new_keys = 0;
+        for i in 0..n / 2 {
+            let v = ((i as u64 + 1) << 40).to_le_bytes();
+            match db.put(long(i).as_bytes(), &v) {
+                Ok(_) => {
+                    model.insert(long(i).into_bytes(), v.to_vec());
+                    new_keys += 1;
+                }
+                Err(e) => assert!(is_pool_full(&e), "{e:?}"),
+            }
+        }
+        println!(
+            "{spec}: {n} keys of 10 B filled the pool; {new_keys} new keys of 40 B after \
+             deleting {}",
+            n.div_ceil(2)
+        );
+        assert_db_eq(&db, &model, spec);
+        assert_check(&db, model.len(), spec);
+        drop(db);
+        let db = open_db(&t.path);
+        assert_db_eq(&db, &model, &format!("{spec}, reopened"));
+        assert_check(&db, model.len(), &format!("{spec}, reopened"));
+        fitted.push((n, new_keys));
+    }
+    let [(n, on), (_, off)] = fitted[..] else {
+        unreachable!()
+    };
+    // The deletes freed n / 2 leaves of 64 bytes: room for n / 4 of 128.
+    assert!(on * 5 >= n / 4 * 3, "{on} new longer keys of {}", n / 4);
+    assert!(off * 10 < on, "{off} without compaction, {on} with");
+}
+
+/// Readers during leaf moves: a full pool of 10-byte keys, every other one
+/// deleted, then longer keys, whose puts compact and move the leaves that
+/// are left, while two threads read those keys, with and without the
+/// ARTs' locks (`reads=optimistic`, every ART with a point index). Each
+/// read must find its key with its value: a moved leaf's ART entry and
+/// point index entry change under the readers, and its old leaf is
+/// killed and given back.
+#[test]
+fn readers_see_every_key_while_its_leaf_moves() {
+    for spec in [
+        "hart:point_index_above=0",
+        "hart:reads=optimistic,point_index_above=0",
+    ] {
+        let t = TempPool::new();
+        let db = create_db(&t.path, spec, POOL);
+        let val = |i: usize| (i as u64 * 3 + 1).to_le_bytes();
+        let mut n = 0;
+        while db.put(&key(n), &val(n)).is_ok() {
+            n += 1;
+        }
+        for i in (0..n).step_by(2) {
+            assert!(db.delete(&key(i)).unwrap());
+        }
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (reads, new_keys) = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|r| {
+                    let (db, done) = (&db, &done);
+                    s.spawn(move || {
+                        let mut reads = 0u64;
+                        let mut i = 1 + 2 * r;
+                        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                            let got = db.get(&key(i)).unwrap();
+                            assert_eq!(got.as_deref(), Some(&val(i)[..]), "{spec}: key {i}");
+                            reads += 1;
+                            i = ((i + 4) % n) | 1;
+                        }
+                        reads
+                    })
+                })
+                .collect();
+            let long =
+                |i: usize| format!("{:02x}/a-key-of-the-128-byte-leaf-class/{i:07}", i % 199);
+            let new_keys = (0..n / 2)
+                .filter(|&i| db.put(long(i).as_bytes(), b"longer").is_ok())
+                .count();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+            (reads, new_keys)
+        });
+        println!("{spec}: {new_keys} longer keys put beside {reads} reads");
+        assert!(new_keys * 2 >= n / 4, "{spec}: {new_keys} of {}", n / 4);
+        for i in (1..n).step_by(2) {
+            assert_eq!(db.get(&key(i)).unwrap().as_deref(), Some(&val(i)[..]));
+        }
+        assert_check(&db, n / 2 + new_keys, spec);
+    }
+}

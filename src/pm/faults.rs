@@ -74,6 +74,12 @@ pub enum Fault {
     /// and the copy not, after the old object's chunk went back to the
     /// pool). Caught only in a full pool that compacts.
     HartCompactSkipMoveFlush,
+    /// hart: a compaction's leaf move clears the old leaf's commit word
+    /// without flushing it (the old leaf, at the lower offset, can come
+    /// back after a crash and win over its copy, which a later update or
+    /// delete of the key changed). Caught only in a full pool that
+    /// compacts leaves.
+    HartCompactSkipLeafKillFlush,
     /// wort: a new leaf is not flushed before it is activated (an
     /// acknowledged insert can point to a leaf that never reached PM).
     WortSkipLeafFlush,
@@ -132,6 +138,7 @@ impl Fault {
         Fault::HartPointIndexKeptOnDelete,
         Fault::HartRecoveryDuplicateUnflushed,
         Fault::HartCompactSkipMoveFlush,
+        Fault::HartCompactSkipLeafKillFlush,
         Fault::WortSkipLeafFlush,
         Fault::WortTornHeader,
         Fault::WoartNode4CommitFirst,
@@ -162,6 +169,7 @@ impl Fault {
             Fault::HartPointIndexKeptOnDelete => "hart-point-index-kept-on-delete",
             Fault::HartRecoveryDuplicateUnflushed => "hart-recovery-duplicate-unflushed",
             Fault::HartCompactSkipMoveFlush => "hart-compact-skip-move-flush",
+            Fault::HartCompactSkipLeafKillFlush => "hart-compact-skip-leaf-kill-flush",
             Fault::WortSkipLeafFlush => "wort-skip-leaf-flush",
             Fault::WortTornHeader => "wort-torn-header",
             Fault::WoartNode4CommitFirst => "woart-node4-commit-first",
@@ -192,7 +200,8 @@ impl Fault {
             | Fault::HartEarlyLeafLeftLive
             | Fault::HartPointIndexKeptOnDelete
             | Fault::HartRecoveryDuplicateUnflushed
-            | Fault::HartCompactSkipMoveFlush => Some("hart"),
+            | Fault::HartCompactSkipMoveFlush
+            | Fault::HartCompactSkipLeafKillFlush => Some("hart"),
             Fault::WortSkipLeafFlush | Fault::WortTornHeader | Fault::RadixCompactSkipCopyFlush => {
                 Some("wort")
             }

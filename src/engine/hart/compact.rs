@@ -1,5 +1,5 @@
-//! Value compaction in a full pool (docs/design.md §7, "A full pool:
-//! values moved out of sparse chunks").
+//! Value and leaf compaction in a full pool (docs/design.md §7, "A full
+//! pool: values moved out of sparse chunks", "Leaves moved too").
 //!
 //! Deletes leave value chunks partly empty, and a chunk goes back to the
 //! pool (EPRecycle, Algorithm 6) only once it is empty. So a full pool with
@@ -25,21 +25,27 @@
 //! chunks being emptied are skipped,
 //! [`ChunkList::begin_drain`](super::chunk::ChunkList::begin_drain)).
 //!
-//! Leaves are not moved: a leaf is referenced from the ART and the point
-//! index, and moving one would make two live leaves of a key, which
-//! recovery resolves only as an upsert's early leaf. Values above 4 KiB
-//! have blocks of their own and inline values no object.
+//! # Leaves (2026-12-04)
+//! Leaf chunks are drained too, as value chunks are: each leaf in one of
+//! them is copied, with its value, into a free leaf of another chunk, and
+//! the old one killed ([`Hart::move_leaves`], where the persist order is).
+//! For the moment between the two fences a key has two live leaves with
+//! one value; recovery keeps one of them, as it does for an upsert's early
+//! leaf, so recovery needs no new rule. A leaf whose value has a block of
+//! its own (above 4 KiB) is not moved: the copy would name the same block.
+//! Inline values have no object.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::art::LeafKeys;
-use super::leaf::{Commit, LEAF_SIZES};
+use super::leaf::LEAF_SIZES;
 use super::superblock::{self, STRIPES, VALUE_SIZES};
 use super::trees::HashKey;
-use super::{Hart, LeafRef};
+use super::{points, Hart, LeafRef};
 use crate::error::{Error, Result};
+use crate::pm::Fault;
 
 /// Compactions that gave a chunk back, and values moved, in this process.
 static COMPACTIONS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
@@ -93,7 +99,32 @@ impl Drop for Drains<'_> {
         for (st, vc) in value_lists() {
             self.0.values(st, vc).lock().end_drain();
         }
+        for (st, lc) in leaf_lists() {
+            self.0.leaves(st, lc).lock().end_drain();
+        }
     }
+}
+
+/// The chunks a compaction drains, pool-wide (chunks never overlap):
+/// offset to end.
+#[derive(Default)]
+struct Drained {
+    values: BTreeMap<u64, u64>,
+    leaves: BTreeMap<u64, u64>,
+}
+
+impl Drained {
+    fn inside(chunks: &BTreeMap<u64, u64>, p: u64) -> bool {
+        chunks
+            .range(..=p)
+            .next_back()
+            .is_some_and(|(_, &end)| p < end)
+    }
+}
+
+/// Every leaf list: (stripe, class).
+fn leaf_lists() -> impl Iterator<Item = (usize, usize)> {
+    (0..STRIPES).flat_map(|st| (0..LEAF_SIZES.len()).map(move |lc| (st, lc)))
 }
 
 /// Every value list: (stripe, class).
@@ -234,21 +265,24 @@ impl Hart {
         self.hand_over_frees();
         let recycled_before = self.recycled_chunks();
         // Every drained chunk, pool-wide (chunks never overlap): offset to
-        // end.
-        let mut drained: BTreeMap<u64, u64> = BTreeMap::new();
+        // end; value chunks, then leaf chunks.
+        let mut drained = Drained::default();
         let drains = Drains(self);
         for (st, vc) in value_lists() {
-            drained.extend(
-                self.values(st, vc)
-                    .lock()
-                    .begin_drain()
-                    .into_iter()
-                    .map(|(c, size)| (c, c + size)),
-            );
+            let chunks = self.values(st, vc).lock().begin_drain();
+            drained
+                .values
+                .extend(chunks.into_iter().map(|(c, n)| (c, c + n)));
         }
-        if !drained.is_empty() {
+        for (st, lc) in leaf_lists() {
+            let chunks = self.leaves(st, lc).lock().begin_drain();
+            drained
+                .leaves
+                .extend(chunks.into_iter().map(|(c, n)| (c, c + n)));
+        }
+        if !drained.values.is_empty() || !drained.leaves.is_empty() {
             self.compactions.moving.store(true, Ordering::Relaxed);
-            self.move_values_out(&drained)?;
+            self.move_out(&drained)?;
         }
         drop(drains);
         // The lists left with one empty chunk give it back too (release
@@ -256,10 +290,8 @@ impl Hart {
         for (st, vc) in value_lists() {
             self.values(st, vc).lock().recycle_if_empty(&self.pool)?;
         }
-        for st in 0..STRIPES {
-            for lc in 0..LEAF_SIZES.len() {
-                self.leaves(st, lc).lock().recycle_if_empty(&self.pool)?;
-            }
+        for (st, lc) in leaf_lists() {
+            self.leaves(st, lc).lock().recycle_if_empty(&self.pool)?;
         }
         let gave_back = self.recycled_chunks() > recycled_before;
         if gave_back {
@@ -273,24 +305,18 @@ impl Hart {
         let values: u64 = value_lists()
             .map(|(st, vc)| self.values(st, vc).lock().recycled())
             .sum();
-        let leaves: u64 = (0..STRIPES)
-            .flat_map(|st| (0..LEAF_SIZES.len()).map(move |lc| (st, lc)))
+        let leaves: u64 = leaf_lists()
             .map(|(st, lc)| self.leaves(st, lc).lock().recycled())
             .sum();
         values + leaves
     }
 
-    /// Updates every key whose current value is an object inside one of
-    /// the `drained` chunks to that same value, one ART at a time under its
-    /// write lock. A move refused for want of a free object leaves the key
-    /// as it was (the update changed nothing) and the compaction goes on.
-    fn move_values_out(&self, drained: &BTreeMap<u64, u64>) -> Result<()> {
-        let inside = |p: u64| {
-            drained
-                .range(..=p)
-                .next_back()
-                .is_some_and(|(_, &end)| p < end)
-        };
+    /// Moves, one ART at a time under its write lock, every leaf inside a
+    /// drained leaf chunk ([`Self::move_leaves`]) and every other key's
+    /// value that is an object inside a drained value chunk (an update to
+    /// the same value). A move refused for want of a free leaf or object
+    /// leaves the key as it was, and the compaction goes on.
+    fn move_out(&self, drained: &Drained) -> Result<()> {
         let mut from = Bound::Unbounded;
         let mut page = Vec::with_capacity(KEYS_PER_PAGE);
         loop {
@@ -300,38 +326,59 @@ impl Hart {
                 return Ok(());
             };
             for hk in &page {
-                self.move_values_of(hk, &inside)?;
+                self.move_out_of(hk, drained)?;
             }
             from = Bound::Excluded(last);
         }
     }
 
-    /// [`Self::move_values_out`] for the ART of hash key `hk`.
-    fn move_values_of(&self, hk: &HashKey, inside: &impl Fn(u64) -> bool) -> Result<()> {
+    /// [`Self::move_out`] for the ART of hash key `hk`.
+    fn move_out_of(&self, hk: &HashKey, drained: &Drained) -> Result<()> {
         let Some(tree) = self.trees.find(hk) else {
             return Ok(());
         };
-        let t = tree.write();
+        let mut t = tree.write();
         if t.dead {
             return Ok(());
         }
         let keys = self.keys();
+        let mut leaf_movers: Vec<LeafRef> = Vec::new();
         let mut movers: Vec<(LeafRef, u64, usize)> = Vec::new();
         let mut failed = None;
         t.art
             .range_values(Bound::Unbounded, Bound::Unbounded, &keys, |l| {
-                match self.object_of(l.off()) {
-                    Ok(Some((p, len))) if inside(p) => movers.push((l, p, len)),
-                    Ok(_) => {}
+                let v = match self
+                    .live_commit(l.off())
+                    .and_then(|c| self.slot(l.off(), c.active))
+                {
+                    Ok(v) => v,
                     Err(e) => {
                         failed = Some(e);
                         return false;
                     }
+                };
+                let len = v.meta.value_len;
+                if Drained::inside(&drained.leaves, l.off()) {
+                    // A leaf whose value has a block of its own stays: its
+                    // copy would name the same block, and recovery refuses
+                    // what two live leaves name.
+                    if !v.meta.large {
+                        leaf_movers.push(l);
+                    }
+                } else if len > 0
+                    && !v.meta.inline()
+                    && !v.meta.large
+                    && Drained::inside(&drained.values, v.p)
+                {
+                    movers.push((l, v.p, len));
                 }
                 true
             });
         if let Some(e) = failed {
             return Err(e);
+        }
+        if leaf_movers.is_empty() && movers.is_empty() {
+            return Ok(());
         }
         let _w = self.writing(hk.as_slice());
         let mut key = Vec::new();
@@ -356,7 +403,129 @@ impl Hart {
                 Err(e) => return Err(e),
             }
         }
+        if !leaf_movers.is_empty() {
+            self.move_leaves(hk, &mut t, &leaf_movers)?;
+        }
         Ok(())
+    }
+
+    /// Moves the leaves `movers` of the ART of `hk` (write-locked: `t`)
+    /// out of their drained chunks: each is copied, its value too, into a
+    /// new leaf taken from a chunk that is not drained, and the old one
+    /// killed.
+    ///
+    /// # Persist order
+    /// 1. Each copy written and flushed as an insert writes its leaf
+    ///    ([`Hart::new_leaf`]: the value into a new object, the slots, the
+    ///    key, the commit word last); **fence**. A crash before it leaves
+    ///    each copy torn or whole: a whole one is a second live leaf of its
+    ///    key, with the same value, and recovery keeps one of the two (the
+    ///    lower offset: the rule for an upsert's early leaf, which holds
+    ///    here since both hold the key's value) and kills the other.
+    /// 2. Each old leaf's commit word cleared and flushed; **fence**. A
+    ///    crash before it leaves some old leaves live beside their copies,
+    ///    as above.
+    /// 3. In DRAM: the old leaf and its value object are given back (after
+    ///    the second fence: neither is reused while a crash could still
+    ///    bring the old leaf back). The ART entry and the point index entry
+    ///    name the copy from before step 2 (the ART reads keys through its
+    ///    leaves, and a killed one reads as keyless).
+    ///
+    /// Two fences for the ART's moves, however many. A copy that finds no
+    /// free leaf or object (the pool full) ends the moves of this ART; the
+    /// copies made are finished.
+    fn move_leaves(
+        &self,
+        hk: &HashKey,
+        t: &mut super::trees::Tree,
+        movers: &[LeafRef],
+    ) -> Result<()> {
+        let keys = self.keys();
+        let mut key = Vec::new();
+        let mut value = Vec::new();
+        let mut moved: Vec<(LeafRef, LeafRef, u64)> = Vec::with_capacity(movers.len());
+        let mut failed = None;
+        for &l in movers {
+            // A drained chunk emptied and recycled, and a new chunk at its
+            // offset since: its leaves stay.
+            let key_len = hk.as_slice().len() + keys.key(l).len();
+            let lc = super::leaf::class_for_key(key_len);
+            if !self.leaves(l.stripe(), lc).lock().draining_at(l.off()) {
+                continue;
+            }
+            key.clear();
+            key.extend_from_slice(hk.as_slice());
+            key.extend_from_slice(keys.key(l));
+            let c = match self.live_commit(l.off()) {
+                Ok(c) => c,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            value.clear();
+            match self.current_value(l.off(), c) {
+                Ok((v, _)) => value.extend_from_slice(v),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            match self.new_leaf(l.stripe(), &key, &value) {
+                Ok(copy) => moved.push((l, copy, c.active)),
+                Err(Error::PoolFull { .. }) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if moved.is_empty() {
+            return failed.map_or(Ok(()), Err);
+        }
+        self.pool.fence();
+        // The ART and the point index name the copies before the old
+        // leaves are killed: the ART compares keys through its leaves, and
+        // a killed leaf reads as keyless. No reader sees the change in
+        // between (the write lock, and `writing` for those without it).
+        let mut olds = Vec::with_capacity(moved.len());
+        for &(old, copy, active) in &moved {
+            let ak = keys.key(copy);
+            let was = t.art.insert(ak, copy, &keys);
+            debug_assert_eq!(was, Some(old));
+            if t.points.is_built() {
+                let replaced = t.points.replace(points::hash(ak), old, copy);
+                debug_assert!(replaced, "a built point index holds the ART's leaves");
+            }
+            if old.stripe() != copy.stripe() {
+                self.stripes[old.stripe()]
+                    .len
+                    .fetch_sub(1, Ordering::Relaxed);
+                self.stripes[copy.stripe()]
+                    .len
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            olds.push((old, active, hk.as_slice().len() + ak.len()));
+        }
+        let skip_flush = self.pool.fault(Fault::HartCompactSkipLeafKillFlush);
+        for &(old, _, _) in &moved {
+            self.pool.store_u64(old.off(), 0)?;
+            if !skip_flush {
+                self.pool.flush(old.off(), 8);
+            }
+        }
+        self.pool.fence();
+        self.trees.note_root(hk.as_slice(), &t.art);
+        COMPACTIONS[1].fetch_add(moved.len() as u64, Ordering::Relaxed);
+        for (old, active, key_len) in olds {
+            // The slots stay as they were: only the commit word was
+            // cleared.
+            let (st, off) = (old.stripe(), old.off());
+            let v = self.slot(off, active)?;
+            self.drop_value(st, v, super::leaf::slot_off(off, active))?;
+            self.release_leaf(st, off, key_len)?;
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// Whether object `p`, which holds a value of `len` bytes of stripe
@@ -365,15 +534,5 @@ impl Hart {
     fn draining_at(&self, st: usize, p: u64, len: usize) -> bool {
         superblock::value_classes(len, self.any_class)
             .any(|vc| self.values(st, vc).lock().draining_at(p))
-    }
-
-    /// The value object that live leaf `leaf`'s current value is in, and
-    /// the value's length, if it is in one (not inline, not empty, not a
-    /// block of its own).
-    fn object_of(&self, leaf: u64) -> Result<Option<(u64, usize)>> {
-        let c: Commit = self.live_commit(leaf)?;
-        let v = self.slot(leaf, c.active)?;
-        let len = v.meta.value_len;
-        Ok((len > 0 && !v.meta.inline() && !v.meta.large).then_some((v.p, len)))
     }
 }

@@ -455,6 +455,31 @@ impl Points {
         }
     }
 
+    /// Points the entry of `old` (of a key with hash `h`) to `new`, the
+    /// same key's leaf moved by a compaction, in one store; returns whether
+    /// there was one.
+    pub(super) fn replace(&mut self, h: u64, old: LeafRef, new: LeafRef) -> bool {
+        let n = self.slots.len();
+        if n == 0 {
+            return false;
+        }
+        let mask = n - 1;
+        let want = entry(tag_of(h), old);
+        let mut i = home(h, self.log2()) & mask;
+        for _ in 0..n {
+            let e = self.slots[i].load(Relaxed);
+            if e == EMPTY {
+                return false;
+            }
+            if e == want {
+                self.slots[i].store(entry(tag_of(h), new), Relaxed);
+                return true;
+            }
+            i = (i + 1) & mask;
+        }
+        false
+    }
+
     /// Removes the entry of `leaf` (of a key with hash `h`); returns
     /// whether there was one. An index down to fewer than `drop_below`
     /// entries is dropped (no longer built); a table down to an eighth of
