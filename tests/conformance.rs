@@ -34,3 +34,8 @@ conformance_suite!(art_cow_locked, "art-cow:writers=locked");
 conformance_suite!(fptree, "fptree");
 // Leaves of 3 slots: a split every few inserts, leaves unlinked often.
 conformance_suite!(fptree_small_leaves, "fptree:leaf_slots=3");
+conformance_suite!(dptree, "dptree");
+// Leaves of 3 slots and a merge every 2 writes: the scenarios' writes go
+// through merges that write in place, rewrite, consolidate and empty
+// leaves.
+conformance_suite!(dptree_merging, "dptree:leaf_slots=3,merge_min=2");

@@ -80,6 +80,16 @@ fn fptree() {
     crash_test("fptree", 2, &[("fptree.leaf_slots", "3")]);
 }
 
+/// One writer at a time (the tree-wide lock), merging every 4 writes.
+#[test]
+fn dptree() {
+    crash_test(
+        "dptree",
+        2,
+        &[("dptree.leaf_slots", "3"), ("dptree.merge_min", "4")],
+    );
+}
+
 #[test]
 fn hart() {
     crash_test("hart", 2, &[]);

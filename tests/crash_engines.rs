@@ -74,6 +74,7 @@ crash_suite! {
     woart => "woart",
     art_cow => "art-cow",
     fptree => "fptree",
+    dptree => "dptree",
 }
 
 /// HART in the paper's persist order (same recovery, more fences).
@@ -139,6 +140,15 @@ fn hart_hashed_index() {
 /// FPTree with leaves of 3 slots: the crash workload's 48 keys then fill
 /// many leaves, so that splits (torn between the new leaf's link and the
 /// old leaf's bitmap) and leaf unlinks are among the crash points.
+/// Leaves of 3 slots and a merge every 4 writes: crashes in merges that
+/// write in place, rewrite, consolidate and empty leaves.
+#[test]
+fn dptree_merging() {
+    let s = [("dptree.leaf_slots", "3"), ("dptree.merge_min", "4")];
+    crash_test_with("dptree", false, &s);
+    crash_test_with("dptree", true, &s);
+}
+
 #[test]
 fn fptree_small_leaves() {
     crash_test_with("fptree", false, &[("fptree.leaf_slots", "3")]);

@@ -1,5 +1,5 @@
 //! The crash simulator on full pools of the block-heap engines (the radix
-//! trees and `fptree`) and `hart`: filled with 1,000-byte values until the
+//! trees, `fptree` and `dptree`) and `hart`: filled with 1,000-byte values until the
 //! pool refuses, every other key deleted, then keys with 100-byte values,
 //! whose leaves and nodes (the block-heap engines: `Chunks::reserve` falls
 //! back to a larger class when its own has no chunk and the pool has none
@@ -185,10 +185,11 @@ fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
 #[test]
 fn full_pools_survive_every_crash() {
     let states = states_from_env(1500);
-    for engine in ["wort", "woart", "art-cow", "fptree", "hart"] {
+    for engine in ["wort", "woart", "art-cow", "fptree", "hart", "dptree"] {
         // The workload reaches the fallback: most small puts fit.
         let mut cfg = CrashConfig::new(engine);
         let ok = small_puts_live(engine, &cfg);
+        println!("{engine}: {ok} of 760 puts of 100 B fit live after the deletes");
         assert!(ok >= 400, "{engine}: {ok} of 760 small puts fit live");
         cfg.recovery_checks = 20;
         run_budget(&mut cfg, states, workload, engine);

@@ -148,6 +148,22 @@ fn fptree_split_bitmap_before_link_is_caught() {
     );
 }
 
+/// Leaves of 3 slots and a merge every 4 writes, so that the workload
+/// merges often.
+#[test]
+fn dptree_flip_before_its_fence_is_caught() {
+    must_catch_with(
+        Fault::DptreeFlipUnfenced,
+        "dptree",
+        &[("dptree.leaf_slots", "3"), ("dptree.merge_min", "4")],
+    );
+}
+
+#[test]
+fn dptree_log_replayed_unchecked_is_caught() {
+    must_catch(Fault::DptreeLogUnchecked, "dptree");
+}
+
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
@@ -157,5 +173,5 @@ fn every_fault_is_covered_here() {
     // `radix-compact-skip-copy-flush`, `radix-compact-group-unfenced` and
     // `hart-compact-skip-move-flush` and `hart-compact-skip-leaf-kill-flush`
     // only in a full pool that compacts: in `crash_full_pool.rs`).
-    assert_eq!(Fault::ALL.len(), 26);
+    assert_eq!(Fault::ALL.len(), 28);
 }

@@ -1,5 +1,5 @@
 //! Random damage to the pools of `hart` (both persist orders, both indexes
-//! of ARTs), `wort`, `woart`, `art-cow` and `fptree`:
+//! of ARTs), `wort`, `woart`, `art-cow`, `fptree` and `dptree`:
 //! opening a damaged pool either fails with an error or succeeds, and then
 //! reads, scans, a check and writes return (values or errors) without a
 //! panic and without hanging. (`tests/pool_errors.rs` does the same for
@@ -208,6 +208,18 @@ fn damaged_fptree_pools_with_small_leaves_never_panic() {
     damage("fptree:leaf_slots=3", 60_000);
 }
 
+#[test]
+fn damaged_dptree_pools_never_panic() {
+    damage("dptree", 80_000);
+}
+
+/// Leaves of 3 slots merging every 4 writes: a long leaf list, both
+/// versions' metadata written, and a log of few entries.
+#[test]
+fn damaged_dptree_pools_with_small_leaves_never_panic() {
+    damage("dptree:leaf_slots=3,merge_min=4", 90_000);
+}
+
 /// A pool whose root slot 0 was zeroed (damage: the slot is outside the
 /// header's checksum) is refused with an error on open, for every engine.
 /// Before, the engine took it for a creation that crashed before its root
@@ -217,7 +229,9 @@ fn damaged_fptree_pools_with_small_leaves_never_panic() {
 /// A pool where creation did crash (nothing allocated) still opens, empty.
 #[test]
 fn a_lost_root_is_refused_not_replaced() {
-    for engine in ["hart", "wort", "woart", "art-cow", "fptree", "pmlog"] {
+    for engine in [
+        "hart", "wort", "woart", "art-cow", "fptree", "dptree", "pmlog",
+    ] {
         let opts = options(engine, POOL);
         let keys = damage::keys(40);
         let image = damage::pristine(&opts, &keys).expect("the pristine pool");

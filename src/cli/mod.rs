@@ -409,8 +409,11 @@ struct EngineOpts {
     /// (a pool that builds before HART format 6 read), wort.format=3
     /// or 2 (a radix pool older builds read; 4, the default, tags leaf
     /// pointers and maps WORT slots; also woart, art-cow),
-    /// fptree.leaf_slots=N (2 to 40, default 40). For this
-    /// command only: hart.persist_order=paper, hart.stripes=hash_key,
+    /// fptree.leaf_slots=N (2 to 40, default 40), dptree.leaf_slots=N
+    /// (2 to 32, default 32). For this command only:
+    /// dptree.merge_ratio=R (the buffer's size over the base tree's
+    /// that starts a merge, default 0.1), dptree.merge_min=N (default
+    /// 256), hart.persist_order=paper, hart.stripes=hash_key,
     /// hart.leaf_first=off, hart.point_index=off,
     /// hart.point_index_above=N (default 64), hart.reads=optimistic,
     /// wort.reads=locked, wort.writers=locked, wort.compact=off (a

@@ -18,6 +18,7 @@ pub use locked::{
     Locked, OptimisticRead, Probe, Reads, ValueBuf, BATCH, OPTIMISTIC_TRIES, VALUE_BUF,
 };
 
+pub mod dptree;
 pub mod fptree;
 pub mod hart;
 mod locked;
@@ -324,6 +325,7 @@ pub const ENGINES: &[EngineInfo] = &[
     radix::WOART_INFO,
     radix::ART_COW_INFO,
     fptree::INFO,
+    dptree::INFO,
 ];
 
 /// Refuses a setting whose key names no engine: one without a prefix

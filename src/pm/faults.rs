@@ -119,6 +119,14 @@ pub enum Fault {
     /// fptree: a split stores the old leaf's lower-half bitmap before its
     /// pointer to the new leaf (a crash between loses the upper half).
     FptreeSplitBitmapFirst,
+    /// dptree: a merge stores the flipped global version without the fence
+    /// after the new version's leaves and metadata (the flip can reach PM
+    /// before what it commits).
+    DptreeFlipUnfenced,
+    /// dptree: recovery replays the log without checking its entries'
+    /// records (an entry that reached PM before its record is read as a
+    /// write).
+    DptreeLogUnchecked,
 }
 
 impl Fault {
@@ -150,6 +158,8 @@ impl Fault {
         Fault::RadixCompactGroupUnfenced,
         Fault::FptreeInsertSkipFence,
         Fault::FptreeSplitBitmapFirst,
+        Fault::DptreeFlipUnfenced,
+        Fault::DptreeLogUnchecked,
     ];
 
     /// The name used on the command line.
@@ -181,6 +191,8 @@ impl Fault {
             Fault::RadixCompactGroupUnfenced => "radix-compact-group-unfenced",
             Fault::FptreeInsertSkipFence => "fptree-insert-skip-fence",
             Fault::FptreeSplitBitmapFirst => "fptree-split-bitmap-first",
+            Fault::DptreeFlipUnfenced => "dptree-flip-unfenced",
+            Fault::DptreeLogUnchecked => "dptree-log-unchecked",
         }
     }
 
@@ -212,6 +224,7 @@ impl Fault {
             | Fault::RadixBatchReleaseEarly
             | Fault::RadixBatchHeldUnfenced => Some("art-cow"),
             Fault::FptreeInsertSkipFence | Fault::FptreeSplitBitmapFirst => Some("fptree"),
+            Fault::DptreeFlipUnfenced | Fault::DptreeLogUnchecked => Some("dptree"),
         }
     }
 }

@@ -70,8 +70,8 @@
 //! leaf and live record in the heap, check each record and the key order
 //! across leaves; give the unreached blocks back; rebuild the DRAM map.
 
-mod inner;
-mod leaf;
+pub(crate) mod inner;
+pub(crate) mod leaf;
 mod record;
 mod recovery;
 mod superblock;

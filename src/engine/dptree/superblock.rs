@@ -1,0 +1,102 @@
+//! The superblock: one 64-byte block that root slot 0 of the pool points to.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | `magic`: [`MAGIC`] |
+//! | 8 | 8 | format version (bits 0..8), slots per leaf (bits 8..16) |
+//! | 16 | 8 | `gv`: the global version, the number of merges done plus one (never 0). Its low bit picks the active metadata of every leaf and the validity bit of the log's entries (DPTree §2.2) |
+//! | 24 | 8 | `head[0]`: the first leaf of version 0's leaf list, or null |
+//! | 32 | 8 | `head[1]`: the same for version 1 |
+//! | 40 | 8 | `chunks`: the first chunk of the block heap ([`crate::engine::radix::chunks`]), or null; an activation slot |
+//! | 48 | 8 | `log`: the first page of the buffer tree's log ([`super::log`]), or null |
+//!
+//! `gv` is the commit word of a merge: one 8-byte store, flushed and
+//! fenced after everything the merge wrote (Algorithm 1, line 25).
+
+use crate::error::{Error, Result};
+use crate::pm::Pool;
+
+/// `"PMDPTREE"`, little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"PMDPTREE");
+/// Format version of new pools.
+pub const VERSION: u64 = 1;
+/// Block size.
+pub const SIZE: u64 = 64;
+/// Offset of the format word.
+pub const FORMAT: u64 = 8;
+/// Offset of the global version.
+pub const GV: u64 = 16;
+/// Offset of `head[0]`; `head[v]` is at `HEAD + 8 v`.
+pub const HEAD: u64 = 24;
+/// Offset of the chunk list's head.
+pub const CHUNKS: u64 = 40;
+/// Offset of the log's first page.
+pub const LOG: u64 = 48;
+
+const _: () = assert!(LOG + 8 <= SIZE);
+
+/// Offset of `head[v]` in the superblock `sb`.
+pub fn head(sb: u64, v: usize) -> u64 {
+    sb + HEAD + 8 * v as u64
+}
+
+/// Makes the superblock of a tree whose leaves have `slots` slots and
+/// publishes it in root slot 0. Persist order: write magic, format,
+/// `gv = 1`, null heads, chunk list and log; flush; `activate` into root
+/// slot 0 (its first fence orders the flush).
+pub fn create(pool: &Pool, slots: u32) -> Result<u64> {
+    let r = pool.reserve(SIZE)?;
+    let sb = r.offset();
+    let mut buf = [0u8; SIZE as usize];
+    buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    buf[8..16].copy_from_slice(&(VERSION | u64::from(slots) << 8).to_le_bytes());
+    buf[16..24].copy_from_slice(&1u64.to_le_bytes());
+    // SAFETY: reserved by us and not yet published.
+    unsafe { pool.write_bytes(sb, &buf)? };
+    pool.flush(sb, SIZE);
+    pool.activate(r, pool.root_slot(0)?)?;
+    Ok(sb)
+}
+
+/// Finds the superblock and checks it; returns it and the slots per leaf.
+/// If creation crashed before publishing it, makes it again with `remake`
+/// slots per leaf.
+pub fn open(pool: &Pool, remake: u32) -> Result<(u64, u32)> {
+    let slot = pool.root_slot(0)?;
+    let sb = pool.load_u64(slot)?;
+    if sb == 0 {
+        pool.check_unpublished_root(slot, "dptree")?;
+        return Ok((create(pool, remake)?, remake));
+    }
+    if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
+        return Err(Error::corrupt(
+            sb,
+            "dptree: root slot 0 does not point to a dptree superblock",
+        ));
+    }
+    let f = pool.load_u64(sb + FORMAT)?;
+    let (version, slots) = (f & 0xFF, (f >> 8) & 0xFF);
+    if version > VERSION && f >> 16 == 0 {
+        return Err(Error::corrupt(
+            sb + FORMAT,
+            format!(
+                "dptree: this pool has format {version}, newer than this build reads \
+                 (format {VERSION}); open it with a newer pmindex"
+            ),
+        ));
+    }
+    if version != VERSION || f >> 16 != 0 || !super::leaf::SLOTS.contains(&(slots as u32)) {
+        return Err(Error::corrupt(
+            sb + FORMAT,
+            format!(
+                "dptree: bad format word {f:#x} (version {VERSION}, {} to {} slots expected)",
+                super::leaf::SLOTS.start(),
+                super::leaf::SLOTS.end()
+            ),
+        ));
+    }
+    if pool.load_u64(sb + GV)? == 0 {
+        return Err(Error::corrupt(sb + GV, "dptree: the global version is 0"));
+    }
+    Ok((sb, slots as u32))
+}
