@@ -7,9 +7,11 @@
 //! | 0 | 8 | `next`: the next page, or null |
 //! | 8 `i` (`i` = 1 to [`ENTRIES`]) | 8 | entry `i` |
 //!
-//! An entry is `rec | tomb << 1 | valid`: the offset of a record
-//! ([`super::record`], 64-byte aligned, so its low 6 bits are free), bit 1
-//! set for a delete, and bit 0 the validity bit. An entry is valid when its
+//! An entry is `stamp << 46 | rec | tomb << 1 | valid`: the offset of a
+//! record ([`super::record`], 64-byte aligned and below 2^46, so its low 6
+//! bits and high 18 are free), bit 1 set for a delete, bit 0 the validity
+//! bit, and in bits 46..64 the low 18 bits of the open the entry was
+//! written in (the superblock's `opens`), which a put's record must match. An entry is valid when its
 //! validity bit is the low bit of the global version `gv`; a valid entry
 //! whose `rec` is 0 is padding. The log is read from the first page's entry
 //! 1 up to the first entry that is not valid.
@@ -37,10 +39,16 @@ pub const PAGE: u64 = 4096;
 /// Entries in a page.
 pub const ENTRIES: u64 = PAGE / 8 - 1;
 
-/// The entry word of `rec` (a delete if `tomb`) in version bit `vb`.
-pub fn entry(rec: u64, tomb: bool, vb: u64) -> u64 {
-    debug_assert_eq!(rec & 63, 0);
-    rec | u64::from(tomb) << 1 | vb
+/// Bits of an entry that hold its record's offset.
+const REC_MASK: u64 = ((1 << 46) - 1) & !63;
+/// The bits of `opens` an entry keeps, in its bits 46..64.
+pub const STAMP_MASK: u64 = (1 << 18) - 1;
+
+/// The entry word of `rec` (a delete if `tomb`) in version bit `vb`,
+/// written in open `opens`.
+pub fn entry(rec: u64, tomb: bool, vb: u64, opens: u64) -> u64 {
+    debug_assert_eq!(rec & !REC_MASK, 0);
+    (opens & STAMP_MASK) << 46 | rec | u64::from(tomb) << 1 | vb
 }
 
 /// What a valid entry says.
@@ -120,8 +128,11 @@ impl Log {
             self.page = 0;
             self.next_entry = 1;
         }
+        // Known if every page before it is.
+        if self.known == self.pages.len() {
+            self.known += 1;
+        }
         self.pages.push(p);
-        self.known = self.pages.len();
         Ok(())
     }
 
@@ -257,7 +268,7 @@ pub fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, gv: u64, checked: bool) -> 
                 end = Some((i, j));
                 break 'pages;
             }
-            let rec = w & !63;
+            let rec = w & REC_MASK;
             if rec == 0 {
                 if w & !1 != 0 {
                     return Err(bad(p + 8 * j, "a log entry with bits but no record"));
@@ -271,7 +282,8 @@ pub fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, gv: u64, checked: bool) -> 
             // A delete's entry names the record of the put it deletes,
             // earlier in the log and durable before it: marked there.
             if !tomb {
-                if checked && !super::record::is_whole(pool, rec, block, gv)? {
+                let stamp = w >> 46;
+                if checked && !super::record::is_whole(pool, rec, block, gv, stamp)? {
                     torn = true;
                     end = Some((i, j));
                     break 'pages;

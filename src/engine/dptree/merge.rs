@@ -37,7 +37,7 @@ use std::sync::Arc;
 use super::leaf::{self, fingerprint, Meta};
 use super::{record, superblock, DpTree, Pending};
 use crate::engine::fptree::inner::Inner;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pm::{Fault, Pool};
 
 /// Fill rate of a leaf a merge writes (the paper's FR).
@@ -107,10 +107,14 @@ impl DpTree {
             pool.fence();
         }
         let gv_at = self.sb + superblock::GV;
-        pool.store_u64(gv_at, self.gv + 1)?;
+        let gv = self
+            .gv
+            .checked_add(1)
+            .ok_or_else(|| Error::corrupt(gv_at, "dptree: the global version is at its largest"))?;
+        pool.store_u64(gv_at, gv)?;
         pool.flush(gv_at, 8);
         pool.fence();
-        self.gv += 1;
+        self.gv = gv;
         // Phase 5 (DRAM only): the inner nodes of the new version.
         let mut inner = Inner::default();
         for (i, o) in plan.out.iter().enumerate() {

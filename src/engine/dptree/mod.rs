@@ -226,6 +226,9 @@ pub struct DpTree {
     heap: Chunks,
     /// The global version (DRAM copy of the superblock's `gv`).
     gv: u64,
+    /// This open's number (the superblock's `opens`), which records and
+    /// log entries carry.
+    opens: u64,
     /// Each leaf's lower bound → the leaf, in the active version's list
     /// order (the base tree's DRAM inner nodes).
     leaves: Inner,
@@ -285,6 +288,7 @@ impl DpTree {
             slots,
             heap,
             gv: 1,
+            opens: 0,
             leaves: Inner::default(),
             base_keys: 0,
             buffer: Buffer::default(),
@@ -406,7 +410,7 @@ impl DpTree {
         let size = record::size(key.len(), value.len());
         let b = self.heap.reserve(&self.pool, size)?;
         let rec = b.offset();
-        let head = record::header(self.gv, key, value);
+        let head = record::header(self.gv, self.opens, key, value);
         // SAFETY: the block is reserved by us and unreachable; writers hold
         // the tree exclusively.
         let written = unsafe {
@@ -430,23 +434,17 @@ impl DpTree {
     /// order". Durable on return. The log first takes pages until it has
     /// room for this entry and for a delete of every buffered key, so that
     /// a delete never needs a page ([`DpTree::delete`]: in a full pool too).
+    ///
+    /// The room comes before the record: once a record is written, only a
+    /// failed store (a bug) gives it back unlogged, so no record left
+    /// whole in a freed block comes from this open (see [`record`]).
     fn log_put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        // This entry, and a delete of each buffered key and of this one.
+        self.log_room(self.buffer.len() as u64 + 2)?;
         let rec = self.write_record(key, value)?;
         let vb = self.gv & 1;
-        // This entry, and a delete of each buffered key and of this one.
-        let want = self.buffer.len() as u64 + 2;
-        let mut r = Ok(());
-        while r.is_ok() && self.log.room() < want {
-            r = self.log.grow(&self.pool, &mut self.heap, self.sb, vb);
-        }
-        let r = r.and_then(|()| {
-            self.log.append(
-                &self.pool,
-                &mut self.heap,
-                self.sb,
-                log::entry(rec, false, vb),
-            )
-        });
+        let e = log::entry(rec, false, vb, self.opens);
+        let r = self.log.append(&self.pool, &mut self.heap, self.sb, e);
         if let Err(err) = r {
             self.heap.release(&self.pool, rec)?;
             return Err(err);
@@ -460,6 +458,15 @@ impl DpTree {
                 value_len: value.len() as u32,
             },
         );
+        Ok(())
+    }
+
+    /// Takes log pages until the log has room for `want` entries.
+    fn log_room(&mut self, want: u64) -> Result<()> {
+        while self.log.room() < want {
+            self.log
+                .grow(&self.pool, &mut self.heap, self.sb, self.gv & 1)?;
+        }
         Ok(())
     }
 
@@ -477,9 +484,10 @@ impl DpTree {
     /// record), stored, flushed, **fenced**. The log has room for it
     /// ([`DpTree::log_put`]).
     fn log_delete(&mut self, key: &[u8], rec: u64) -> Result<()> {
-        let e = log::entry(rec, true, self.gv & 1);
+        let e = log::entry(rec, true, self.gv & 1, self.opens);
         self.log.append(&self.pool, &mut self.heap, self.sb, e)?;
         self.pool.fence();
+        self.count -= 1;
         self.note_write(
             key,
             Pending {
@@ -504,6 +512,7 @@ impl DpTree {
         self.pool.flush(at, 8);
         self.pool.fence();
         self.base_keys -= 1;
+        self.count -= 1;
         if bits == 0 {
             let bound: Box<[u8]> = self
                 .leaves
@@ -623,16 +632,25 @@ impl SerialEngine for DpTree {
     }
 
     /// Deletes never grow the buffer tree, so they start no merge, and
-    /// never take space (see [`DpTree::log_put`]).
+    /// take no space (see [`DpTree::log_put`]). After a crash in a merge's
+    /// flip the log can have less room than that promise needs (the merge
+    /// had cut its pages); open takes pages back where it can, and a
+    /// delete that still finds none merges first, after which its key is
+    /// in the base tree alone.
     fn delete(&mut self, key: &[u8]) -> Result<bool> {
         match self.find(key)? {
             None => return Ok(false),
-            Some(Found::Buffer { rec, .. }) => self.log_delete(key, rec)?,
+            Some(Found::Buffer { rec, .. }) => match self.log_delete(key, rec) {
+                Err(Error::PoolFull { .. }) => {
+                    self.merge()?;
+                    return self.delete(key);
+                }
+                r => r?,
+            },
             Some(Found::Base {
                 rec, leaf, slot, ..
             }) => self.delete_in_base(key, leaf, slot, rec)?,
         }
-        self.count -= 1;
         Ok(true)
     }
 

@@ -7,7 +7,7 @@
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | `lens`: key length (bits 0..16), value length (bits 16..48) |
-//! | 8 | 8 | `check`: CRC-32C of the global version the record was logged in, `lens`, the key and the value |
+//! | 8 | 8 | `check`: CRC-32C of the global version the record was logged in, the open it was written in (the superblock's `opens`), `lens`, the key and the value (bits 0..32); that open (bits 32..64) |
 //! | 16 | key length | key |
 //! | 16 + key length | value length | value |
 //!
@@ -16,6 +16,14 @@
 //! record. Recovery tells such a record by its `check` and ends the log
 //! there (the put had not returned). A record is never written again once
 //! its entry is durable.
+//!
+//! The block can hold an older whole record: one whose put a crash cut
+//! short before its entry was durable, freed by that recovery and reserved
+//! again by the next put in the same global version, even at the same
+//! place in the log. So the entry carries the low bits of the open it was
+//! written in ([`super::log`]), and the record must have been written in
+//! that open too: a record is freed between two puts of one open only at a
+//! merge's flip, which changes the global version.
 
 use crate::checksum::crc32c;
 use crate::engine::{MAX_KEY_LEN, MAX_VALUE_LEN};
@@ -35,17 +43,25 @@ pub fn lens(key_len: usize, value_len: usize) -> u64 {
     key_len as u64 | (value_len as u64) << 16
 }
 
-/// The `check` word of a record logged under global version `gv`.
-pub fn check(gv: u64, key: &[u8], value: &[u8]) -> u64 {
-    let head = [gv.to_le_bytes(), lens(key.len(), value.len()).to_le_bytes()].concat();
-    u64::from(crc32c(&[&head, key, value]))
+/// The `check` word of a record logged under global version `gv` in open
+/// `opens` (its low 32 bits).
+pub fn check(gv: u64, opens: u64, key: &[u8], value: &[u8]) -> u64 {
+    let opens = opens & 0xFFFF_FFFF;
+    let head = [
+        gv.to_le_bytes(),
+        opens.to_le_bytes(),
+        lens(key.len(), value.len()).to_le_bytes(),
+    ]
+    .concat();
+    u64::from(crc32c(&[&head, key, value])) | opens << 32
 }
 
-/// The header of a record of `key` and `value` logged under `gv`.
-pub fn header(gv: u64, key: &[u8], value: &[u8]) -> [u8; HEADER as usize] {
+/// The header of a record of `key` and `value` logged under `gv` in open
+/// `opens`.
+pub fn header(gv: u64, opens: u64, key: &[u8], value: &[u8]) -> [u8; HEADER as usize] {
     let mut h = [0u8; HEADER as usize];
     h[..8].copy_from_slice(&lens(key.len(), value.len()).to_le_bytes());
-    h[8..].copy_from_slice(&check(gv, key, value).to_le_bytes());
+    h[8..].copy_from_slice(&check(gv, opens, key, value).to_le_bytes());
     h
 }
 
@@ -88,13 +104,20 @@ pub unsafe fn value(pool: &Pool, rec: u64, key_len: usize, value_len: usize) -> 
     unsafe { pool.bytes(rec + HEADER + key_len as u64, value_len as u64) }
 }
 
-/// Whether the record at `rec` (in a block of `block` bytes) is whole: its
-/// lengths fit and its `check` is that of its contents under `gv`.
-pub fn is_whole(pool: &Pool, rec: u64, block: u64, gv: u64) -> Result<bool> {
+/// Whether the record at `rec` (in a block of `block` bytes) is the one a
+/// log entry stamped `stamp` names, whole: its lengths fit, it was written
+/// in an open whose low bits are `stamp` ([`super::log::STAMP_MASK`]), and
+/// its `check` is that of its contents under `gv` and that open.
+pub fn is_whole(pool: &Pool, rec: u64, block: u64, gv: u64, stamp: u64) -> Result<bool> {
     let Some((k, v)) = read_lens(pool, rec, block)? else {
         return Ok(false);
     };
+    let word = pool.load_u64(rec + 8)?;
+    let opens = word >> 32;
+    if opens & super::log::STAMP_MASK != stamp {
+        return Ok(false);
+    }
     // SAFETY: recovery and the check run with the tree held exclusively.
     let (key, value) = unsafe { (key(pool, rec, k)?, value(pool, rec, k, v)?) };
-    Ok(pool.load_u64(rec + 8)? == check(gv, key, value))
+    Ok(word == check(gv, opens, key, value))
 }

@@ -196,6 +196,7 @@ pub(super) fn open(pool: Arc<Pool>, s: Settings) -> Result<DpTree> {
         slots,
         heap,
         gv,
+        opens: 0,
         leaves,
         base_keys: walked.keys,
         buffer: Buffer::default(),
@@ -212,6 +213,21 @@ pub(super) fn open(pool: Arc<Pool>, s: Settings) -> Result<DpTree> {
     t.count = t.count_with(&buffer)?;
     t.buffer = buffer;
     t.new_epoch();
+    // This open's number, durable before its first record.
+    let opens_at = t.sb + superblock::OPENS;
+    t.opens = t.pool.load_u64(opens_at)?.wrapping_add(1);
+    t.pool.store_u64(opens_at, t.opens)?;
+    t.pool.flush(opens_at, 8);
+    t.pool.fence();
+    // Room for a delete of every buffered put, which a crash in a merge's
+    // flip can have cut (see `DpTree::delete`), where the pool has it.
+    let puts = t.buffer.iter().filter(|(_, p)| !p.tomb).count() as u64;
+    match t.log_room(puts) {
+        Ok(()) | Err(Error::PoolFull { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    // The links of the pages taken, durable before open returns.
+    t.pool.fence();
     Ok(t)
 }
 

@@ -9,6 +9,7 @@
 //! | 32 | 8 | `head[1]`: the same for version 1 |
 //! | 40 | 8 | `chunks`: the first chunk of the block heap ([`crate::engine::radix::chunks`]), or null; an activation slot |
 //! | 48 | 8 | `log`: the first page of the buffer tree's log ([`super::log`]), or null |
+//! | 56 | 8 | `opens`: how many times the pool was opened, stored before an open's first write. Records and log entries carry it, so that a record left whole by a put a crash cut short is not taken for a later put's ([`super::record`]) |
 //!
 //! `gv` is the commit word of a merge: one 8-byte store, flushed and
 //! fenced after everything the merge wrote (Algorithm 1, line 25).
@@ -32,8 +33,10 @@ pub const HEAD: u64 = 24;
 pub const CHUNKS: u64 = 40;
 /// Offset of the log's first page.
 pub const LOG: u64 = 48;
+/// Offset of the count of opens.
+pub const OPENS: u64 = 56;
 
-const _: () = assert!(LOG + 8 <= SIZE);
+const _: () = assert!(OPENS + 8 <= SIZE);
 
 /// Offset of `head[v]` in the superblock `sb`.
 pub fn head(sb: u64, v: usize) -> u64 {
