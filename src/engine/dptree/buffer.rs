@@ -17,14 +17,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use super::Pending;
-
-/// The first 8 bytes of `key`, big-endian, zero-padded.
-fn head(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
-}
+use crate::engine::fptree::inner::head;
 
 /// What a lookup compares: a head and the key's bytes.
 trait Probe {

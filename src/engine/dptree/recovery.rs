@@ -319,20 +319,15 @@ impl DpTree {
         if count != self.count {
             return fail(format!("{count} keys in the tree, {} counted", self.count));
         }
-        for ((o, have), (_, reached)) in
-            self.heap.used_blocks().into_iter().zip(fresh.used_blocks())
-        {
-            if have != reached {
-                let leak = have.iter().zip(&reached).any(|(a, b)| a & !b != 0);
-                return fail(format!(
-                    "chunk {o:#x}: {}",
-                    if leak {
-                        "a block in use is not reached by the leaf list or the log (leak)"
-                    } else {
-                        "a block the leaf list or the log reaches is free in the DRAM map"
-                    }
-                ));
-            }
+        if let Some((o, leak)) = self.heap.first_difference(&fresh) {
+            return fail(format!(
+                "chunk {o:#x}: {}",
+                if leak {
+                    "a block in use is not reached by the leaf list or the log (leak)"
+                } else {
+                    "a block the leaf list or the log reaches is free in the DRAM map"
+                }
+            ));
         }
         let mut blocks = vec![self.sb];
         blocks.extend(self.heap.offsets());

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 /// The first 8 bytes of `key`, big-endian, zero-padded.
-fn head(key: &[u8]) -> u64 {
+pub(crate) fn head(key: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = key.len().min(8);
     b[..n].copy_from_slice(&key[..n]);

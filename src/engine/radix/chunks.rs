@@ -1003,6 +1003,18 @@ impl Chunks {
             .collect()
     }
 
+    /// The first chunk whose blocks in use differ from those of `reached`
+    /// (a copy from [`Chunks::unmarked`] that a check's walk marked), and
+    /// whether some block in use there was not reached (a leak) rather than
+    /// a reached block free.
+    pub fn first_difference(&self, reached: &Chunks) -> Option<(u64, bool)> {
+        self.used_blocks()
+            .into_iter()
+            .zip(reached.used_blocks())
+            .find(|((_, have), (_, r))| have != r)
+            .map(|((o, have), (_, r))| (o, have.iter().zip(&r).any(|(a, b)| a & !b != 0)))
+    }
+
     /// A copy with every block unused (for `check`'s marking walk).
     pub fn unmarked(&self) -> Chunks {
         let mut c = Chunks::empty(self.head_slot, self.between);
