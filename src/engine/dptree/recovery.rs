@@ -26,13 +26,11 @@ use super::leaf::{self, fingerprint, Meta};
 use super::log;
 use super::{record, superblock, Bloom, DpTree, Pending, Settings};
 use crate::engine::fptree::inner::Inner;
+use crate::engine::fptree::recovery::{key_range, same_leaves, Reached};
 use crate::engine::radix::chunks::Chunks;
 use crate::engine::CheckReport;
 use crate::error::{Error, Result};
 use crate::pm::{Fault, Pool};
-
-/// A leaf the walk reached: its least key, its greatest key, its offset.
-type Reached = (Box<[u8]>, Box<[u8]>, u64);
 
 /// The buffer tree, and the records its writes superseded.
 type Replayed = (Buffer, Vec<u64>);
@@ -116,19 +114,8 @@ fn walk(
             }
             keys.push(key);
         }
-        keys.sort_unstable();
-        if keys.windows(2).any(|p| p[0] == p[1]) {
-            return Err(bad(at, "a leaf holds one key twice".into()));
-        }
-        let (least, most) = (keys[0], keys[keys.len() - 1]);
-        if let Some((_, prev_most, _)) = w.leaves.last() {
-            if least <= &prev_most[..] {
-                return Err(bad(
-                    at,
-                    "a leaf's keys do not all follow the previous leaf's".into(),
-                ));
-            }
-        }
+        let prev_most = w.leaves.last().map(|(_, m, _)| &m[..]);
+        let (least, most) = key_range(&mut keys, prev_most).map_err(|e| bad(at, e.into()))?;
         w.keys += keys.len() as u64;
         w.leaves.push((least.into(), most.into(), at));
         at = m.next;
@@ -259,26 +246,8 @@ impl DpTree {
         if logged.torn {
             return fail("the log ends at an entry whose record is not whole".into());
         }
-        if w.leaves.len() != self.leaves.len() {
-            return fail(format!(
-                "{} leaves in the list, {} in the DRAM map",
-                w.leaves.len(),
-                self.leaves.len()
-            ));
-        }
-        for (i, ((least, _, l), (bound, m))) in w.leaves.iter().zip(self.leaves.iter()).enumerate()
-        {
-            if *l != m {
-                return fail(format!(
-                    "leaf {i} is {l:#x} in the list, {m:#x} in the DRAM map"
-                ));
-            }
-            let above_prev = i == 0 || &w.leaves[i - 1].1[..] < bound;
-            if (i == 0) != bound.is_empty() || !above_prev || bound > &least[..] {
-                return fail(format!(
-                    "leaf {i}'s bound in the DRAM map does not fit its keys"
-                ));
-            }
+        if let Err(what) = same_leaves(&w.leaves, &self.leaves) {
+            return fail(what);
         }
         let mut emptied = self.empty_leaves.clone();
         emptied.sort_unstable();

@@ -77,29 +77,15 @@ pub fn open(pool: &Pool, remake: u32) -> Result<(u64, u32)> {
             "dptree: root slot 0 does not point to a dptree superblock",
         ));
     }
-    let f = pool.load_u64(sb + FORMAT)?;
-    let (version, slots) = (f & 0xFF, (f >> 8) & 0xFF);
-    if version > VERSION && f >> 16 == 0 {
-        return Err(Error::corrupt(
-            sb + FORMAT,
-            format!(
-                "dptree: this pool has format {version}, newer than this build reads \
-                 (format {VERSION}); open it with a newer pmindex"
-            ),
-        ));
-    }
-    if version != VERSION || f >> 16 != 0 || !super::leaf::SLOTS.contains(&(slots as u32)) {
-        return Err(Error::corrupt(
-            sb + FORMAT,
-            format!(
-                "dptree: bad format word {f:#x} (version {VERSION}, {} to {} slots expected)",
-                super::leaf::SLOTS.start(),
-                super::leaf::SLOTS.end()
-            ),
-        ));
-    }
+    let slots = crate::engine::fptree::superblock::slots_of_format(
+        pool,
+        sb + FORMAT,
+        "dptree",
+        VERSION,
+        super::leaf::SLOTS,
+    )?;
     if pool.load_u64(sb + GV)? == 0 {
         return Err(Error::corrupt(sb + GV, "dptree: the global version is 0"));
     }
-    Ok((sb, slots as u32))
+    Ok((sb, slots))
 }

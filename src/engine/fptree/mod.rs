@@ -73,8 +73,8 @@
 pub(crate) mod inner;
 pub(crate) mod leaf;
 mod record;
-mod recovery;
-mod superblock;
+pub(crate) mod recovery;
+pub(crate) mod superblock;
 #[cfg(test)]
 mod tests;
 

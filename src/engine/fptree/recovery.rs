@@ -36,7 +36,7 @@ use crate::pm::cases::{self, Case};
 use crate::pm::Pool;
 
 /// A leaf the walk reached: its least key, its greatest key, its offset.
-type Reached = (Box<[u8]>, Box<[u8]>, u64);
+pub(crate) type Reached = (Box<[u8]>, Box<[u8]>, u64);
 
 /// What the walk found.
 struct Walked {
@@ -145,19 +145,8 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
             }
             keys.push(key);
         }
-        keys.sort_unstable();
-        if keys.windows(2).any(|p| p[0] == p[1]) {
-            return Err(bad(at, "a leaf holds one key twice".into()));
-        }
-        let (least, most) = (keys[0], keys[keys.len() - 1]);
-        if let Some((_, prev_most, _)) = w.leaves.last() {
-            if least <= &prev_most[..] {
-                return Err(bad(
-                    at,
-                    "a leaf's keys do not all follow the previous leaf's".into(),
-                ));
-            }
-        }
+        let prev_most = w.leaves.last().map(|(_, m, _)| &m[..]);
+        let (least, most) = key_range(&mut keys, prev_most).map_err(|e| bad(at, e.into()))?;
         w.keys += keys.len() as u64;
         w.leaves.push((least.into(), most.into(), at));
         pred = at + leaf::NEXT;
@@ -174,6 +163,52 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
         cases::record(c);
     }
     Ok(w)
+}
+
+/// The DRAM map against the leaves a walk reached (least key, greatest
+/// key, offset, in list order): the same leaves in the same order, each
+/// bound at or below its leaf's least key and above the previous leaf's
+/// keys, the first bound empty. What differs, if anything.
+pub(crate) fn same_leaves(reached: &[Reached], map: &Inner) -> std::result::Result<(), String> {
+    if reached.len() != map.len() {
+        return Err(format!(
+            "{} leaves in the list, {} in the DRAM map",
+            reached.len(),
+            map.len()
+        ));
+    }
+    for (i, ((least, _, l), (bound, m))) in reached.iter().zip(map.iter()).enumerate() {
+        if *l != m {
+            return Err(format!(
+                "leaf {i} is {l:#x} in the list, {m:#x} in the DRAM map"
+            ));
+        }
+        let above_prev = i == 0 || &reached[i - 1].1[..] < bound;
+        if (i == 0) != bound.is_empty() || !above_prev || bound > &least[..] {
+            return Err(format!(
+                "leaf {i}'s bound in the DRAM map does not fit its keys"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Sorts the keys of a leaf (at least one) and checks them: no key twice,
+/// and all above `prev_most`, the greatest key of the leaf before, if any.
+/// Returns the least and the greatest key, or what is wrong.
+pub(crate) fn key_range<'k>(
+    keys: &mut [&'k [u8]],
+    prev_most: Option<&[u8]>,
+) -> std::result::Result<(&'k [u8], &'k [u8]), &'static str> {
+    keys.sort_unstable();
+    if keys.windows(2).any(|p| p[0] == p[1]) {
+        return Err("a leaf holds one key twice");
+    }
+    let (least, most) = (keys[0], keys[keys.len() - 1]);
+    if prev_most.is_some_and(|p| least <= p) {
+        return Err("a leaf's keys do not all follow the previous leaf's");
+    }
+    Ok((least, most))
 }
 
 /// If leaf `l` (first line `h`) and the next one are the two halves of a
@@ -278,26 +313,8 @@ impl FpTree {
         let mut fresh = self.heap.unmarked();
         let w = walk(&self.pool, &mut fresh, self.sb, self.slots, false)?;
         let fail = |what: String| Err(Error::CheckFailed(format!("fptree: {what}")));
-        if w.leaves.len() != self.leaves.len() {
-            return fail(format!(
-                "{} leaves in the list, {} in the DRAM map",
-                w.leaves.len(),
-                self.leaves.len()
-            ));
-        }
-        for (i, ((least, _, l), (bound, m))) in w.leaves.iter().zip(self.leaves.iter()).enumerate()
-        {
-            if *l != m {
-                return fail(format!(
-                    "leaf {i} is {l:#x} in the list, {m:#x} in the DRAM map"
-                ));
-            }
-            let above_prev = i == 0 || &w.leaves[i - 1].1[..] < bound;
-            if (i == 0) != bound.is_empty() || !above_prev || bound > &least[..] {
-                return fail(format!(
-                    "leaf {i}'s bound in the DRAM map does not fit its keys"
-                ));
-            }
+        if let Err(what) = same_leaves(&w.leaves, &self.leaves) {
+            return fail(what);
         }
         if self.leaves.is_empty() != (self.count == 0) {
             return fail(format!(

@@ -58,22 +58,41 @@ pub fn open(pool: &Pool, remake: u32) -> Result<(u64, u32)> {
             "fptree: root slot 0 does not point to an fptree superblock",
         ));
     }
-    let f = pool.load_u64(sb + FORMAT)?;
-    let (version, slots) = (f & 0xFF, (f >> 8) & 0xFF);
-    if version > VERSION && f >> 16 == 0 {
+    let slots = slots_of_format(pool, sb + FORMAT, "fptree", VERSION, super::leaf::SLOTS)?;
+    Ok((sb, slots))
+}
+
+/// The slots per leaf that the format word at `at` (version in bits 0..8,
+/// slots in bits 8..16, the rest zero) of an `engine` pool gives, checked
+/// against the build's `version` and the `slots` a leaf may have. A newer
+/// version is named as such (`fptree`'s and `dptree`'s superblocks).
+pub(crate) fn slots_of_format(
+    pool: &Pool,
+    at: u64,
+    engine: &str,
+    version: u64,
+    slots: std::ops::RangeInclusive<u32>,
+) -> Result<u32> {
+    let f = pool.load_u64(at)?;
+    let (v, n) = (f & 0xFF, ((f >> 8) & 0xFF) as u32);
+    if v > version && f >> 16 == 0 {
         return Err(Error::corrupt(
-            sb + FORMAT,
+            at,
             format!(
-                "fptree: this pool has format {version}, newer than this build reads \
-                 (format {VERSION}); open it with a newer pmindex"
+                "{engine}: this pool has format {v}, newer than this build reads \
+                 (format {version}); open it with a newer pmindex"
             ),
         ));
     }
-    if version != VERSION || f >> 16 != 0 || !super::leaf::SLOTS.contains(&(slots as u32)) {
+    if v != version || f >> 16 != 0 || !slots.contains(&n) {
         return Err(Error::corrupt(
-            sb + FORMAT,
-            format!("fptree: bad format word {f:#x} (version {VERSION}, 2 to 40 slots expected)"),
+            at,
+            format!(
+                "{engine}: bad format word {f:#x} (version {version}, {} to {} slots expected)",
+                slots.start(),
+                slots.end()
+            ),
         ));
     }
-    Ok((sb, slots as u32))
+    Ok(n)
 }
