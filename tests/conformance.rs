@@ -39,3 +39,7 @@ conformance_suite!(dptree, "dptree");
 // through merges that write in place, rewrite, consolidate and empty
 // leaves.
 conformance_suite!(dptree_merging, "dptree:leaf_slots=3,merge_min=2");
+conformance_suite!(fastfair, "fastfair");
+// Nodes of 4 entry slots (3 keys): a split every few inserts, at every
+// level of a tall tree.
+conformance_suite!(fastfair_small_nodes, "fastfair:node_bytes=128");

@@ -90,6 +90,12 @@ fn dptree() {
     );
 }
 
+/// One writer at a time (the tree-wide lock), nodes of 4 entry slots.
+#[test]
+fn fastfair() {
+    crash_test("fastfair", 2, &[("fastfair.node_bytes", "128")]);
+}
+
 #[test]
 fn hart() {
     crash_test("hart", 2, &[]);

@@ -75,6 +75,7 @@ crash_suite! {
     art_cow => "art-cow",
     fptree => "fptree",
     dptree => "dptree",
+    fastfair => "fastfair",
 }
 
 /// HART in the paper's persist order (same recovery, more fences).
@@ -147,6 +148,17 @@ fn dptree_merging() {
     let s = [("dptree.leaf_slots", "3"), ("dptree.merge_min", "4")];
     crash_test_with("dptree", false, &s);
     crash_test_with("dptree", true, &s);
+}
+
+/// Nodes of 4 entry slots (3 keys): the workload's 48 keys make a tree of
+/// 3 or 4 levels, so that crashes fall in splits at every level (between
+/// a new node's link, the old node's cut and the parent's entry) and in
+/// the root's growth.
+#[test]
+fn fastfair_small_nodes() {
+    let s = [("fastfair.node_bytes", "128")];
+    crash_test_with("fastfair", false, &s);
+    crash_test_with("fastfair", true, &s);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The crash simulator on full pools of the block-heap engines (the radix
-//! trees, `fptree` and `dptree`) and `hart`: filled with 1,000-byte values until the
+//! trees, `fptree`, `dptree` and `fastfair`) and `hart`: filled with 1,000-byte values until the
 //! pool refuses, every other key deleted, then keys with 100-byte values,
 //! whose leaves and nodes (the block-heap engines: `Chunks::reserve` falls
 //! back to a larger class when its own has no chunk and the pool has none
@@ -185,7 +185,9 @@ fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
 #[test]
 fn full_pools_survive_every_crash() {
     let states = states_from_env(1500);
-    for engine in ["wort", "woart", "art-cow", "fptree", "hart", "dptree"] {
+    for engine in [
+        "wort", "woart", "art-cow", "fptree", "hart", "dptree", "fastfair",
+    ] {
         // The workload reaches the fallback: most small puts fit.
         let mut cfg = CrashConfig::new(engine);
         let ok = small_puts_live(engine, &cfg);

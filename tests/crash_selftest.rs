@@ -164,6 +164,23 @@ fn dptree_log_replayed_unchecked_is_caught() {
     must_catch(Fault::DptreeLogUnchecked, "dptree");
 }
 
+/// The default 512-byte nodes: the workload's keys fill leaves of up to
+/// 27 entries, whose shifts cross lines.
+#[test]
+fn fastfair_shift_across_lines_unfenced_is_caught() {
+    must_catch(Fault::FastfairShiftUnfenced, "fastfair");
+}
+
+/// Nodes of 4 entry slots, so that the workload splits often.
+#[test]
+fn fastfair_split_cut_before_link_is_caught() {
+    must_catch_with(
+        Fault::FastfairSplitCutFirst,
+        "fastfair",
+        &[("fastfair.node_bytes", "128")],
+    );
+}
+
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
@@ -173,5 +190,5 @@ fn every_fault_is_covered_here() {
     // `radix-compact-skip-copy-flush`, `radix-compact-group-unfenced` and
     // `hart-compact-skip-move-flush` and `hart-compact-skip-leaf-kill-flush`
     // only in a full pool that compacts: in `crash_full_pool.rs`).
-    assert_eq!(Fault::ALL.len(), 28);
+    assert_eq!(Fault::ALL.len(), 30);
 }

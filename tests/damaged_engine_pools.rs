@@ -1,5 +1,5 @@
 //! Random damage to the pools of `hart` (both persist orders, both indexes
-//! of ARTs), `wort`, `woart`, `art-cow`, `fptree` and `dptree`:
+//! of ARTs), `wort`, `woart`, `art-cow`, `fptree`, `dptree` and `fastfair`:
 //! opening a damaged pool either fails with an error or succeeds, and then
 //! reads, scans, a check and writes return (values or errors) without a
 //! panic and without hanging. (`tests/pool_errors.rs` does the same for
@@ -220,6 +220,18 @@ fn damaged_dptree_pools_with_small_leaves_never_panic() {
     damage("dptree:leaf_slots=3,merge_min=4", 90_000);
 }
 
+#[test]
+fn damaged_fastfair_pools_never_panic() {
+    damage("fastfair", 80_000);
+}
+
+/// Nodes of 4 entry slots: a tall tree, so damage meets inner nodes,
+/// sibling chains and lower bounds.
+#[test]
+fn damaged_fastfair_pools_with_small_nodes_never_panic() {
+    damage("fastfair:node_bytes=128", 90_000);
+}
+
 /// A pool whose root slot 0 was zeroed (damage: the slot is outside the
 /// header's checksum) is refused with an error on open, for every engine.
 /// Before, the engine took it for a creation that crashed before its root
@@ -230,7 +242,7 @@ fn damaged_dptree_pools_with_small_leaves_never_panic() {
 #[test]
 fn a_lost_root_is_refused_not_replaced() {
     for engine in [
-        "hart", "wort", "woart", "art-cow", "fptree", "dptree", "pmlog",
+        "hart", "wort", "woart", "art-cow", "fptree", "dptree", "fastfair", "pmlog",
     ] {
         let opts = options(engine, POOL);
         let keys = damage::keys(40);

@@ -410,7 +410,8 @@ struct EngineOpts {
     /// or 2 (a radix pool older builds read; 4, the default, tags leaf
     /// pointers and maps WORT slots; also woart, art-cow),
     /// fptree.leaf_slots=N (2 to 40, default 40), dptree.leaf_slots=N
-    /// (2 to 32, default 32). For this command only:
+    /// (2 to 32, default 32), fastfair.node_bytes=N (128 to 4096, 64
+    /// plus a multiple of 16, default 512). For this command only:
     /// dptree.merge_ratio=R (the buffer's size over the base tree's
     /// that starts a merge, default 0.1), dptree.merge_min=N (default
     /// 256), hart.persist_order=paper, hart.stripes=hash_key,

@@ -19,6 +19,7 @@ pub use locked::{
 };
 
 pub mod dptree;
+pub mod fastfair;
 pub mod fptree;
 pub mod hart;
 mod locked;
@@ -326,6 +327,7 @@ pub const ENGINES: &[EngineInfo] = &[
     radix::ART_COW_INFO,
     fptree::INFO,
     dptree::INFO,
+    fastfair::INFO,
 ];
 
 /// Refuses a setting whose key names no engine: one without a prefix

@@ -73,6 +73,14 @@ pub enum Case {
     /// fptree: an empty leaf was in the leaf list (a crash between a
     /// delete's commit and the leaf's unlinking); it was unlinked.
     FptreeEmptyLeafUnlinked,
+    /// fastfair: a shift a crash cut short was finished (its trace removed).
+    FastfairShiftFinished,
+    /// fastfair: a split's upper half, which a crash left in the old node
+    /// too, was cut off.
+    FastfairSplitCut,
+    /// fastfair: a split node that a crash left out of its parent got its
+    /// separator there.
+    FastfairSeparatorLinked,
 }
 
 impl Case {
@@ -93,6 +101,9 @@ impl Case {
         Case::PmlogLoserKilled,
         Case::FptreeSplitFinished,
         Case::FptreeEmptyLeafUnlinked,
+        Case::FastfairShiftFinished,
+        Case::FastfairSplitCut,
+        Case::FastfairSeparatorLinked,
     ];
 
     /// Whether the case repairs what a crash (or damage) left, as opposed
@@ -123,6 +134,9 @@ impl Case {
             Case::PmlogLoserKilled => "pmlog_loser_killed",
             Case::FptreeSplitFinished => "fptree_split_finished",
             Case::FptreeEmptyLeafUnlinked => "fptree_empty_leaf_unlinked",
+            Case::FastfairShiftFinished => "fastfair_shift_finished",
+            Case::FastfairSplitCut => "fastfair_split_cut",
+            Case::FastfairSeparatorLinked => "fastfair_separator_linked",
         }
     }
 
@@ -146,6 +160,9 @@ impl Case {
             Case::PmlogLoserKilled => "superseded records killed",
             Case::FptreeSplitFinished => "torn leaf splits finished",
             Case::FptreeEmptyLeafUnlinked => "empty leaves unlinked",
+            Case::FastfairShiftFinished => "torn node shifts finished",
+            Case::FastfairSplitCut => "torn node splits cut",
+            Case::FastfairSeparatorLinked => "split nodes linked into their parents",
         }
     }
 
@@ -157,7 +174,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 15] = [const { AtomicU64::new(0) }; 15];
+static COUNTS: [AtomicU64; 18] = [const { AtomicU64::new(0) }; 18];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.

@@ -127,6 +127,13 @@ pub enum Fault {
     /// records (an entry that reached PM before its record is read as a
     /// write).
     DptreeLogUnchecked,
+    /// fastfair: a shift moves from one line of a node to the next without
+    /// the fence between (a later line's copy can be lost while an earlier
+    /// line's overwrite of the entry it copied is durable).
+    FastfairShiftUnfenced,
+    /// fastfair: a split cuts the old node's upper half before it links
+    /// the new node (a crash between loses the upper half).
+    FastfairSplitCutFirst,
 }
 
 impl Fault {
@@ -160,6 +167,8 @@ impl Fault {
         Fault::FptreeSplitBitmapFirst,
         Fault::DptreeFlipUnfenced,
         Fault::DptreeLogUnchecked,
+        Fault::FastfairShiftUnfenced,
+        Fault::FastfairSplitCutFirst,
     ];
 
     /// The name used on the command line.
@@ -193,6 +202,8 @@ impl Fault {
             Fault::FptreeSplitBitmapFirst => "fptree-split-bitmap-first",
             Fault::DptreeFlipUnfenced => "dptree-flip-unfenced",
             Fault::DptreeLogUnchecked => "dptree-log-unchecked",
+            Fault::FastfairShiftUnfenced => "fastfair-shift-unfenced",
+            Fault::FastfairSplitCutFirst => "fastfair-split-cut-first",
         }
     }
 
@@ -225,6 +236,7 @@ impl Fault {
             | Fault::RadixBatchHeldUnfenced => Some("art-cow"),
             Fault::FptreeInsertSkipFence | Fault::FptreeSplitBitmapFirst => Some("fptree"),
             Fault::DptreeFlipUnfenced | Fault::DptreeLogUnchecked => Some("dptree"),
+            Fault::FastfairShiftUnfenced | Fault::FastfairSplitCutFirst => Some("fastfair"),
         }
     }
 }

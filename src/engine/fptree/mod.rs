@@ -72,7 +72,7 @@
 
 pub(crate) mod inner;
 pub(crate) mod leaf;
-mod record;
+pub(crate) mod record;
 pub(crate) mod recovery;
 pub(crate) mod superblock;
 #[cfg(test)]
