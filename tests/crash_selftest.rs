@@ -181,6 +181,16 @@ fn fastfair_split_cut_before_link_is_caught() {
     );
 }
 
+/// Nodes of 4 entry slots, so that the workload's deletes merge nodes.
+#[test]
+fn fastfair_merge_unlinked_before_its_parent_entry_is_caught() {
+    must_catch_with(
+        Fault::FastfairMergeUnlinkFirst,
+        "fastfair",
+        &[("fastfair.node_bytes", "128")],
+    );
+}
+
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
@@ -190,5 +200,5 @@ fn every_fault_is_covered_here() {
     // `radix-compact-skip-copy-flush`, `radix-compact-group-unfenced` and
     // `hart-compact-skip-move-flush` and `hart-compact-skip-leaf-kill-flush`
     // only in a full pool that compacts: in `crash_full_pool.rs`).
-    assert_eq!(Fault::ALL.len(), 30);
+    assert_eq!(Fault::ALL.len(), 31);
 }

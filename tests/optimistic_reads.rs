@@ -1,6 +1,7 @@
 //! Lock-free point reads of WORT, WOART and ART+CoW (`engine/locked.rs`,
-//! `engine/radix/search.rs`), and of HART's point index
-//! (`engine/hart/indexed.rs`), against a writer that changes the tree under
+//! `engine/radix/search.rs`), of HART's point index
+//! (`engine/hart/indexed.rs`) and of FAST&FAIR (`engine/fastfair/reader.rs`),
+//! against a writer that changes the tree under
 //! them.
 //!
 //! The writer grows, shrinks and reshapes the tree: churn keys are
@@ -235,6 +236,20 @@ fn woart_locked_reads_without_the_lock_see_only_written_values() {
 #[test]
 fn art_cow_locked_reads_without_the_lock_see_only_written_values() {
     stress("art-cow:writers=locked");
+}
+
+// FAST&FAIR's readers without the tree's lock (`fastfair.reads=optimistic`,
+// the default), nodes of 4 entry slots so that shifts and splits run at
+// every level under them.
+
+#[test]
+fn fastfair_reads_without_the_lock_see_only_written_values() {
+    stress("fastfair:node_bytes=128");
+}
+
+#[test]
+fn fastfair_default_nodes_reads_without_the_lock_see_only_written_values() {
+    stress("fastfair");
 }
 
 // HART's point index read without the ART's lock (`hart.reads=optimistic`):

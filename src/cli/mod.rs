@@ -417,7 +417,7 @@ struct EngineOpts {
     /// 256), hart.persist_order=paper, hart.stripes=hash_key,
     /// hart.leaf_first=off, hart.point_index=off,
     /// hart.point_index_above=N (default 64), hart.reads=optimistic,
-    /// wort.reads=locked, wort.writers=locked, wort.compact=off (a
+    /// wort.reads=locked, fastfair.reads=locked, wort.writers=locked, wort.compact=off (a
     /// put that finds the pool full fails at once, without moving blocks
     /// to empty chunks; also woart, art-cow), hart.compact=off (the
     /// same, without moving values out of sparse chunks); at open,

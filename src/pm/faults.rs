@@ -134,6 +134,10 @@ pub enum Fault {
     /// fastfair: a split cuts the old node's upper half before it links
     /// the new node (a crash between loses the upper half).
     FastfairSplitCutFirst,
+    /// fastfair: a merge unlinks the right node from its level before it
+    /// removes the node's entry from the parent (a crash between leaves a
+    /// parent pointing to a node its level no longer holds).
+    FastfairMergeUnlinkFirst,
 }
 
 impl Fault {
@@ -169,6 +173,7 @@ impl Fault {
         Fault::DptreeLogUnchecked,
         Fault::FastfairShiftUnfenced,
         Fault::FastfairSplitCutFirst,
+        Fault::FastfairMergeUnlinkFirst,
     ];
 
     /// The name used on the command line.
@@ -204,6 +209,7 @@ impl Fault {
             Fault::DptreeLogUnchecked => "dptree-log-unchecked",
             Fault::FastfairShiftUnfenced => "fastfair-shift-unfenced",
             Fault::FastfairSplitCutFirst => "fastfair-split-cut-first",
+            Fault::FastfairMergeUnlinkFirst => "fastfair-merge-unlink-first",
         }
     }
 
@@ -236,7 +242,9 @@ impl Fault {
             | Fault::RadixBatchHeldUnfenced => Some("art-cow"),
             Fault::FptreeInsertSkipFence | Fault::FptreeSplitBitmapFirst => Some("fptree"),
             Fault::DptreeFlipUnfenced | Fault::DptreeLogUnchecked => Some("dptree"),
-            Fault::FastfairShiftUnfenced | Fault::FastfairSplitCutFirst => Some("fastfair"),
+            Fault::FastfairShiftUnfenced
+            | Fault::FastfairSplitCutFirst
+            | Fault::FastfairMergeUnlinkFirst => Some("fastfair"),
         }
     }
 }

@@ -19,9 +19,12 @@
 //! - **Blocks** come from the radix trees' heap ([`Chunks`]): a block is in
 //!   use exactly when the tree reaches it, so an operation a crash cut
 //!   short leaks nothing and needs no allocation log.
-//! - **Concurrency**: one reader-writer lock over the tree ([`Locked`]).
-//!   The authors' lock-free readers, which tolerate a shift in flight, are
-//!   not built; their tolerance is what recovery relies on instead.
+//! - **Concurrency**: one reader-writer lock over the tree ([`Locked`])
+//!   for writers and scans. Point reads take no lock, as the authors' do
+//!   ([`reader`], `fastfair.reads=optimistic`, the default): they run
+//!   under [`Locked`]'s sequence count, which discards a read that a
+//!   writer overlapped, instead of the authors' tolerance of a shift in
+//!   flight. That tolerance is what recovery relies on instead.
 //!
 //! # Persist order
 //! - **Insert** into a node with room (FAST, [`node::insert`]): the record
@@ -47,7 +50,11 @@
 //! - **Delete** (FAST, [`node::remove`]): the entry's pointer set to the
 //!   one before it (the commit point: it is a trace from then on), then the
 //!   entries after it shifted one slot left, a fence per line; the record
-//!   back to the heap. Nodes are not merged (docs/design.md §15).
+//!   back to the heap. Then FAIR's rebalance ([`FastFair::merge`]): a node
+//!   left under half full merges with its neighbour under the same parent
+//!   when both fit in one node (the authors' redistribution between two
+//!   nodes that do not fit is not built), and a root left with no entry
+//!   gives way to its child.
 //! - **First insert**: the record and a leaf holding it written, flushed;
 //!   **fence**; the leaf stored as the root; flush; **fence**.
 //!
@@ -58,6 +65,7 @@
 //! gets its separator there, as the split would have stored it.
 
 pub(crate) mod node;
+mod reader;
 mod recovery;
 pub(crate) mod superblock;
 #[cfg(test)]
@@ -72,7 +80,7 @@ use super::fptree::record;
 use super::radix::chunks::{Block, Chunks};
 use super::{
     Capabilities, CheckReport, Engine, EngineConfig, EngineInfo, Locked, PutMode, PutOutcome,
-    ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
+    Reads, ScanFn, SerialEngine, MAX_KEY_LEN, MAX_VALUE_LEN,
 };
 use crate::error::{Error, Result};
 use crate::pm::{Fault, Pool};
@@ -88,11 +96,15 @@ pub const INFO: EngineInfo = EngineInfo {
 };
 
 /// The settings: `fastfair.node_bytes` (when the pool is made), as entry
-/// slots.
-fn node_slots(config: &EngineConfig) -> Result<Option<u32>> {
+/// slots, and `fastfair.reads` ([`Locked`]'s, each open).
+fn parse_settings(config: &EngineConfig) -> Result<(Option<u32>, Reads)> {
     let mut slots = None;
-    for (k, v) in super::settings(config, INFO.name, &["node_bytes"])? {
-        debug_assert_eq!(k, "node_bytes");
+    let mut reads = Reads::Optimistic;
+    for (k, v) in super::settings(config, INFO.name, &["node_bytes", "reads"])? {
+        if k == "reads" {
+            reads = Reads::parse("fastfair.reads", v)?;
+            continue;
+        }
         slots = Some(
             v.parse::<u64>()
                 .ok()
@@ -106,19 +118,19 @@ fn node_slots(config: &EngineConfig) -> Result<Option<u32>> {
                 })?,
         );
     }
-    Ok(slots)
+    Ok((slots, reads))
 }
 
 fn create(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
-    let slots = node_slots(config)?.unwrap_or(node::DEFAULT_SLOTS);
-    let tree = FastFair::create(Arc::clone(&pool), slots)?;
-    Ok(Box::new(Locked::new(pool, tree)))
+    let (slots, reads) = parse_settings(config)?;
+    let tree = FastFair::create(Arc::clone(&pool), slots.unwrap_or(node::DEFAULT_SLOTS))?;
+    Ok(Box::new(Locked::with_reads(pool, tree, reads)))
 }
 
 fn open(pool: Arc<Pool>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
-    let slots = node_slots(config)?;
+    let (slots, reads) = parse_settings(config)?;
     let tree = FastFair::open(Arc::clone(&pool), slots)?;
-    Ok(Box::new(Locked::new(pool, tree)))
+    Ok(Box::new(Locked::with_reads(pool, tree, reads)))
 }
 
 /// The fastfair engine (serial; wrapped in [`Locked`]).
@@ -664,6 +676,141 @@ impl FastFair {
         self.cascade(&path, raws, reserved, e, None)
     }
 
+    /// FAIR's rebalance after a delete (the authors' `remove`, merges only):
+    /// a node left under half full is merged with its neighbour under the
+    /// same parent when both fit in one node, and so on up the `path`; a
+    /// root left with no entry gives way to its only child.
+    fn rebalance(&mut self, path: &[(u64, Header)]) -> Result<()> {
+        let mut idx = path.len() - 1;
+        while idx > 0 {
+            let (x, xh) = path[idx];
+            let xraw = Raw::read(&self.pool, x, self.slots)?;
+            if xraw.len() >= (self.slots - 1) / 2 {
+                return Ok(());
+            }
+            let (p, ph) = path[idx - 1];
+            let praw = Raw::read(&self.pool, p, self.slots)?;
+            // `x`'s place among the parent's children: -1 for `leftmost`.
+            let j = if ph.leftmost == x {
+                -1
+            } else {
+                match praw.ptrs.iter().position(|&c| c == x) {
+                    Some(j) => j as i64,
+                    None => return Err(Error::corrupt(p, "fastfair: a node is not in its parent")),
+                }
+            };
+            let child = |j: i64| {
+                if j < 0 {
+                    ph.leftmost
+                } else {
+                    praw.ptrs[j as usize]
+                }
+            };
+            // With the right neighbour first, then the left: a node emptied
+            // beside a full one merges later, when that one shrinks.
+            let mut merged = false;
+            for (l, r) in [(j, j + 1), (j - 1, j)] {
+                // `r` is the right one's entry in the parent; it needs one.
+                if r < 0 || r as usize >= praw.ptrs.len() {
+                    continue;
+                }
+                if self.merge(child(l), child(r), xh.level, p, &ph, &praw, r as u32)? {
+                    merged = true;
+                    break;
+                }
+            }
+            if !merged {
+                return Ok(());
+            }
+            idx -= 1;
+        }
+        self.collapse_root()
+    }
+
+    /// Merges `right` into `left`, neighbours at `level` under the parent
+    /// `p` (entries `praw`, `right`'s at `rj`), if they fit in one node;
+    /// whether it did.
+    ///
+    /// Persist order: `right`'s entries appended to `left` at once
+    /// ([`node::append`]; an inner node's first of them is `right`'s
+    /// `leftmost` under `right`'s lower bound), 2 fences, which leaves
+    /// `left` as a torn split leaves a node; `right`'s entry removed from
+    /// the parent (FAST delete, a fence per line), which leaves `right` as
+    /// a split that had not reached its parent; `left.sibling =
+    /// right.sibling`, flush, **fence**: the merge's commit point, after
+    /// which nothing reaches `right`; `right` and its bound record back to
+    /// the heap. A crash before the commit leaves states recovery undoes
+    /// (the cut, the separator linked again), so the merge is as if never
+    /// begun; after it, done. The other order (unlink first) leaves a
+    /// parent pointing to a node its level's chain lacks:
+    /// `Fault::FastfairMergeUnlinkFirst`.
+    #[allow(clippy::too_many_arguments)]
+    fn merge(
+        &mut self,
+        left: u64,
+        right: u64,
+        level: u64,
+        p: u64,
+        ph: &Header,
+        praw: &Raw,
+        rj: u32,
+    ) -> Result<bool> {
+        let lraw = Raw::read(&self.pool, left, self.slots)?;
+        let rraw = Raw::read(&self.pool, right, self.slots)?;
+        let rh = Header::read(&self.pool, right)?;
+        let (mut heads, mut ptrs) = (Vec::with_capacity(rraw.ptrs.len() + 1), Vec::new());
+        if level > 0 {
+            heads.push(head(self.low_key(right)?));
+            ptrs.push(rh.leftmost);
+        }
+        heads.extend_from_slice(&rraw.heads);
+        ptrs.extend_from_slice(&rraw.ptrs);
+        if lraw.len() as usize + ptrs.len() + 1 > self.slots as usize {
+            return Ok(false);
+        }
+        if !ptrs.is_empty() {
+            node::append(&self.pool, left, lraw.len(), &heads, &ptrs)?;
+        }
+        let unlink = |pool: &Pool| -> Result<()> {
+            pool.store_u64(left + node::SIBLING, rh.sibling)?;
+            pool.flush(left + node::SIBLING, 8);
+            pool.fence();
+            Ok(())
+        };
+        let unlink_first = self.pool.fault(Fault::FastfairMergeUnlinkFirst);
+        if unlink_first {
+            unlink(&self.pool)?;
+        }
+        node::remove(&self.pool, p, ph.before_first(), praw, rj)?;
+        if !unlink_first {
+            unlink(&self.pool)?;
+        }
+        self.heap.release(&self.pool, right)?;
+        if rh.low != 0 {
+            self.heap.release(&self.pool, rh.low)?;
+        }
+        Ok(true)
+    }
+
+    /// While the root is an inner node with no entry, its only child
+    /// becomes the root: stored in the superblock, flushed, **fence**; the
+    /// old root back to the heap (a root with no entry is a tree all the
+    /// same, so a crash before the store loses nothing).
+    fn collapse_root(&mut self) -> Result<()> {
+        loop {
+            let h = Header::read(&self.pool, self.root)?;
+            if h.level == 0 || Raw::read(&self.pool, self.root, self.slots)?.len() > 0 {
+                return Ok(());
+            }
+            self.pool
+                .store_u64(self.sb + superblock::ROOT, h.leftmost)?;
+            self.pool.flush(self.sb + superblock::ROOT, 8);
+            self.pool.fence();
+            let old = std::mem::replace(&mut self.root, h.leftmost);
+            self.heap.release(&self.pool, old)?;
+        }
+    }
+
     /// Update (the key's record is `old`, at entry `pos` of `leaf`): see
     /// the module doc.
     fn update(&mut self, leaf: u64, pos: u32, old: u64, key: &[u8], value: &[u8]) -> Result<()> {
@@ -745,7 +892,8 @@ impl SerialEngine for FastFair {
             return Ok(false);
         }
         let kh = head(key);
-        let leaf = self.leaf_for(key, kh)?;
+        let path = self.path_to(key, kh, 0)?;
+        let leaf = path.last().expect("a path ends at a leaf").0;
         let (pos, Some(rec)) = self.leaf_find(leaf, key, kh)? else {
             return Ok(false);
         };
@@ -753,6 +901,7 @@ impl SerialEngine for FastFair {
         node::remove(&self.pool, leaf, node::SKIP, &raw, pos)?;
         self.count -= 1;
         self.heap.release(&self.pool, rec)?;
+        self.rebalance(&path)?;
         Ok(true)
     }
 
@@ -818,5 +967,13 @@ impl SerialEngine for FastFair {
 
     fn dram_bytes(&self) -> u64 {
         self.heap.dram_bytes()
+    }
+
+    fn optimistic_reader(&self) -> Option<Box<dyn super::OptimisticRead>> {
+        Some(Box::new(reader::Reader {
+            pool: Arc::clone(&self.pool),
+            sb: self.sb,
+            slots: self.slots,
+        }))
     }
 }

@@ -227,9 +227,10 @@ impl<'p> Ordered<'p> {
 /// for `i` from `n - 1` down to `pos`, entry `i + 1`'s pointer, then its
 /// head, copied from entry `i` (each copy is a trace until the entry
 /// before it changes); entry `pos`'s pointer set to the one before it (a
-/// trace), its head stored; a fence, if none was yet (the caller's record
-/// or node was flushed before the call); then its pointer: **the commit
-/// point**. Flush, fence. A crash before the commit leaves the old entries
+/// trace; not for an append, `pos == n`, whose slot's pointer is the null
+/// that ends the array), its head stored; a fence, if none was yet (the
+/// caller's record or node was flushed before the call); then its
+/// pointer: **the commit point**. Flush, fence. A crash before the commit leaves the old entries
 /// and one trace; after it, the new entries.
 pub fn insert(
     pool: &Pool,
@@ -301,5 +302,34 @@ pub fn shift_left(w: &mut Ordered<'_>, node: u64, raw: &Raw, pos: u32) -> Result
             w.store(ptr_at(node, i), 0)?;
         }
     }
+    Ok(())
+}
+
+/// Appends the entries `heads`/`ptrs` (at least one) after the `n` of a
+/// node (no trace; `n + heads.len() + 1 <= slots`), all at once: FAIR's
+/// merge into the left node of a pair.
+///
+/// Persist order: the slot past the new end nulled if it is not already;
+/// entries `n + 1..` written whole, and entry `n`'s head (all past the
+/// array's end, which entry `n`'s null pointer still marks); flushed;
+/// **fence**; entry `n`'s pointer: **the commit point**, which makes them
+/// all entries at once; flush, **fence**. 2 fences.
+pub fn append(pool: &Pool, node: u64, n: u32, heads: &[u64], ptrs: &[u64]) -> Result<()> {
+    let k = heads.len() as u32;
+    debug_assert!(k >= 1 && heads.len() == ptrs.len());
+    let end = n + k;
+    if pool.words().load(ptr_at(node, end))? != 0 {
+        pool.store_u64(ptr_at(node, end), 0)?;
+    }
+    for i in 1..k {
+        pool.store_u64(head_at(node, n + i), heads[i as usize])?;
+        pool.store_u64(ptr_at(node, n + i), ptrs[i as usize])?;
+    }
+    pool.store_u64(head_at(node, n), heads[0])?;
+    pool.flush(head_at(node, n), ENTRY * u64::from(k + 1));
+    pool.fence();
+    pool.store_u64(ptr_at(node, n), ptrs[0])?;
+    pool.flush(ptr_at(node, n), 8);
+    pool.fence();
     Ok(())
 }

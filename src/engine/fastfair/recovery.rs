@@ -12,12 +12,18 @@
 //! | found | left by a crash in | fix | persist order |
 //! |---|---|---|---|
 //! | an entry whose pointer is the one before it (a trace) | a FAST shift (insert, delete) or this repair | [`node::shift_left`] over it | stores in order, a fence per line |
-//! | a node whose entries reach its sibling's lower bound | a split, after `N.sibling = S` and before `N`'s upper half was cut | null the pointer of the first such entry (the split's own cut) | store, flush; one fence after the walk |
+//! | a node whose entries reach its sibling's lower bound, and are exactly the sibling's (an inner node's first of them its `leftmost`) | a split, after `N.sibling = S` and before `N`'s upper half was cut | null the pointer of the first such entry (the split's own cut) | store, flush, after the shifts are finished; one fence after all the cuts |
 //! | a node in a level's sibling chain that no entry of the level above points to | a split, before its separator reached the parent | the separator inserted into the parent, as the split would have (a FAST insert, which may split the parent; a new root for the top level) | as an insert's, after the heap is rebuilt |
 //!
+//! A merge ([`FastFair::merge`]) passes through the same two states on its
+//! way (its append leaves the left node as an uncut split, its parent's
+//! delete the right node out of its parent), so the same repairs undo a
+//! merge a crash cut short before its commit.
+//!
 //! Only one operation is in flight at a crash, so a node holds at most one
-//! trace; a cascade of splits can leave one orphan per level, linked from
-//! the top level down. The blocks those repairs take were reserved by the
+//! trace; a cascade of splits can leave one orphan per level, right after
+//! the node it split from, linked from the top level down. More is
+//! damage. The blocks those repairs take were reserved by the
 //! split the crash cut short and are free again after it, so a full pool
 //! has them.
 //!
@@ -98,6 +104,11 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
     for level in (0..=top).rev() {
         let mut next_expected = Vec::new();
         let mut matched = 0usize;
+        // Whether the node before was one its parent points to, and
+        // whether this level has an orphan already: a crash leaves at most
+        // one per level, right after the node it split from.
+        let mut prev_matched = false;
+        let mut orphaned = false;
         let mut prev_last: Option<&[u8]> = None;
         let mut prev_low: Option<&[u8]> = None;
         let mut at = expected[0];
@@ -139,7 +150,9 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
                 }
                 Some(k)
             };
-            if matched < expected.len() && expected[matched] == at {
+            let was_matched = prev_matched;
+            prev_matched = matched < expected.len() && expected[matched] == at;
+            if prev_matched {
                 matched += 1;
             } else if nth == 0 {
                 return Err(bad(
@@ -151,7 +164,14 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
                     at,
                     "a node is in its level's chain but not in its parent",
                 ));
+            } else if orphaned || !was_matched {
+                return Err(bad(
+                    at,
+                    "nodes are in their level's chain but not in their parent, more than one \
+                     split can leave",
+                ));
             } else {
+                orphaned = true;
                 w.orphans.push((level, at));
             }
             let raw = Raw::read(pool, at, slots)?;
@@ -202,13 +222,16 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
                 keys.push(k);
             }
             if level > 0 {
+                if !is_node(heap, h.leftmost) {
+                    return Err(bad(at, "an inner node's leftmost child is not a node"));
+                }
                 let lm = pool.load_u64(h.leftmost + node::LOW)?;
                 let lm_key = if lm == 0 {
                     None
                 } else {
                     Some(checked_key(pool, heap, lm, true).map_err(|e| bad(lm, &e.to_string()))?)
                 };
-                if !is_node(heap, h.leftmost) || lm_key != low {
+                if lm_key != low {
                     return Err(bad(
                         at,
                         "an inner node's leftmost child does not share its lower bound",
@@ -216,7 +239,11 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
                 }
             }
             // A split's upper half not yet cut: entries at or above the
-            // sibling's lower bound, all copied there.
+            // sibling's lower bound, all copied there. The sibling is then
+            // as the split wrote it (the inserts into a half come after
+            // the cut): exactly those entries, an inner node's first of
+            // them as its leftmost. Anything else is damage, and cutting
+            // it would drop keys.
             if h.sibling != 0 && is_node(heap, h.sibling) {
                 let sl = pool.load_u64(h.sibling + node::LOW)?;
                 if let Ok(sk) = checked_key(pool, heap, sl, true) {
@@ -225,6 +252,27 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
                             return Err(bad(
                                 at,
                                 "a node's entries reach its sibling's lower bound",
+                            ));
+                        }
+                        let s = Raw::read(pool, h.sibling, slots)?;
+                        let sh = Header::read(pool, h.sibling)?;
+                        let upper = if level == 0 {
+                            cut
+                        } else {
+                            if view.ptrs[cut] != sh.leftmost {
+                                return Err(bad(
+                                    at,
+                                    "a node's entries reach its sibling's lower bound, but the \
+                                     sibling does not start with them",
+                                ));
+                            }
+                            cut + 1
+                        };
+                        if s.ptrs[..] != view.ptrs[upper..] || s.heads[..] != view.heads[upper..] {
+                            return Err(bad(
+                                at,
+                                "a node's entries reach its sibling's lower bound, but are not \
+                                 the sibling's (not a torn split)",
                             ));
                         }
                         w.cuts.push((at, cut as u32));
