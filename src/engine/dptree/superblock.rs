@@ -48,35 +48,21 @@ pub fn head(sb: u64, v: usize) -> u64 {
 /// `gv = 1`, null heads, chunk list and log; flush; `activate` into root
 /// slot 0 (its first fence orders the flush).
 pub fn create(pool: &Pool, slots: u32) -> Result<u64> {
-    let r = pool.reserve(SIZE)?;
-    let sb = r.offset();
-    let mut buf = [0u8; SIZE as usize];
-    buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    buf[8..16].copy_from_slice(&(VERSION | u64::from(slots) << 8).to_le_bytes());
-    buf[16..24].copy_from_slice(&1u64.to_le_bytes());
-    // SAFETY: reserved by us and not yet published.
-    unsafe { pool.write_bytes(sb, &buf)? };
-    pool.flush(sb, SIZE);
-    pool.activate(r, pool.root_slot(0)?)?;
-    Ok(sb)
+    crate::engine::fptree::superblock::publish(
+        pool,
+        MAGIC,
+        VERSION | u64::from(slots) << 8,
+        &[(GV, 1)],
+    )
 }
 
 /// Finds the superblock and checks it; returns it and the slots per leaf.
 /// If creation crashed before publishing it, makes it again with `remake`
 /// slots per leaf.
 pub fn open(pool: &Pool, remake: u32) -> Result<(u64, u32)> {
-    let slot = pool.root_slot(0)?;
-    let sb = pool.load_u64(slot)?;
-    if sb == 0 {
-        pool.check_unpublished_root(slot, "dptree")?;
+    let Some(sb) = crate::engine::fptree::superblock::published(pool, MAGIC, "dptree")? else {
         return Ok((create(pool, remake)?, remake));
-    }
-    if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
-        return Err(Error::corrupt(
-            sb,
-            "dptree: root slot 0 does not point to a dptree superblock",
-        ));
-    }
+    };
     let slots = crate::engine::fptree::superblock::slots_of_format(
         pool,
         sb + FORMAT,

@@ -360,6 +360,9 @@ pub(super) fn open(pool: Arc<Pool>, want: Option<u32>) -> Result<FastFair> {
         t.link_orphan(n, level)?;
         cases::record(Case::FastfairSeparatorLinked);
     }
+    if t.root != 0 {
+        t.collapse_root()?;
+    }
     Ok(t)
 }
 

@@ -7,7 +7,8 @@
 //! | 16 | 8 | `root`: the root node, or null (a tree never written) |
 //! | 24 | 8 | `chunks`: the first chunk of the block heap ([`crate::engine::radix::chunks`]), or null; an activation slot |
 
-use crate::error::{Error, Result};
+use crate::engine::fptree;
+use crate::error::Result;
 use crate::pm::Pool;
 
 /// `"PMFSFAIR"`, little-endian.
@@ -30,35 +31,17 @@ const _: () = assert!(CHUNKS + 8 <= SIZE);
 /// root and chunk list; flush; `activate` into root slot 0 (its first
 /// fence orders the flush).
 pub fn create(pool: &Pool, slots: u32) -> Result<u64> {
-    let r = pool.reserve(SIZE)?;
-    let sb = r.offset();
-    let mut buf = [0u8; SIZE as usize];
-    buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    buf[8..16].copy_from_slice(&(VERSION | u64::from(slots) << 8).to_le_bytes());
-    // SAFETY: reserved by us and not yet published.
-    unsafe { pool.write_bytes(sb, &buf)? };
-    pool.flush(sb, SIZE);
-    pool.activate(r, pool.root_slot(0)?)?;
-    Ok(sb)
+    fptree::superblock::publish(pool, MAGIC, VERSION | u64::from(slots) << 8, &[])
 }
 
 /// Finds the superblock and checks it; returns it and the entry slots per
 /// node. If creation crashed before publishing it, makes it again with
 /// `remake` slots.
 pub fn open(pool: &Pool, remake: u32) -> Result<(u64, u32)> {
-    let slot = pool.root_slot(0)?;
-    let sb = pool.load_u64(slot)?;
-    if sb == 0 {
-        pool.check_unpublished_root(slot, "fastfair")?;
+    let Some(sb) = fptree::superblock::published(pool, MAGIC, "fastfair")? else {
         return Ok((create(pool, remake)?, remake));
-    }
-    if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
-        return Err(Error::corrupt(
-            sb,
-            "fastfair: root slot 0 does not point to a fastfair superblock",
-        ));
-    }
-    let slots = crate::engine::fptree::superblock::slots_of_format(
+    };
+    let slots = fptree::superblock::slots_of_format(
         pool,
         sb + FORMAT,
         "fastfair",

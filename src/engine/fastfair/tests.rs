@@ -478,3 +478,36 @@ fn deletes_merge_nodes_down_to_one_leaf() {
     }
     same(&t, &model);
 }
+
+/// A crash after a merge's commit and before the root's collapse leaves a
+/// root with no entry over one child (found by a review): the open
+/// collapses it, where no later delete would have.
+#[test]
+fn a_root_left_without_entries_collapses_at_open() {
+    let pool = pool();
+    let mut t = FastFair::create(Arc::clone(&pool), 4).unwrap();
+    for i in 0..4u64 {
+        t.put(&i.to_be_bytes(), b"v", PutMode::Upsert).unwrap();
+    }
+    // Leaves [0] and [1]: one key each, so that they fit in one.
+    for i in 2..4u64 {
+        assert!(t.delete(&i.to_be_bytes()).unwrap());
+    }
+    assert_eq!(height(&t), 1);
+    let root = t.root;
+    let rh = Header::read(&t.pool, root).unwrap();
+    let praw = Raw::read(&t.pool, root, t.slots).unwrap();
+    assert_eq!(praw.len(), 1);
+    // The merge of the root's two leaves, without the collapse after it.
+    assert!(t
+        .merge(rh.leftmost, praw.ptrs[0], 0, root, &rh, &praw, 0)
+        .unwrap());
+    assert_eq!(height(&t), 1);
+    t.check().unwrap();
+    let t = reopen(&pool, t);
+    assert_eq!(height(&t), 0, "the open collapsed the root");
+    let model: BTreeMap<Vec<u8>, Vec<u8>> = (0..2u64)
+        .map(|i| (i.to_be_bytes().to_vec(), b"v".to_vec()))
+        .collect();
+    same(&t, &model);
+}

@@ -30,11 +30,23 @@ const _: () = assert!(CHUNKS + 8 <= SIZE);
 /// head and chunk list; flush; `activate` into root slot 0 (its first
 /// fence orders the flush).
 pub fn create(pool: &Pool, slots: u32) -> Result<u64> {
+    publish(pool, MAGIC, VERSION | u64::from(slots) << 8, &[])
+}
+
+/// Makes a 64-byte superblock of `magic`, the format word `format` and
+/// the words `more` (offset, value), zeros elsewhere, and publishes it in
+/// root slot 0 (`fptree`'s, `dptree`'s and `fastfair`'s). Persist order:
+/// written, flushed; `activate` into root slot 0 (its first fence orders
+/// the flush).
+pub(crate) fn publish(pool: &Pool, magic: u64, format: u64, more: &[(u64, u64)]) -> Result<u64> {
     let r = pool.reserve(SIZE)?;
     let sb = r.offset();
     let mut buf = [0u8; SIZE as usize];
-    buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    buf[8..16].copy_from_slice(&(VERSION | u64::from(slots) << 8).to_le_bytes());
+    buf[0..8].copy_from_slice(&magic.to_le_bytes());
+    buf[FORMAT as usize..][..8].copy_from_slice(&format.to_le_bytes());
+    for &(at, v) in more {
+        buf[at as usize..][..8].copy_from_slice(&v.to_le_bytes());
+    }
     // SAFETY: reserved by us and not yet published.
     unsafe { pool.write_bytes(sb, &buf)? };
     pool.flush(sb, SIZE);
@@ -42,22 +54,32 @@ pub fn create(pool: &Pool, slots: u32) -> Result<u64> {
     Ok(sb)
 }
 
+/// The superblock that root slot 0 names, checked to be a 64-byte block of
+/// `magic` (an `engine` pool's); `None` if creation crashed before it was
+/// published (the caller makes it again).
+pub(crate) fn published(pool: &Pool, magic: u64, engine: &str) -> Result<Option<u64>> {
+    let slot = pool.root_slot(0)?;
+    let sb = pool.load_u64(slot)?;
+    if sb == 0 {
+        pool.check_unpublished_root(slot, engine)?;
+        return Ok(None);
+    }
+    if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != magic {
+        return Err(Error::corrupt(
+            sb,
+            format!("{engine}: root slot 0 does not point to a {engine} superblock"),
+        ));
+    }
+    Ok(Some(sb))
+}
+
 /// Finds the superblock and checks it; returns it and the slots per leaf.
 /// If creation crashed before publishing it, makes it again with `remake`
 /// slots per leaf.
 pub fn open(pool: &Pool, remake: u32) -> Result<(u64, u32)> {
-    let slot = pool.root_slot(0)?;
-    let sb = pool.load_u64(slot)?;
-    if sb == 0 {
-        pool.check_unpublished_root(slot, "fptree")?;
+    let Some(sb) = published(pool, MAGIC, "fptree")? else {
         return Ok((create(pool, remake)?, remake));
-    }
-    if pool.block_size(sb).ok() != Some(SIZE) || pool.load_u64(sb)? != MAGIC {
-        return Err(Error::corrupt(
-            sb,
-            "fptree: root slot 0 does not point to an fptree superblock",
-        ));
-    }
+    };
     let slots = slots_of_format(pool, sb + FORMAT, "fptree", VERSION, super::leaf::SLOTS)?;
     Ok((sb, slots))
 }
