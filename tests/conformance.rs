@@ -43,3 +43,4 @@ conformance_suite!(fastfair, "fastfair");
 // Nodes of 4 entry slots (3 keys): a split every few inserts, at every
 // level of a tall tree.
 conformance_suite!(fastfair_small_nodes, "fastfair:node_bytes=128");
+conformance_suite!(art_bplus, "art-bplus");

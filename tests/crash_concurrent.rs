@@ -96,6 +96,12 @@ fn fastfair() {
     crash_test("fastfair", 2, &[("fastfair.node_bytes", "128")]);
 }
 
+/// One writer at a time (the tree-wide lock).
+#[test]
+fn art_bplus() {
+    crash_test("art-bplus", 2, &[]);
+}
+
 #[test]
 fn hart() {
     crash_test("hart", 2, &[]);

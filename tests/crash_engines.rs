@@ -76,6 +76,7 @@ crash_suite! {
     fptree => "fptree",
     dptree => "dptree",
     fastfair => "fastfair",
+    art_bplus => "art-bplus",
 }
 
 /// HART in the paper's persist order (same recovery, more fences).

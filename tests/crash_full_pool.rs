@@ -186,7 +186,14 @@ fn a_full_hart_pool_with_room_in_other_stripes_survives_every_crash() {
 fn full_pools_survive_every_crash() {
     let states = states_from_env(1500);
     for engine in [
-        "wort", "woart", "art-cow", "fptree", "hart", "dptree", "fastfair",
+        "wort",
+        "woart",
+        "art-cow",
+        "fptree",
+        "hart",
+        "dptree",
+        "fastfair",
+        "art-bplus",
     ] {
         // The workload reaches the fallback: most small puts fit.
         let mut cfg = CrashConfig::new(engine);

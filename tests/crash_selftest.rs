@@ -3,7 +3,8 @@
 //! seed and, for engines, a shrunk operation sequence.
 
 use pmindex::pm::Fault;
-use pmindex::sim::{run, CrashConfig, ALLOC_SUBJECT};
+use pmindex::sim::workload::Op;
+use pmindex::sim::{run, run_ops, CrashConfig, ALLOC_SUBJECT};
 
 fn must_catch(fault: Fault, subject: &str) {
     must_catch_with(fault, subject, &[]);
@@ -191,6 +192,33 @@ fn fastfair_merge_unlinked_before_its_parent_entry_is_caught() {
     );
 }
 
+/// The general workload's keys share a prefix with too few others to fill
+/// a 24-slot NVNode: this one puts 40 keys under one prefix.
+#[test]
+fn art_bplus_split_bitmap_before_link_is_caught() {
+    let mut cfg = CrashConfig::new("art-bplus");
+    cfg.fault = Some(Fault::ArtBplusSplitBitmapFirst);
+    cfg.states = 4000;
+    let ops: Vec<Op> = (0..40u8)
+        .map(|i| Op::Insert(vec![b'p', i.wrapping_mul(37)], vec![i; 8].into()))
+        .collect();
+    let r = run_ops(&cfg, ops).expect("crash test runs");
+    assert!(
+        !r.failures.is_empty(),
+        "art-bplus-split-bitmap-first was not caught ({} images checked)",
+        r.images
+    );
+    println!(
+        "art-bplus-split-bitmap-first: caught after {} images: {}",
+        r.images, r.failures[0].message
+    );
+}
+
+#[test]
+fn art_bplus_link_before_its_fence_is_caught() {
+    must_catch(Fault::ArtBplusLinkUnfenced, "art-bplus");
+}
+
 #[test]
 fn every_fault_is_covered_here() {
     // A new fault must get a test above (`hart-delete-fence-unlocked` is
@@ -200,5 +228,5 @@ fn every_fault_is_covered_here() {
     // `radix-compact-skip-copy-flush`, `radix-compact-group-unfenced` and
     // `hart-compact-skip-move-flush` and `hart-compact-skip-leaf-kill-flush`
     // only in a full pool that compacts: in `crash_full_pool.rs`).
-    assert_eq!(Fault::ALL.len(), 31);
+    assert_eq!(Fault::ALL.len(), 33);
 }

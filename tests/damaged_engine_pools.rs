@@ -232,6 +232,11 @@ fn damaged_fastfair_pools_with_small_nodes_never_panic() {
     damage("fastfair:node_bytes=128", 90_000);
 }
 
+#[test]
+fn damaged_art_bplus_pools_never_panic() {
+    damage("art-bplus", 80_000);
+}
+
 /// A pool whose root slot 0 was zeroed (damage: the slot is outside the
 /// header's checksum) is refused with an error on open, for every engine.
 /// Before, the engine took it for a creation that crashed before its root
@@ -242,7 +247,15 @@ fn damaged_fastfair_pools_with_small_nodes_never_panic() {
 #[test]
 fn a_lost_root_is_refused_not_replaced() {
     for engine in [
-        "hart", "wort", "woart", "art-cow", "fptree", "dptree", "fastfair", "pmlog",
+        "hart",
+        "wort",
+        "woart",
+        "art-cow",
+        "fptree",
+        "dptree",
+        "fastfair",
+        "art-bplus",
+        "pmlog",
     ] {
         let opts = options(engine, POOL);
         let keys = damage::keys(40);

@@ -397,6 +397,7 @@ fn a_killed_writer_loses_nothing_it_acknowledged() {
         "dptree:leaf_slots=3,merge_min=4",
         "fastfair",
         "fastfair:node_bytes=128",
+        "art-bplus",
     ] {
         let t = TempPool::new();
         drop(Db::create(&t.path, &options(engine, 64 << 20)).unwrap());

@@ -18,6 +18,7 @@ pub use locked::{
     Locked, OptimisticRead, Probe, Reads, ValueBuf, BATCH, OPTIMISTIC_TRIES, VALUE_BUF,
 };
 
+pub mod art_bplus;
 pub mod dptree;
 pub mod fastfair;
 pub mod fptree;
@@ -328,6 +329,7 @@ pub const ENGINES: &[EngineInfo] = &[
     fptree::INFO,
     dptree::INFO,
     fastfair::INFO,
+    art_bplus::INFO,
 ];
 
 /// Refuses a setting whose key names no engine: one without a prefix

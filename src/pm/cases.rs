@@ -81,6 +81,10 @@ pub enum Case {
     /// fastfair: a split node that a crash left out of its parent got its
     /// separator there.
     FastfairSeparatorLinked,
+    /// art-bplus: an NVNode and the next one held the same records (a
+    /// crash inside a split, after the old NVNode's pointer to the new one
+    /// and before its new bitmap); the split was finished.
+    ArtBplusSplitFinished,
 }
 
 impl Case {
@@ -104,6 +108,7 @@ impl Case {
         Case::FastfairShiftFinished,
         Case::FastfairSplitCut,
         Case::FastfairSeparatorLinked,
+        Case::ArtBplusSplitFinished,
     ];
 
     /// Whether the case repairs what a crash (or damage) left, as opposed
@@ -137,6 +142,7 @@ impl Case {
             Case::FastfairShiftFinished => "fastfair_shift_finished",
             Case::FastfairSplitCut => "fastfair_split_cut",
             Case::FastfairSeparatorLinked => "fastfair_separator_linked",
+            Case::ArtBplusSplitFinished => "art_bplus_split_finished",
         }
     }
 
@@ -163,6 +169,7 @@ impl Case {
             Case::FastfairShiftFinished => "torn node shifts finished",
             Case::FastfairSplitCut => "torn node splits cut",
             Case::FastfairSeparatorLinked => "split nodes linked into their parents",
+            Case::ArtBplusSplitFinished => "torn NVNode splits finished",
         }
     }
 
@@ -174,7 +181,7 @@ impl Case {
     }
 }
 
-static COUNTS: [AtomicU64; 18] = [const { AtomicU64::new(0) }; 18];
+static COUNTS: [AtomicU64; 19] = [const { AtomicU64::new(0) }; 19];
 const _: () = assert!(Case::ALL.len() == COUNTS.len());
 
 /// Notes that recovery met `case`.

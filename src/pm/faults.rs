@@ -138,6 +138,13 @@ pub enum Fault {
     /// removes the node's entry from the parent (a crash between leaves a
     /// parent pointing to a node its level no longer holds).
     FastfairMergeUnlinkFirst,
+    /// art-bplus: a split stores the old NVNode's lower-half bitmap before
+    /// its pointer to the new NVNode (a crash between loses the upper half).
+    ArtBplusSplitBitmapFirst,
+    /// art-bplus: a new prefix's NVNode is linked into the leaf list
+    /// without the fence after it is written (the link can reach PM before
+    /// the NVNode it names).
+    ArtBplusLinkUnfenced,
 }
 
 impl Fault {
@@ -174,6 +181,8 @@ impl Fault {
         Fault::FastfairShiftUnfenced,
         Fault::FastfairSplitCutFirst,
         Fault::FastfairMergeUnlinkFirst,
+        Fault::ArtBplusSplitBitmapFirst,
+        Fault::ArtBplusLinkUnfenced,
     ];
 
     /// The name used on the command line.
@@ -210,6 +219,8 @@ impl Fault {
             Fault::FastfairShiftUnfenced => "fastfair-shift-unfenced",
             Fault::FastfairSplitCutFirst => "fastfair-split-cut-first",
             Fault::FastfairMergeUnlinkFirst => "fastfair-merge-unlink-first",
+            Fault::ArtBplusSplitBitmapFirst => "art-bplus-split-bitmap-first",
+            Fault::ArtBplusLinkUnfenced => "art-bplus-link-unfenced",
         }
     }
 
@@ -245,6 +256,7 @@ impl Fault {
             Fault::FastfairShiftUnfenced
             | Fault::FastfairSplitCutFirst
             | Fault::FastfairMergeUnlinkFirst => Some("fastfair"),
+            Fault::ArtBplusSplitBitmapFirst | Fault::ArtBplusLinkUnfenced => Some("art-bplus"),
         }
     }
 }

@@ -235,32 +235,9 @@ impl FpTree {
         unsafe { self.pool.bytes(at, f.value_len as u64) }
     }
 
-    /// Writes a record of `key` and `value` into a new block and flushes
-    /// it (not fenced: the caller's next fence orders it).
+    /// [`record::write`] into this tree's heap.
     fn write_record(&mut self, key: &[u8], value: &[u8]) -> Result<u64> {
-        let b = self
-            .heap
-            .reserve(&self.pool, record::size(key.len(), value.len()))?;
-        let rec = b.offset();
-        let mut head = [0u8; record::HEADER as usize];
-        head.copy_from_slice(&record::lens(key.len(), value.len()).to_le_bytes());
-        // SAFETY: the block is reserved by us and unreachable; writers hold
-        // the tree exclusively.
-        let written = unsafe {
-            self.pool
-                .write_bytes(rec, &head)
-                .and_then(|()| self.pool.write_bytes(rec + record::HEADER, key))
-                .and_then(|()| {
-                    self.pool
-                        .write_bytes(rec + record::HEADER + key.len() as u64, value)
-                })
-        };
-        if let Err(e) = written {
-            self.heap.cancel(&self.pool, b)?;
-            return Err(e);
-        }
-        self.pool.flush(rec, record::size(key.len(), value.len()));
-        Ok(rec)
+        record::write(&self.pool, &mut self.heap, key, value)
     }
 
     /// Gives back a block that a durable store made unreachable.

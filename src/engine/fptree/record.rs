@@ -11,6 +11,7 @@
 //! A record is written whole and flushed before the store that makes it
 //! reachable, and never written again: an update writes a new record.
 
+use crate::engine::radix::chunks::Chunks;
 use crate::engine::{MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::pm::Pool;
@@ -26,6 +27,28 @@ pub fn size(key_len: usize, value_len: usize) -> u64 {
 /// The `lens` word.
 pub fn lens(key_len: usize, value_len: usize) -> u64 {
     key_len as u64 | (value_len as u64) << 16
+}
+
+/// Writes a record of `key` and `value` into a new block of `heap` and
+/// flushes it (not fenced: the caller's next fence orders it before the
+/// store that makes it reachable); returns its offset. A failed write
+/// gives the block back.
+pub fn write(pool: &Pool, heap: &mut Chunks, key: &[u8], value: &[u8]) -> Result<u64> {
+    let b = heap.reserve(pool, size(key.len(), value.len()))?;
+    let rec = b.offset();
+    // SAFETY: the block is reserved by us and unreachable; writers hold
+    // the tree exclusively.
+    let written = unsafe {
+        pool.write_bytes(rec, &lens(key.len(), value.len()).to_le_bytes())
+            .and_then(|()| pool.write_bytes(rec + HEADER, key))
+            .and_then(|()| pool.write_bytes(rec + HEADER + key.len() as u64, value))
+    };
+    if let Err(e) = written {
+        heap.cancel(pool, b)?;
+        return Err(e);
+    }
+    pool.flush(rec, size(key.len(), value.len()));
+    Ok(rec)
 }
 
 /// The key and value lengths of the record at `rec`, checked against what

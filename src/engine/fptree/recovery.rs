@@ -48,7 +48,6 @@ struct Walked {
 /// Walks the leaf list of the tree whose superblock is `sb`, marking what
 /// it reaches in `heap`; repairs (see the module doc) if `fix`.
 fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Result<Walked> {
-    let size = leaf::size(slots);
     let bad = |off: u64, what: String| -> Error {
         if fix {
             Error::corrupt(off, format!("fptree: {what}"))
@@ -68,42 +67,14 @@ fn walk(pool: &Pool, heap: &mut Chunks, sb: u64, slots: u32, fix: bool) -> Resul
     // no damage: a damaged pool is refused with nothing written.
     let mut repairs: BTreeMap<u64, u64> = BTreeMap::new();
     let mut found: Vec<Case> = Vec::new();
+    let reach = Reach {
+        slots,
+        node: "leaf",
+        fix,
+        case: Case::FptreeSplitFinished,
+    };
     while at != 0 {
-        if !visited.insert(at) {
-            return Err(bad(at, "the leaf list has a cycle".into()));
-        }
-        if heap.block_size(at).map_err(|e| bad(at, e.to_string()))? < size {
-            return Err(bad(
-                at,
-                "the leaf list names a block smaller than a leaf".into(),
-            ));
-        }
-        let mut h = Header::read(pool, at, slots)?;
-        if h.bitmap >> slots != 0 {
-            return Err(bad(
-                at,
-                format!(
-                    "a leaf's bitmap {:#x} has bits past its {slots} slots",
-                    h.bitmap
-                ),
-            ));
-        }
-        if visited.contains(&h.next) {
-            return Err(bad(at, "the leaf list has a cycle".into()));
-        }
-        if h.next != 0 {
-            if let Some(next_bits) = torn_split(pool, heap, at, &h, slots, &bad)? {
-                if !fix {
-                    return Err(bad(
-                        at,
-                        "a leaf shares its records with the next one (a torn split)".into(),
-                    ));
-                }
-                found.push(Case::FptreeSplitFinished);
-                h.bitmap &= !next_bits;
-                repairs.insert(at + leaf::BITMAP, h.bitmap);
-            }
-        }
+        let h = reach.read(pool, heap, at, &mut visited, &mut repairs, &mut found, &bad)?;
         if h.bitmap == 0 {
             if !fix {
                 return Err(bad(at, "an empty leaf is in the leaf list".into()));
@@ -209,6 +180,77 @@ pub(crate) fn key_range<'k>(
         return Err("a leaf's keys do not all follow the previous leaf's");
     }
     Ok((least, most))
+}
+
+/// How a leaf-list walk reads each leaf ([`Reach::read`]): `fptree`'s and
+/// `art-bplus`'s, whose NVNodes have `fptree`'s leaf layout.
+pub(crate) struct Reach {
+    /// Slots per leaf.
+    pub slots: u32,
+    /// What the engine calls a leaf, for messages.
+    pub node: &'static str,
+    /// Repair (recovery) rather than report (the check).
+    pub fix: bool,
+    /// The case a finished torn split counts as.
+    pub case: Case,
+}
+
+impl Reach {
+    /// Reads the header of leaf `at`, which the list reached, after the
+    /// checks every walk makes (no cycle, a block large enough, no bit
+    /// past the slots) and finishes a torn split with the next leaf: the
+    /// bitmap returned is the split's last store, which goes into
+    /// `repairs` (with the case into `found`); without `fix` a torn split
+    /// is an error.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read(
+        &self,
+        pool: &Pool,
+        heap: &Chunks,
+        at: u64,
+        visited: &mut HashSet<u64>,
+        repairs: &mut BTreeMap<u64, u64>,
+        found: &mut Vec<Case>,
+        bad: &dyn Fn(u64, String) -> Error,
+    ) -> Result<Header> {
+        let (slots, node) = (self.slots, self.node);
+        if !visited.insert(at) {
+            return Err(bad(at, "the leaf list has a cycle".into()));
+        }
+        if heap.block_size(at).map_err(|e| bad(at, e.to_string()))? < leaf::size(slots) {
+            return Err(bad(
+                at,
+                format!("the leaf list names a block smaller than a {node}"),
+            ));
+        }
+        let mut h = Header::read(pool, at, slots)?;
+        if h.bitmap >> slots != 0 {
+            return Err(bad(
+                at,
+                format!(
+                    "a {node}'s bitmap {:#x} has bits past its {slots} slots",
+                    h.bitmap
+                ),
+            ));
+        }
+        if visited.contains(&h.next) {
+            return Err(bad(at, "the leaf list has a cycle".into()));
+        }
+        if h.next != 0 {
+            if let Some(next_bits) = torn_split(pool, heap, at, &h, slots, bad)? {
+                if !self.fix {
+                    return Err(bad(
+                        at,
+                        format!("a {node} shares its records with the next one (a torn split)"),
+                    ));
+                }
+                found.push(self.case);
+                h.bitmap &= !next_bits;
+                repairs.insert(at + leaf::BITMAP, h.bitmap);
+            }
+        }
+        Ok(h)
+    }
 }
 
 /// If leaf `l` (first line `h`) and the next one are the two halves of a
