@@ -649,17 +649,7 @@ trait BoundsExt {
 
 impl BoundsExt for (Bound<&[u8]>, Bound<&[u8]>) {
     fn contains_key(&self, k: &[u8]) -> bool {
-        let lo_ok = match self.0 {
-            Bound::Included(l) => k >= l,
-            Bound::Excluded(l) => k > l,
-            Bound::Unbounded => true,
-        };
-        let hi_ok = match self.1 {
-            Bound::Included(h) => k <= h,
-            Bound::Excluded(h) => k < h,
-            Bound::Unbounded => true,
-        };
-        lo_ok && hi_ok
+        crate::engine::above_lo(k, self.0) && crate::engine::below_hi(k, self.1)
     }
 }
 

@@ -26,6 +26,8 @@ pub mod hart;
 mod locked;
 pub mod pmlog;
 pub mod radix;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// This thread's number: threads are numbered 0, 1, 2, ... in the order
 /// they first ask. Engines share per-thread state by it (`hart`'s
@@ -66,6 +68,28 @@ pub(crate) fn check_item(key: &[u8], value: &[u8]) -> Result<()> {
 /// [`check_item`] for every item, before any is applied.
 pub(crate) fn check_items(items: &[(&[u8], &[u8])]) -> Result<()> {
     items.iter().try_for_each(|(k, v)| check_item(k, v))
+}
+
+/// Whether `key` is at or past a scan's lower bound `lo` (past it, for an
+/// excluded bound): the engines' scans and [`crate::Db`]'s range share it.
+#[inline]
+pub(crate) fn above_lo(key: &[u8], lo: Bound<&[u8]>) -> bool {
+    match lo {
+        Bound::Included(l) => key >= l,
+        Bound::Excluded(l) => key > l,
+        Bound::Unbounded => true,
+    }
+}
+
+/// Whether `key` is at or before a scan's upper bound `hi` (before it, for
+/// an excluded bound).
+#[inline]
+pub(crate) fn below_hi(key: &[u8], hi: Bound<&[u8]>) -> bool {
+    match hi {
+        Bound::Included(h) => key <= h,
+        Bound::Excluded(h) => key < h,
+        Bound::Unbounded => true,
+    }
 }
 
 /// What `put` does when the key is present or absent.

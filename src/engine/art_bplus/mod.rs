@@ -460,20 +460,10 @@ impl ArtBplus {
             self.pool.touch(rec, record::size(k, n));
             // SAFETY: as in `value_of`.
             let key = unsafe { record::key(&self.pool, rec, k)? };
-            let below_hi = match v.hi {
-                Bound::Included(h) => key <= h,
-                Bound::Excluded(h) => key < h,
-                Bound::Unbounded => true,
-            };
-            if !below_hi {
+            if !super::below_hi(key, v.hi) {
                 return Ok(false);
             }
-            let above_lo = match v.lo {
-                Bound::Included(l) => key >= l,
-                Bound::Excluded(l) => key > l,
-                Bound::Unbounded => true,
-            };
-            if above_lo {
+            if super::above_lo(key, v.lo) {
                 // SAFETY: as in `value_of`.
                 let value = unsafe { self.pool.bytes(rec + record::HEADER + k as u64, n as u64)? };
                 if !(v.f)(key, value) {

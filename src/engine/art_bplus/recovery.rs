@@ -266,21 +266,7 @@ impl ArtBplus {
                 w.keys, self.count
             ));
         }
-        if let Some((o, leak)) = self.heap.first_difference(&fresh) {
-            return fail(format!(
-                "chunk {o:#x}: {}",
-                if leak {
-                    "a block in use is not reached by the leaf list (leak)"
-                } else {
-                    "a block the leaf list reaches is free in the DRAM map"
-                }
-            ));
-        }
-        let mut blocks = vec![self.sb];
-        blocks.extend(self.heap.offsets());
-        Ok(CheckReport {
-            keys: w.keys,
-            referenced_blocks: blocks,
-        })
+        self.heap
+            .check_report(&fresh, "art-bplus", "the leaf list", self.sb, w.keys)
     }
 }

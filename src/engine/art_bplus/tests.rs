@@ -2,15 +2,13 @@
 //! against a model, the ordered scan where prefixes extend keys, the fences
 //! each operation takes, and recovery's repair and refusals made by hand.
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use super::*;
+use crate::engine::testing::{contents_in, same, Model};
 use crate::pm::cases::{count, Case};
 use crate::pm::counters;
-
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn pool() -> Arc<Pool> {
     Arc::new(Pool::create_anonymous(64 << 20, "art-bplus", &Default::default()).unwrap())
@@ -27,28 +25,6 @@ fn key(i: u32) -> Vec<u8> {
             .to_vec(),
         1 => format!("k{:x}{}", x % 200, "z".repeat((x % 4) as usize)).into_bytes(),
         _ => b"abcab"[..1 + (x % 5) as usize].to_vec(),
-    }
-}
-
-fn contents(t: &ArtBplus, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    t.scan(lo, hi, &mut |k, v| {
-        out.push((k.to_vec(), v.to_vec()));
-        true
-    })
-    .unwrap();
-    out
-}
-
-fn same(t: &ArtBplus, model: &Model) {
-    t.check().unwrap();
-    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    assert_eq!(contents(t, Bound::Unbounded, Bound::Unbounded), want);
-    assert_eq!(t.len(), model.len() as u64);
-    for (k, v) in model {
-        let mut got = None;
-        assert!(t.get_with(k, &mut |x| got = Some(x.to_vec())).unwrap());
-        assert_eq!(got.as_deref(), Some(&v[..]));
     }
 }
 
@@ -98,7 +74,7 @@ fn against_a_model() {
                     .range::<[u8], _>((l, h))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                assert_eq!(contents(&t, l, h), want, "{l:?}..{h:?}");
+                assert_eq!(contents_in(&t, l, h), want, "{l:?}..{h:?}");
             }
         }
         if i % 7000 == 6999 {
@@ -165,7 +141,7 @@ fn scans_interleave_subtrees_in_key_order() {
                     .range::<[u8], _>((l, h))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                assert_eq!(contents(&t, l, h), want, "{l:?}..{h:?}");
+                assert_eq!(contents_in(&t, l, h), want, "{l:?}..{h:?}");
             }
         }
     }

@@ -663,16 +663,8 @@ impl SerialEngine for DpTree {
                 return Ok(());
             }
         }
-        let above_lo = |k: &[u8]| match lo {
-            Bound::Included(l) => k >= l,
-            Bound::Excluded(l) => k > l,
-            Bound::Unbounded => true,
-        };
-        let below_hi = |k: &[u8]| match hi {
-            Bound::Included(h) => k <= h,
-            Bound::Excluded(h) => k < h,
-            Bound::Unbounded => true,
-        };
+        let above_lo = |k: &[u8]| super::above_lo(k, lo);
+        let below_hi = |k: &[u8]| super::below_hi(k, hi);
         let mut buffered = self.buffer.range(lo, hi).peekable();
         let start: &[u8] = match lo {
             Bound::Included(k) | Bound::Excluded(k) => self.leaves.find(k).map_or(&[], |(b, _)| b),

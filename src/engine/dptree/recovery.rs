@@ -288,22 +288,13 @@ impl DpTree {
         if count != self.count {
             return fail(format!("{count} keys in the tree, {} counted", self.count));
         }
-        if let Some((o, leak)) = self.heap.first_difference(&fresh) {
-            return fail(format!(
-                "chunk {o:#x}: {}",
-                if leak {
-                    "a block in use is not reached by the leaf list or the log (leak)"
-                } else {
-                    "a block the leaf list or the log reaches is free in the DRAM map"
-                }
-            ));
-        }
-        let mut blocks = vec![self.sb];
-        blocks.extend(self.heap.offsets());
-        Ok(CheckReport {
-            keys: self.count,
-            referenced_blocks: blocks,
-        })
+        self.heap.check_report(
+            &fresh,
+            "dptree",
+            "the leaf list or the log",
+            self.sb,
+            self.count,
+        )
     }
 }
 

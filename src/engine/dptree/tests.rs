@@ -3,10 +3,10 @@
 //! after a cut-short append, and damage refused.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use super::*;
+use crate::engine::testing::{contents, same};
 use crate::pm::counters;
 
 fn pool() -> Arc<Pool> {
@@ -25,28 +25,6 @@ fn key(i: u32) -> Vec<u8> {
     // Keys of mixed lengths, not in insertion order.
     let x = i.wrapping_mul(2_654_435_761);
     format!("k{:x}{}", x, "z".repeat((i % 5) as usize)).into_bytes()
-}
-
-fn contents(t: &DpTree) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    t.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, v| {
-        out.push((k.to_vec(), v.to_vec()));
-        true
-    })
-    .unwrap();
-    out
-}
-
-fn same(t: &DpTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
-    t.check().unwrap();
-    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    assert_eq!(contents(t), want);
-    assert_eq!(t.len(), model.len() as u64);
-    for (k, v) in model {
-        let mut got = None;
-        assert!(t.get_with(k, &mut |x| got = Some(x.to_vec())).unwrap());
-        assert_eq!(got.as_deref(), Some(&v[..]));
-    }
 }
 
 fn reopen(pool: &Arc<Pool>, t: DpTree, s: Settings) -> DpTree {

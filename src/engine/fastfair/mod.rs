@@ -915,16 +915,8 @@ impl SerialEngine for FastFair {
             Bound::Included(k) | Bound::Excluded(k) => k,
             Bound::Unbounded => &[],
         };
-        let below_hi = |k: &[u8]| match hi {
-            Bound::Included(h) => k <= h,
-            Bound::Excluded(h) => k < h,
-            Bound::Unbounded => true,
-        };
-        let above_lo = |k: &[u8]| match lo {
-            Bound::Included(l) => k >= l,
-            Bound::Excluded(l) => k > l,
-            Bound::Unbounded => true,
-        };
+        let below_hi = |k: &[u8]| super::below_hi(k, hi);
+        let above_lo = |k: &[u8]| super::above_lo(k, lo);
         let mut leaf = self.leaf_for(start, head(start))?;
         let mut first = true;
         let mut seen = 0u64;

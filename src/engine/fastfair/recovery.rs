@@ -382,21 +382,7 @@ impl FastFair {
         if self.pool.load_u64(self.sb + superblock::ROOT)? != self.root {
             return fail("the root in DRAM is not the superblock's".into());
         }
-        if let Some((o, leak)) = self.heap.first_difference(&fresh) {
-            return fail(format!(
-                "chunk {o:#x}: {}",
-                if leak {
-                    "a block in use is not reached by the tree (leak)"
-                } else {
-                    "a block the tree reaches is free in the DRAM map"
-                }
-            ));
-        }
-        let mut blocks = vec![self.sb];
-        blocks.extend(self.heap.offsets());
-        Ok(CheckReport {
-            keys: w.keys,
-            referenced_blocks: blocks,
-        })
+        self.heap
+            .check_report(&fresh, "fastfair", "the tree", self.sb, w.keys)
     }
 }

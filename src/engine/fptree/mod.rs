@@ -497,16 +497,8 @@ impl SerialEngine for FpTree {
             Bound::Included(k) | Bound::Excluded(k) => self.leaf_for(k).map_or(&[], |(b, _)| b),
             Bound::Unbounded => &[],
         };
-        let below_hi = |k: &[u8]| match hi {
-            Bound::Included(h) => k <= h,
-            Bound::Excluded(h) => k < h,
-            Bound::Unbounded => true,
-        };
-        let above_lo = |k: &[u8]| match lo {
-            Bound::Included(l) => k >= l,
-            Bound::Excluded(l) => k > l,
-            Bound::Unbounded => true,
-        };
+        let below_hi = |k: &[u8]| super::below_hi(k, hi);
+        let above_lo = |k: &[u8]| super::above_lo(k, lo);
         let mut pairs: Vec<(&[u8], u64, usize)> = Vec::with_capacity(self.slots as usize);
         for (_, l) in self.leaves.iter_from(Bound::Included(start)) {
             let h = Header::read(&self.pool, l, self.slots)?;

@@ -6,6 +6,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::*;
+use crate::engine::testing::same;
 use crate::pm::cases::{count, Case};
 
 fn pool() -> Arc<Pool> {
@@ -16,16 +17,6 @@ fn key(i: u32) -> Vec<u8> {
     // Keys of mixed lengths, not in insertion order.
     let x = i.wrapping_mul(2_654_435_761);
     format!("k{:x}{}", x, "z".repeat((i % 5) as usize)).into_bytes()
-}
-
-fn contents(t: &FpTree) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    t.scan(Bound::Unbounded, Bound::Unbounded, &mut |k, v| {
-        out.push((k.to_vec(), v.to_vec()));
-        true
-    })
-    .unwrap();
-    out
 }
 
 /// A tree of `n` keys in leaves of `slots` slots, with the model.
@@ -42,18 +33,6 @@ fn filled(slots: u32, n: u32) -> (Arc<Pool>, FpTree, BTreeMap<Vec<u8>, Vec<u8>>)
         model.insert(key(i), v);
     }
     (pool, t, model)
-}
-
-fn same(t: &FpTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
-    t.check().unwrap();
-    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    assert_eq!(contents(t), want);
-    assert_eq!(t.len(), model.len() as u64);
-    for (k, v) in model {
-        let mut got = None;
-        assert!(t.get_with(k, &mut |x| got = Some(x.to_vec())).unwrap());
-        assert_eq!(got.as_deref(), Some(&v[..]));
-    }
 }
 
 /// Opens `pool`, which must be refused with an error that says `what`,

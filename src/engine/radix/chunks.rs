@@ -1015,6 +1015,37 @@ impl Chunks {
             .map(|((o, have), (_, r))| (o, have.iter().zip(&r).any(|(a, b)| a & !b != 0)))
     }
 
+    /// The last step of the check of `engine`'s tree, whose blocks are its
+    /// superblock `sb` and this heap's: the blocks in use against those
+    /// the check's walk marked in `reached` (what `by` reaches: "the leaf
+    /// list", "the tree"), then the report of `keys` keys. `fptree`'s,
+    /// `dptree`'s, `fastfair`'s and `art-bplus`'s.
+    pub fn check_report(
+        &self,
+        reached: &Chunks,
+        engine: &str,
+        by: &str,
+        sb: u64,
+        keys: u64,
+    ) -> Result<crate::engine::CheckReport> {
+        if let Some((o, leak)) = self.first_difference(reached) {
+            return Err(Error::CheckFailed(format!(
+                "{engine}: chunk {o:#x}: {}",
+                if leak {
+                    format!("a block in use is not reached by {by} (leak)")
+                } else {
+                    format!("a block {by} reaches is free in the DRAM map")
+                }
+            )));
+        }
+        let mut blocks = vec![sb];
+        blocks.extend(self.offsets());
+        Ok(crate::engine::CheckReport {
+            keys,
+            referenced_blocks: blocks,
+        })
+    }
+
     /// A copy with every block unused (for `check`'s marking walk).
     pub fn unmarked(&self) -> Chunks {
         let mut c = Chunks::empty(self.head_slot, self.between);

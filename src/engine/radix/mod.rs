@@ -818,18 +818,10 @@ fn cmp_prefix(p: &[u8], k: &[u8]) -> std::cmp::Ordering {
 
 impl ScanBounds<'_> {
     fn above_lo(&self, k: &[u8]) -> bool {
-        match self.lo {
-            Bound::Included(l) => k >= l,
-            Bound::Excluded(l) => k > l,
-            Bound::Unbounded => true,
-        }
+        super::above_lo(k, self.lo)
     }
     fn below_hi(&self, k: &[u8]) -> bool {
-        match self.hi {
-            Bound::Included(h) => k <= h,
-            Bound::Excluded(h) => k < h,
-            Bound::Unbounded => true,
-        }
+        super::below_hi(k, self.hi)
     }
     fn subtree_below_lo(&self, p: &[u8]) -> bool {
         self.lo_units
